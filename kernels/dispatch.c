@@ -1,0 +1,145 @@
+/*
+ * dispatch.c: the device-neutral entry points. Checks arguments once, then hands the call to
+ * the CPU or the CUDA implementation. A build without CUDA answers KERN_ENODEV for the GPU.
+ */
+#include "config.h"
+
+#include "kernels_impl.h"
+
+/* Each call picks its implementation with this: CPU always, CUDA where built. */
+#ifdef TARTAN_HAVE_CUDA
+#define DISPATCH(dev, cpu_call, gpu_call)                                                      \
+    ((dev) == KERN_DEV_CPU ? (cpu_call) : (dev) == KERN_DEV_CUDA ? (gpu_call) : KERN_EINVAL)
+#else
+#define DISPATCH(dev, cpu_call, gpu_call)                                                      \
+    ((dev) == KERN_DEV_CPU ? (cpu_call) : (dev) == KERN_DEV_CUDA ? no_cuda() : KERN_EINVAL)
+static int no_cuda(void)
+{
+    kern_set_error("this build of tartan has no CUDA kernels");
+    return KERN_ENODEV;
+}
+#endif
+
+static int bad(const char *what)
+{
+    kern_set_error("%s", what);
+    return KERN_EINVAL;
+}
+
+static int dtype_ok(kern_dtype t)
+{
+    return t == KERN_F32 || t == KERN_F16 || t == KERN_BF16;
+}
+
+int kern_maxsim_dense(kern_dev dev, const kern_dense *a, float *scores)
+{
+    if (!a || !scores || !dtype_ok(a->dtype) || a->dim == 0)
+        return bad("maxsim_dense: NULL argument, unknown dtype or zero dim");
+    if (a->nq == 0 || a->nd == 0)
+        return KERN_OK;
+    if (!a->q || !a->d || a->lq == 0 || a->ld == 0)
+        return bad("maxsim_dense: NULL embeddings or zero length");
+    return DISPATCH(dev, kern_cpu_maxsim_dense(a, scores), kern_gpu_maxsim_dense(a, scores));
+}
+
+int kern_maxsim_varlen(kern_dev dev, const kern_varlen *a, float *scores)
+{
+    if (!a || !scores || !dtype_ok(a->dtype) || a->dim == 0 || !a->q_off || !a->d_off)
+        return bad("maxsim_varlen: NULL argument, unknown dtype or zero dim");
+    if (a->nq == 0 || a->nd == 0)
+        return KERN_OK;
+    if (!a->q || !a->d)
+        return bad("maxsim_varlen: NULL embeddings");
+    return DISPATCH(dev, kern_cpu_maxsim_varlen(a, scores), kern_gpu_maxsim_varlen(a, scores));
+}
+
+int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *centroids,
+                         size_t n_centroids, size_t dim, float *S)
+{
+    if (!q || !centroids || !S || dim == 0)
+        return bad("centroid_scores: NULL argument or zero dim");
+    if (lq == 0 || n_centroids == 0)
+        return KERN_OK;
+    return DISPATCH(dev, kern_cpu_centroid_scores(q, lq, centroids, n_centroids, dim, S),
+                    kern_gpu_centroid_scores(q, lq, centroids, n_centroids, dim, S));
+}
+
+int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
+{
+    if (!a || !scores || !a->q || !a->qc || !a->bucket_weights || a->dim == 0)
+        return bad("maxsim_residual: NULL argument or zero dim");
+    if (!(a->nbits == 1 || a->nbits == 2 || a->nbits == 4 || a->nbits == 8) ||
+        (a->dim * a->nbits) % 8 != 0)
+        return bad("maxsim_residual: nbits must be 1, 2, 4 or 8 and dim * nbits a multiple of 8");
+    if (a->code_bytes != 2 && a->code_bytes != 4)
+        return bad("maxsim_residual: code_bytes must be 2 or 4");
+    if (a->nd == 0)
+        return KERN_OK;
+    if (!a->docs)
+        return bad("maxsim_residual: NULL documents");
+    return DISPATCH(dev, kern_cpu_maxsim_residual(a, scores), kern_gpu_maxsim_residual(a, scores));
+}
+
+int kern_centroid_interaction(kern_dev dev, const float *S, size_t lq, size_t n_centroids,
+                              unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                              const uint8_t *keep, float *approx)
+{
+    if (!S || !approx || (code_bytes != 2 && code_bytes != 4))
+        return bad("centroid_interaction: NULL argument or code_bytes not 2 or 4");
+    if (nd == 0)
+        return KERN_OK;
+    if (!docs)
+        return bad("centroid_interaction: NULL documents");
+    return DISPATCH(
+        dev, kern_cpu_centroid_interaction(S, lq, n_centroids, code_bytes, docs, nd, keep, approx),
+        kern_gpu_centroid_interaction(S, lq, n_centroids, code_bytes, docs, nd, keep, approx));
+}
+
+int kern_topk_rows(kern_dev dev, const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
+                   float *val)
+{
+    if (!x || !idx || !val)
+        return bad("topk_rows: NULL argument");
+    if (rows == 0 || k == 0)
+        return KERN_OK;
+    return DISPATCH(dev, kern_cpu_topk_rows(x, rows, n, k, idx, val),
+                    kern_gpu_topk_rows(x, rows, n, k, idx, val));
+}
+
+int kern_cuda_device_count(void)
+{
+#ifdef TARTAN_HAVE_CUDA
+    return kern_gpu_device_count();
+#else
+    return 0;
+#endif
+}
+
+int kern_cuda_malloc(void **p, size_t bytes)
+{
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_malloc(p, bytes));
+}
+
+void kern_cuda_free(void *p)
+{
+#ifdef TARTAN_HAVE_CUDA
+    kern_gpu_free(p);
+#else
+    (void)p;
+#endif
+}
+
+int kern_cuda_upload(void *dst, const void *src, size_t bytes)
+{
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_copy(dst, src, bytes, 1));
+}
+
+int kern_cuda_download(void *dst, const void *src, size_t bytes)
+{
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_copy(dst, src, bytes, 0));
+}
+
+int kern_cuda_sync(void)
+{
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_sync());
+}

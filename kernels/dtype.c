@@ -1,0 +1,93 @@
+/* dtype.c: element sizes and conversions between fp32 and the 16-bit float types. */
+#include <string.h>
+
+#include "kernels.h"
+
+size_t kern_dtype_size(kern_dtype t)
+{
+    switch (t) {
+    case KERN_F32:
+        return 4;
+    case KERN_F16:
+    case KERN_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kern_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t kern_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a NaN after truncation */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float kern_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        if (man == 0)
+            return bits_f32(sign);
+        /* Subnormal half: renormalise into a float. */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        man &= 0x3ffu;
+        return bits_f32(sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13));
+    }
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | (man << 13));
+    return bits_f32(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+
+uint16_t kern_f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a >= 0x477ff000u)                  /* rounds to >= 65520: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (a < 0x33000000u)
+            return (uint16_t)sign;
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14 + (112 - e) ... places the point for a subnormal */
+        uint32_t half = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    /* Normal: rebias the exponent and round the mantissa to 10 bits, ties to even. */
+    a += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | (a >> 13));
+}

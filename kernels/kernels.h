@@ -1,0 +1,195 @@
+/*
+ * kernels.h: the numeric kernels' internal interface (layer prefix kern_).
+ *
+ * One device-neutral set of calls. Each call names the device it runs on (kern_dev); the CPU
+ * implementation lives in kernels/ *_cpu.c (C, OpenMP, SIMD), the CUDA one in kernels/ *.cu.
+ * A build without CUDA answers KERN_ENODEV for KERN_DEV_CUDA.
+ *
+ * Memory: every pointer a call takes lives in the memory of the device the call runs on: host
+ * memory for KERN_DEV_CPU, device memory (kern_cuda_malloc) for KERN_DEV_CUDA. CUDA calls
+ * run on the stream given in kern_cuda_stream (NULL: the default stream) and return once the
+ * work is queued, unless the call says otherwise; kern_cuda_sync() waits.
+ *
+ * Semantics shared by every MaxSim variant:
+ * - score(q, d) = sum over the query's valid tokens of the max over the document's valid
+ *   tokens of <q_i, d_t>, accumulated in fp32 whatever the input type.
+ * - masked or padding positions never win a max (they count as -inf);
+ * - a document with no valid token scores -INFINITY (KERN_EMPTY_SCORE) and top-k never
+ *   returns it; a query with no valid token scores 0 against every non-empty document;
+ * - nothing of size nq * nd * lq * ld is ever allocated, nor padded copies of ragged input.
+ *
+ * This layer uses nothing of the project. Its status codes are its own (KERN_E...); the engine
+ * maps them to TARTAN_E... codes.
+ */
+#ifndef TARTAN_KERNELS_H
+#define TARTAN_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+enum {
+    KERN_OK = 0,
+    KERN_EINVAL = -1, /* bad argument: NULL pointer, zero dim, nbits not 1/2/4/8, ... */
+    KERN_ENOMEM = -2, /* host or device allocation failed */
+    KERN_ENODEV = -3, /* no such device: CUDA asked for but not built or no GPU present */
+    KERN_EDEVICE = -4 /* a CUDA call failed; kern_last_error() has its text */
+};
+
+/* Where a call runs. */
+typedef enum kern_dev { KERN_DEV_CPU = 0, KERN_DEV_CUDA = 1 } kern_dev;
+
+/* Element types of embeddings. Queries and documents of one call share one type. */
+typedef enum kern_dtype { KERN_F32 = 0, KERN_F16 = 1, KERN_BF16 = 2 } kern_dtype;
+
+/* The score of a document that has no valid token. */
+#define KERN_EMPTY_SCORE (-INFINITY)
+
+/* Bytes per element of a dtype (4, 2, 2), or 0 for an unknown one. */
+size_t kern_dtype_size(kern_dtype t);
+
+/* Conversions between fp32 and the 16-bit types (round to nearest even). */
+float kern_f16_to_f32(uint16_t h);
+uint16_t kern_f32_to_f16(float f);
+float kern_bf16_to_f32(uint16_t h);
+uint16_t kern_f32_to_bf16(float f);
+
+/* Text of the last failure in this thread (CUDA error string and where), "" if none. */
+const char *kern_last_error(void);
+
+/* ---------------------------------------------------------------------------------------
+ * MaxSim, dense: Q [nq, lq, dim] against D [nd, ld, dim], scores [nq, nd] (row-major).
+ * qmask [nq, lq] and dmask [nd, ld]: nonzero = valid token; NULL = all valid.
+ * ------------------------------------------------------------------------------------- */
+typedef struct kern_dense {
+    kern_dtype dtype;
+    size_t dim;
+    const void *q;
+    const uint8_t *qmask;
+    size_t nq, lq;
+    const void *d;
+    const uint8_t *dmask;
+    size_t nd, ld;
+} kern_dense;
+
+int kern_maxsim_dense(kern_dev dev, const kern_dense *a, float *scores);
+
+/* ---------------------------------------------------------------------------------------
+ * MaxSim, varlen: queries packed [q_off[nq], dim] with offsets q_off [nq + 1]; documents
+ * packed [d_off[nd], dim] with offsets d_off [nd + 1] (non-decreasing, starting at 0: an
+ * empty document has d_off[i] == d_off[i + 1]). scores [nq, nd].
+ * ------------------------------------------------------------------------------------- */
+typedef struct kern_varlen {
+    kern_dtype dtype;
+    size_t dim;
+    const void *q;
+    const int64_t *q_off;
+    size_t nq;
+    const void *d;
+    const int64_t *d_off;
+    size_t nd;
+} kern_varlen;
+
+int kern_maxsim_varlen(kern_dev dev, const kern_varlen *a, float *scores);
+
+/* ---------------------------------------------------------------------------------------
+ * Centroid scores: S = Q C^T. q [lq, dim] fp32, centroids [n_centroids, dim] fp32,
+ * S [lq, n_centroids]. (PLAID stage 1; also the q . C[code] table the residual kernel reads.)
+ * ------------------------------------------------------------------------------------- */
+int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *centroids,
+                         size_t n_centroids, size_t dim, float *S);
+
+/* ---------------------------------------------------------------------------------------
+ * PLAID documents as the index stores them: per token a centroid code (uint16 when
+ * code_bytes == 2, uint32 when 4), dim * nbits / 8 bytes of packed residual (ColBERTv2's bit
+ * layout, see index/codec.h) and an fp32 inverse norm of the decompressed vector. A document is
+ * three pointers and a token count, so that a kernel can read straight from LMDB's map.
+ * ------------------------------------------------------------------------------------- */
+typedef struct kern_pdoc {
+    const void *codes;        /* [ntok] uint16 or uint32 */
+    const uint8_t *residuals; /* [ntok, dim * nbits / 8] */
+    const float *inv_norms;   /* [ntok] */
+    uint32_t ntok;
+} kern_pdoc;
+
+typedef struct kern_residual {
+    size_t dim;
+    unsigned nbits;            /* 1, 2, 4 or 8 */
+    unsigned code_bytes;       /* 2 or 4 */
+    const float *q;            /* [lq, dim] fp32, one query */
+    size_t lq;
+    const float *qc;           /* [lq, n_centroids]: kern_centroid_scores(q, centroids) */
+    size_t n_centroids;
+    const float *bucket_weights; /* [1 << nbits] */
+    const kern_pdoc *docs;     /* [nd] */
+    size_t nd;
+} kern_residual;
+
+/*
+ * Residual-fused exact MaxSim of one query against nd PLAID documents: for each token,
+ * <q_i, d_t> = (qc[i, code_t] + sum_j q_ij * w[bucket_tj]) * inv_norm_t, never building the
+ * decompressed document. scores [nd].
+ */
+int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores);
+
+/*
+ * Centroid interaction (PLAID stages 2 and 3): approx[n] = sum_i max over tokens t of doc n
+ * whose code is kept of S[i, code_t]. keep [n_centroids] (nonzero = kept) or NULL for all.
+ * Codes only are read from docs (residuals and norms may be NULL). A document with no kept
+ * token scores KERN_EMPTY_SCORE.
+ */
+int kern_centroid_interaction(kern_dev dev, const float *S, size_t lq, size_t n_centroids,
+                              unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                              const uint8_t *keep, float *approx);
+
+/* ---------------------------------------------------------------------------------------
+ * Top-k. Best first by score; equal scores in order of lower index first; scores of
+ * KERN_EMPTY_SCORE (and NaN) are never selected. Fewer than k results when fewer qualify.
+ * ------------------------------------------------------------------------------------- */
+
+/* Each row's top k of a [rows, n] matrix: idx [rows, k] (-1 past the end), val [rows, k]. */
+int kern_topk_rows(kern_dev dev, const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
+                   float *val);
+
+/*
+ * Chunked top-k over a stream of scores in bounded memory (O(k)), any total length. Host
+ * state; the CUDA implementation reduces each device chunk before it merges.
+ *   kern_topk_new(k) -> state or NULL (ENOMEM); kern_topk_push(state, dev, scores, ids, n)
+ *   adds n scores with their ids (ids NULL: consecutive ids continuing from the last push);
+ *   kern_topk_take(state, idx, val) writes the best min(k, count) and returns that count;
+ *   kern_topk_free(state).
+ */
+typedef struct kern_topk kern_topk;
+kern_topk *kern_topk_new(size_t k);
+int kern_topk_push(kern_topk *t, kern_dev dev, const float *scores, const int64_t *ids,
+                   size_t n);
+size_t kern_topk_take(kern_topk *t, int64_t *idx, float *val);
+void kern_topk_free(kern_topk *t);
+
+/* ---------------------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------------------- */
+
+/* Number of usable CUDA GPUs: 0 in a build without CUDA, or with no GPU or driver. */
+int kern_cuda_device_count(void);
+
+/* Device memory and copies for the CUDA path (KERN_ENODEV in a build without CUDA). */
+int kern_cuda_malloc(void **p, size_t bytes);
+void kern_cuda_free(void *p);
+int kern_cuda_upload(void *dst, const void *src, size_t bytes);
+int kern_cuda_download(void *dst, const void *src, size_t bytes);
+int kern_cuda_sync(void);
+
+/* CPU threads used by the OpenMP kernels (0: OpenMP's default). */
+void kern_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TARTAN_KERNELS_H */

@@ -1,0 +1,55 @@
+/*
+ * kernels_impl.h: what kernels/dispatch.c calls on each device. Private to kernels/.
+ * kern_cpu_* live in kernels/ *_cpu.c; kern_gpu_* in kernels/ *.cu (CUDA builds only).
+ * Arguments are already checked by dispatch.c (non-NULL, sizes > 0 where required).
+ */
+#ifndef TARTAN_KERNELS_IMPL_H
+#define TARTAN_KERNELS_IMPL_H
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records the text kern_last_error() returns for this thread (printf-style). */
+void kern_set_error(const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+int kern_cpu_maxsim_dense(const kern_dense *a, float *scores);
+int kern_cpu_maxsim_varlen(const kern_varlen *a, float *scores);
+int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids,
+                             size_t n_centroids, size_t dim, float *S);
+int kern_cpu_maxsim_residual(const kern_residual *a, float *scores);
+int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
+                                  unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                  const uint8_t *keep, float *approx);
+int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
+                       float *val);
+
+#ifdef TARTAN_HAVE_CUDA
+int kern_gpu_maxsim_dense(const kern_dense *a, float *scores);
+int kern_gpu_maxsim_varlen(const kern_varlen *a, float *scores);
+int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,
+                             size_t n_centroids, size_t dim, float *S);
+int kern_gpu_maxsim_residual(const kern_residual *a, float *scores);
+int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
+                                  unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                  const uint8_t *keep, float *approx);
+int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
+                       float *val);
+int kern_gpu_device_count(void);
+int kern_gpu_malloc(void **p, size_t bytes);
+void kern_gpu_free(void *p);
+int kern_gpu_copy(void *dst, const void *src, size_t bytes, int to_device);
+int kern_gpu_sync(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TARTAN_KERNELS_IMPL_H */

@@ -1,0 +1,15 @@
+/* commands.h: the tartan tool's subcommands, one file each (tools/cmd_<name>.c). */
+#ifndef TARTAN_TOOLS_COMMANDS_H
+#define TARTAN_TOOLS_COMMANDS_H
+
+/* A subcommand gets argv from its own name on; returns the process exit status
+ * (0 success, 1 failure, 2 usage error). */
+typedef int (*tool_cmd_fn)(int argc, char **argv);
+
+typedef struct tool_cmd {
+    const char *name;
+    tool_cmd_fn fn;
+    const char *summary;
+} tool_cmd;
+
+#endif

@@ -157,17 +157,16 @@ int kern_topk_rows(kern_dev dev, const float *x, size_t rows, size_t n, size_t k
                    float *val);
 
 /*
- * Chunked top-k over a stream of scores in bounded memory (O(k)), any total length. Host
- * state; the CUDA implementation reduces each device chunk before it merges.
- *   kern_topk_new(k) -> state or NULL (ENOMEM); kern_topk_push(state, dev, scores, ids, n)
- *   adds n scores with their ids (ids NULL: consecutive ids continuing from the last push);
- *   kern_topk_take(state, idx, val) writes the best min(k, count) and returns that count;
- *   kern_topk_free(state).
+ * Chunked top-k over a stream of host scores in bounded memory (O(k)), any total length.
+ * (On the GPU, kern_topk_rows reduces a device chunk first; its k results are pushed here.)
+ *   kern_topk_new(k) -> state or NULL (ENOMEM); kern_topk_push(state, scores, ids, n) adds n
+ *   scores with their ids (ids NULL: consecutive ids continuing after the last id pushed);
+ *   kern_topk_take(state, idx, val) writes the best min(k, count) best first and returns
+ *   that count; kern_topk_free(state) (NULL allowed).
  */
 typedef struct kern_topk kern_topk;
 kern_topk *kern_topk_new(size_t k);
-int kern_topk_push(kern_topk *t, kern_dev dev, const float *scores, const int64_t *ids,
-                   size_t n);
+int kern_topk_push(kern_topk *t, const float *scores, const int64_t *ids, size_t n);
 size_t kern_topk_take(kern_topk *t, int64_t *idx, float *val);
 void kern_topk_free(kern_topk *t);
 

@@ -1,0 +1,57 @@
+/*
+ * codec.h: the ColBERTv2 residual codec (DESIGN.md section 3), layer prefix idx_.
+ *
+ * A token e (L2-normalised, dim floats) is stored as the code c of its nearest centroid by
+ * inner product and the residual r = e - C[c] quantised per dimension into B = 2^nbits buckets
+ * with one codebook for all dimensions: cutoffs [B - 1] split values into buckets, weights [B]
+ * are the values buckets decode to. Packing (byte-compatible with ColBERTv2): each dimension's
+ * bucket index as nbits bits, least significant bit first, dimensions in order, the bit stream
+ * packed into bytes most significant bit first (NumPy packbits). A token's residual takes
+ * dim * nbits / 8 bytes. Decompression: d = normalise(C[c] + w[bucket_j] for each j); the
+ * stored inverse norm is 1 / |C[c] + w[bucket]|.
+ */
+#ifndef TARTAN_INDEX_CODEC_H
+#define TARTAN_INDEX_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct idx_codec {
+    size_t dim;
+    unsigned nbits;     /* 1, 2, 4 or 8 */
+    float cutoffs[255]; /* [(1 << nbits) - 1], ascending */
+    float weights[256]; /* [1 << nbits], ascending */
+} idx_codec;
+
+/* Bytes of packed residual per token: dim * nbits / 8. */
+size_t idx_codec_token_bytes(const idx_codec *c);
+
+/*
+ * Trains cutoffs and weights from held-out residuals: the quantiles of all values (all
+ * dimensions pooled) at i/B (i = 1..B-1) and (i + 0.5)/B (i = 0..B-1). residuals [n, dim].
+ * Returns 0, or -1 if nbits/dim are invalid or n == 0. (May reorder a copy; input untouched.)
+ */
+int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n);
+
+/*
+ * Compresses n tokens: emb [n, dim] (fp32, L2-normalised), their codes [n] and the centroids
+ * give residuals; writes packed [n, token_bytes] and inv_norms [n] (of the decompressed,
+ * unnormalised vector C[code] + w[bucket]).
+ */
+void idx_codec_compress(const idx_codec *c, const float *centroids, const float *emb,
+                        const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms);
+
+/* Bucket index of one value (for tests and the packer): the number of cutoffs <= v. */
+unsigned idx_codec_bucket(const idx_codec *c, float v);
+
+/* Unpacks one token's bucket indices: packed [token_bytes] -> buckets [dim]. */
+void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *buckets);
+
+/* Packs one token's bucket indices: buckets [dim] -> packed [token_bytes]. */
+void idx_codec_pack(const idx_codec *c, const uint8_t *buckets, uint8_t *packed);
+
+/* Decompresses n tokens to normalised fp32 vectors out [n, dim]. */
+void idx_codec_decompress(const idx_codec *c, const float *centroids, const uint32_t *codes,
+                          const uint8_t *packed, size_t n, float *out);
+
+#endif

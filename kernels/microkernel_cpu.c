@@ -62,6 +62,18 @@ static void gen_tile(const float *qt, size_t dim, const float *const *rows, unsi
     gen_block(qt, dim, rows, out);
 }
 
+static void gen_max_affine(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                           float *mx, const float *const *add, const float *scale)
+{
+    float acc[GEN_J * GEN_P];
+    gen_block(qt, dim, rows, acc);
+    for (unsigned j = 0; j < GEN_J; j++)
+        for (unsigned l = 0; l < GEN_P; l++) {
+            float v = (acc[j * GEN_P + l] + add[j][l]) * scale[j];
+            mx[l] = v > mx[l] ? v : mx[l];
+        }
+}
+
 static void gen_f16(const uint16_t *src, float *dst, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -74,7 +86,8 @@ static void gen_bf16(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_generic = {"generic", GEN_P, GEN_J, gen_max, gen_tile, gen_f16, gen_bf16};
+static const kern_mk mk_generic = {"generic", GEN_P,    GEN_J,   gen_max,
+                                   gen_max_affine, gen_tile, gen_f16, gen_bf16};
 
 #ifdef HAVE_X86
 
@@ -153,6 +166,42 @@ T512 static void tile512(const float *qt, size_t dim, const float *const *rows, 
     R8(A512_ST2)
 }
 
+#define A512_AFF1(j)                                                                           \
+    m0 = _mm512_max_ps(                                                                        \
+        m0, _mm512_mul_ps(_mm512_add_ps(a##j##0, _mm512_loadu_ps(add[j])), _mm512_set1_ps(scale[j])));
+#define A512_AFF2(j)                                                                           \
+    {                                                                                          \
+        __m512 s = _mm512_set1_ps(scale[j]);                                                   \
+        m0 = _mm512_max_ps(m0, _mm512_mul_ps(_mm512_add_ps(a##j##0, _mm512_loadu_ps(add[j])), s)); \
+        m1 = _mm512_max_ps(m1,                                                                 \
+                           _mm512_mul_ps(_mm512_add_ps(a##j##1, _mm512_loadu_ps(add[j] + 16)), s)); \
+    }
+
+T512 static void max_affine512(const float *qt, size_t dim, const float *const *rows,
+                               unsigned lanes, float *mx, const float *const *add,
+                               const float *scale)
+{
+    R8(A512_DECL)
+    __m512 m0 = _mm512_load_ps(mx);
+    if (lanes <= 16) {
+        for (size_t k = 0; k < dim; k++) {
+            __m512 q0 = _mm512_load_ps(qt + 32 * k);
+            R8(A512_FMA1)
+        }
+        R8(A512_AFF1)
+        _mm512_store_ps(mx, m0);
+        return;
+    }
+    for (size_t k = 0; k < dim; k++) {
+        __m512 q0 = _mm512_load_ps(qt + 32 * k), q1 = _mm512_load_ps(qt + 32 * k + 16);
+        R8(A512_FMA2)
+    }
+    __m512 m1 = _mm512_load_ps(mx + 16);
+    R8(A512_AFF2)
+    _mm512_store_ps(mx, m0);
+    _mm512_store_ps(mx + 16, m1);
+}
+
 T512 static void f16_512(const uint16_t *src, float *dst, size_t n)
 {
     size_t i = 0;
@@ -173,7 +222,8 @@ T512 static void bf16_512(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_avx512 = {"avx512", 32, 8, max512, tile512, f16_512, bf16_512};
+static const kern_mk mk_avx512 = {"avx512", 32,      8,       max512, max_affine512,
+                                  tile512,  f16_512, bf16_512};
 
 /* ---- AVX2 + FMA: P = 16 lanes (2 ymm), J = 6 rows ---------------------------------------- */
 
@@ -247,6 +297,42 @@ T256 static void tile256(const float *qt, size_t dim, const float *const *rows, 
     R6(A256_ST2)
 }
 
+#define A256_AFF1(j)                                                                           \
+    m0 = _mm256_max_ps(                                                                        \
+        m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])), _mm256_set1_ps(scale[j])));
+#define A256_AFF2(j)                                                                           \
+    {                                                                                          \
+        __m256 s = _mm256_set1_ps(scale[j]);                                                   \
+        m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])), s)); \
+        m1 = _mm256_max_ps(m1,                                                                 \
+                           _mm256_mul_ps(_mm256_add_ps(a##j##1, _mm256_loadu_ps(add[j] + 8)), s)); \
+    }
+
+T256 static void max_affine256(const float *qt, size_t dim, const float *const *rows,
+                               unsigned lanes, float *mx, const float *const *add,
+                               const float *scale)
+{
+    R6(A256_DECL)
+    __m256 m0 = _mm256_load_ps(mx);
+    if (lanes <= 8) {
+        for (size_t k = 0; k < dim; k++) {
+            __m256 q0 = _mm256_load_ps(qt + 16 * k);
+            R6(A256_FMA1)
+        }
+        R6(A256_AFF1)
+        _mm256_store_ps(mx, m0);
+        return;
+    }
+    for (size_t k = 0; k < dim; k++) {
+        __m256 q0 = _mm256_load_ps(qt + 16 * k), q1 = _mm256_load_ps(qt + 16 * k + 8);
+        R6(A256_FMA2)
+    }
+    __m256 m1 = _mm256_load_ps(mx + 8);
+    R6(A256_AFF2)
+    _mm256_store_ps(mx, m0);
+    _mm256_store_ps(mx + 8, m1);
+}
+
 T256 static void f16_256(const uint16_t *src, float *dst, size_t n)
 {
     size_t i = 0;
@@ -267,7 +353,8 @@ T256 static void bf16_256(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_avx2 = {"avx2", 16, 6, max256, tile256, f16_256, bf16_256};
+static const kern_mk mk_avx2 = {"avx2",  16,      6,       max256, max_affine256,
+                                tile256, f16_256, bf16_256};
 
 #endif /* HAVE_X86 */
 

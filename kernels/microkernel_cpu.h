@@ -42,6 +42,11 @@ typedef struct kern_mk {
      * time while this call computes (data streamed from memory only). */
     void (*max)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
                 float *mx, const char *pf);
+    /* mx[l] = max(mx[l], max_j (<qt lane l, rows[j]> + add[j][l]) * scale[j]): MaxSim of
+     * products that need a per-row offset and scale first (residual-fused scoring). add[j]
+     * points at P floats (any alignment). */
+    void (*max_affine)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                       float *mx, const float *const *add, const float *scale);
     /* out[j * P + l] = <qt lane l, rows[j]> for j < J, l < P (lanes as for max). */
     void (*tile)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
                  float *out);

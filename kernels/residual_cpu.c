@@ -55,6 +55,30 @@ static void decode_table(unsigned nbits, const float *w, float *dec)
         }
 }
 
+/* Decodes one token's packed residual into its dim weights, (8 / nbits) dims per byte. */
+static inline void decode_token(const uint8_t *src, size_t tb, unsigned nbits, const float *dec,
+                                float *dst)
+{
+    /* Fixed-size copies per nbits, so that the compiler inlines them as vector moves. */
+    switch (nbits) {
+    case 1:
+        for (size_t b = 0; b < tb; b++)
+            memcpy(dst + b * 8, dec + src[b] * 8, 8 * sizeof(float));
+        break;
+    case 2:
+        for (size_t b = 0; b < tb; b++)
+            memcpy(dst + b * 4, dec + src[b] * 4, 4 * sizeof(float));
+        break;
+    case 4:
+        for (size_t b = 0; b < tb; b++)
+            memcpy(dst + b * 2, dec + src[b] * 2, 2 * sizeof(float));
+        break;
+    default:
+        for (size_t b = 0; b < tb; b++)
+            dst[b] = dec[src[b]];
+    }
+}
+
 /* Checks that every document with tokens has its arrays, and every code is a centroid. */
 static int docs_ok(const kern_pdoc *docs, size_t nd, unsigned code_bytes, size_t n_centroids,
                    int need_residuals, const char *who)
@@ -107,7 +131,11 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
         float *conv = kern_aligned_alloc(chunk * dim * sizeof(float));
         float *rm = kern_aligned_alloc((lq_pad ? lq_pad : 1) * sizeof(float));
         const float **rows = malloc((chunk + J) * sizeof *rows);
-        float tile[KERN_MK_MAX_J * KERN_MK_MAX_P] __attribute__((aligned(64)));
+        /* Per group: each row's centroid scores (pointers into qcT, or gathered into cols
+         * from the strided table) and inverse norm. */
+        float cols[KERN_MK_MAX_J * KERN_MK_MAX_P] __attribute__((aligned(64)));
+        const float *add[KERN_MK_MAX_J];
+        float scale[KERN_MK_MAX_J];
         int ok = conv && rm && rows && !failed;
         if (!ok) {
 #pragma omp atomic write
@@ -123,40 +151,32 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
             for (size_t t0 = 0; t0 < d->ntok; t0 += chunk) {
                 size_t m = d->ntok - t0 < chunk ? d->ntok - t0 : chunk;
                 for (size_t t = 0; t < m; t++) {
-                    const uint8_t *src = d->residuals + (t0 + t) * tb;
-                    float *dst = conv + t * dim;
-                    for (size_t b = 0; b < tb; b++)
-                        memcpy(dst + b * per, dec + src[b] * per, per * sizeof(float));
-                    rows[t] = dst;
+                    decode_token(d->residuals + (t0 + t) * tb, tb, a->nbits, dec,
+                                 conv + t * dim);
+                    rows[t] = conv + t * dim;
                 }
                 for (size_t g = m; g % J; g++)
                     rows[g] = rows[m - 1];
                 for (size_t p = 0; p < np; p++) {
                     const float *qt = panels + p * kern_panel_floats(mk, dim);
                     size_t lanes = lq - p * P < P ? lq - p * P : P;
-                    float *mx = rm + p * P;
                     for (size_t g = 0; g < m; g += J) {
-                        mk->tile(qt, dim, rows + g, (unsigned)lanes, tile);
-                        size_t gm = m - g < J ? m - g : J;
-                        for (size_t j = 0; j < gm; j++) {
-                            size_t t = t0 + g + j;
+                        for (size_t j = 0; j < J; j++) {
+                            /* Rows past the chunk repeat its last token, offset and scale. */
+                            size_t t = t0 + (g + j < m ? g + j : m - 1);
                             uint32_t code = code_at(d->codes, a->code_bytes, t);
-                            float inv = d->inv_norms[t];
-                            const float *tj = tile + j * P;
+                            scale[j] = d->inv_norms[t];
                             if (qcT) {
-                                const float *c = qcT + code * lq_pad + p * P;
-                                for (size_t l = 0; l < lanes; l++) {
-                                    float v = (tj[l] + c[l]) * inv;
-                                    mx[l] = v > mx[l] ? v : mx[l];
-                                }
+                                add[j] = qcT + code * lq_pad + p * P;
                             } else {
                                 const float *c = a->qc + p * P * K + code;
-                                for (size_t l = 0; l < lanes; l++) {
-                                    float v = (tj[l] + c[l * K]) * inv;
-                                    mx[l] = v > mx[l] ? v : mx[l];
-                                }
+                                for (size_t l = 0; l < P; l++)
+                                    cols[j * P + l] = l < lanes ? c[l * K] : 0.0f;
+                                add[j] = cols + j * P;
                             }
                         }
+                        mk->max_affine(qt, dim, rows + g, (unsigned)lanes, rm + p * P, add,
+                                       scale);
                     }
                 }
             }

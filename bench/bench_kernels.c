@@ -31,8 +31,8 @@
 #else
 enum CBLAS_ORDER { CblasRowMajor = 101 };
 enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112 };
-void cblas_sgemm(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, int, int, int,
-                 float, const float *, int, const float *, int, float, float *, int);
+void cblas_sgemm(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, int, int, int, float,
+                 const float *, int, const float *, int, float, float *, int);
 #endif
 
 #include "kernels.h"
@@ -94,8 +94,7 @@ static double gemm_rate(int M, int N, int K)
     double best = 1e30;
     for (int r = 0; r < 5; r++) {
         double t = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C,
-                    N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
         t = now() - t;
         best = t < best ? t : best;
     }
@@ -137,12 +136,12 @@ static int nresults;
 
 typedef struct inputs {
     size_t nd;
-    float *q32;       /* [32 queries, LQ, DIM] */
-    uint16_t *q16;    /* the same in the 16-bit type under test */
-    float *d32;       /* [nd, LD, DIM] */
-    uint16_t *d16;    /* the same in the 16-bit type under test */
-    int64_t *off;     /* ragged offsets [nd + 1] into the same rows */
-    int64_t *qoff;    /* [nq + 1] */
+    float *q32;    /* [32 queries, LQ, DIM] */
+    uint16_t *q16; /* the same in the 16-bit type under test */
+    float *d32;    /* [nd, LD, DIM] */
+    uint16_t *d16; /* the same in the 16-bit type under test */
+    int64_t *off;  /* ragged offsets [nd + 1] into the same rows */
+    int64_t *qoff; /* [nq + 1] */
 } inputs;
 
 static void fill16(const float *src, uint16_t *dst, size_t n, kern_dtype t)
@@ -253,8 +252,8 @@ static void run_residual(const inputs *in, int reps)
     }
     for (size_t n = 0; n < nd; n++) {
         size_t f = (size_t)in->off[n];
-        docs[n] = (kern_pdoc){codes + f, res + f * tb, inv + f,
-                              (uint32_t)(in->off[n + 1] - in->off[n])};
+        docs[n] =
+            (kern_pdoc){codes + f, res + f * tb, inv + f, (uint32_t)(in->off[n + 1] - in->off[n])};
     }
     kern_centroid_scores(KERN_DEV_CPU, in->q32, LQ, C, K, DIM, qc);
     kern_residual a = {DIM, nbits, 2, in->q32, LQ, qc, K, w, docs, nd};
@@ -448,8 +447,7 @@ int main(int argc, char **argv)
         result *r = &results[i];
         printf("%-22s %-5s %4zu %6zu %7.1f %10.2f %9.1f %7.0f%% %11.0f %7.0fx %9.1e\n", r->name,
                r->dtype, r->nq, r->nd, r->avg_ld, r->time_ms, r->gflops,
-               100.0 * r->gflops / ceiling, r->naive_ms, r->naive_ms / r->time_ms,
-               r->max_rel_err);
+               100.0 * r->gflops / ceiling, r->naive_ms, r->naive_ms / r->time_ms, r->max_rel_err);
     }
 
     if (json) {
@@ -469,8 +467,8 @@ int main(int argc, char **argv)
                 "\"ndocs\": %zu},\n"
                 "  \"sgemm_gflops\": {\"32x32768x128\": %.2f, \"1024x8192x128\": %.2f, "
                 "\"2048^3\": %.2f, \"ceiling\": %.2f},\n  \"results\": [\n",
-                model, nthreads, kern_mk_active()->name, date, load, LQ, DIM, LD, LD_MIN, nd,
-                g_1q, g_32q, g_sq, ceiling);
+                model, nthreads, kern_mk_active()->name, date, load, LQ, DIM, LD, LD_MIN, nd, g_1q,
+                g_32q, g_sq, ceiling);
         for (int i = 0; i < nresults; i++) {
             result *r = &results[i];
             fprintf(f,

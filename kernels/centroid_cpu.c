@@ -16,8 +16,8 @@
 /* Centroids per work item: 64 keeps S's writes in runs of whole cache lines. */
 #define BLOCK 64
 
-int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids,
-                             size_t n_centroids, size_t dim, float *S)
+int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids, size_t n_centroids,
+                             size_t dim, float *S)
 {
     const kern_mk *mk = kern_mk_active();
     size_t P = mk->P, J = mk->J, np = kern_npanels(mk, lq);
@@ -48,8 +48,8 @@ int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                     rows[j] = centroids + (c0 + (j < m ? j : m - 1)) * dim;
                 for (size_t p = 0; p < np; p++) {
                     size_t lanes = lq - p * P < P ? lq - p * P : P;
-                    mk->tile(panels + p * kern_panel_floats(mk, dim), dim, rows,
-                             (unsigned)lanes, tile);
+                    mk->tile(panels + p * kern_panel_floats(mk, dim), dim, rows, (unsigned)lanes,
+                             tile);
                     for (size_t l = 0; l < lanes; l++)
                         for (size_t j = 0; j < m; j++)
                             S[(p * P + l) * n_centroids + c0 + j] = tile[j * P + l];

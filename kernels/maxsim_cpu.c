@@ -106,7 +106,7 @@ fail:
 
 /* One thread's working memory. */
 typedef struct scratch {
-    size_t chunk;      /* rows per chunk */
+    size_t chunk;       /* rows per chunk */
     const float **rows; /* [chunk + J] */
     float *conv;        /* [chunk, dim] converted rows (16-bit inputs only) */
     float *rm;          /* [rtotal] running maxima */
@@ -290,8 +290,8 @@ int kern_cpu_maxsim_varlen(const kern_varlen *a, float *scores)
     for (size_t q = 0; q < a->nq; q++)
         len[q] = a->q_off[q + 1] - a->q_off[q];
     qpack qp;
-    int rc = qpack_build(&qp, kern_mk_active(), a->dtype, a->dim, a->q, a->nq, a->q_off, len, 0,
-                         NULL);
+    int rc =
+        qpack_build(&qp, kern_mk_active(), a->dtype, a->dim, a->q, a->nq, a->q_off, len, 0, NULL);
     free(len);
     if (rc)
         return rc;

@@ -86,7 +86,7 @@ static void gen_bf16(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_generic = {"generic", GEN_P,    GEN_J,   gen_max,
+static const kern_mk mk_generic = {"generic",      GEN_P,    GEN_J,   gen_max,
                                    gen_max_affine, gen_tile, gen_f16, gen_bf16};
 
 #ifdef HAVE_X86
@@ -97,14 +97,14 @@ static const kern_mk mk_generic = {"generic", GEN_P,    GEN_J,   gen_max,
 #define R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 /* The shared body: two lane vectors (W = 2) or one (W = 1) times 8 rows. */
-#define A512_DECL(j)                                                                           \
-    const float *r##j = rows[j];                                                               \
+#define A512_DECL(j)                                                                               \
+    const float *r##j = rows[j];                                                                   \
     __m512 a##j##0 = _mm512_setzero_ps(), a##j##1 = _mm512_setzero_ps();
-#define A512_FMA2(j)                                                                           \
-    {                                                                                          \
-        __m512 b = _mm512_set1_ps(r##j[k]);                                                    \
-        a##j##0 = _mm512_fmadd_ps(q0, b, a##j##0);                                             \
-        a##j##1 = _mm512_fmadd_ps(q1, b, a##j##1);                                             \
+#define A512_FMA2(j)                                                                               \
+    {                                                                                              \
+        __m512 b = _mm512_set1_ps(r##j[k]);                                                        \
+        a##j##0 = _mm512_fmadd_ps(q0, b, a##j##0);                                                 \
+        a##j##1 = _mm512_fmadd_ps(q1, b, a##j##1);                                                 \
     }
 #define A512_FMA1(j) a##j##0 = _mm512_fmadd_ps(q0, _mm512_set1_ps(r##j[k]), a##j##0);
 
@@ -143,8 +143,8 @@ T512 static void max512(const float *qt, size_t dim, const float *const *rows, u
 }
 
 #define A512_ST1(j) _mm512_store_ps(out + 32 * j, a##j##0);
-#define A512_ST2(j)                                                                            \
-    _mm512_store_ps(out + 32 * j, a##j##0);                                                    \
+#define A512_ST2(j)                                                                                \
+    _mm512_store_ps(out + 32 * j, a##j##0);                                                        \
     _mm512_store_ps(out + 32 * j + 16, a##j##1);
 
 T512 static void tile512(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
@@ -166,15 +166,15 @@ T512 static void tile512(const float *qt, size_t dim, const float *const *rows, 
     R8(A512_ST2)
 }
 
-#define A512_AFF1(j)                                                                           \
-    m0 = _mm512_max_ps(                                                                        \
-        m0, _mm512_mul_ps(_mm512_add_ps(a##j##0, _mm512_loadu_ps(add[j])), _mm512_set1_ps(scale[j])));
-#define A512_AFF2(j)                                                                           \
-    {                                                                                          \
-        __m512 s = _mm512_set1_ps(scale[j]);                                                   \
+#define A512_AFF1(j)                                                                               \
+    m0 = _mm512_max_ps(m0, _mm512_mul_ps(_mm512_add_ps(a##j##0, _mm512_loadu_ps(add[j])),          \
+                                         _mm512_set1_ps(scale[j])));
+#define A512_AFF2(j)                                                                               \
+    {                                                                                              \
+        __m512 s = _mm512_set1_ps(scale[j]);                                                       \
         m0 = _mm512_max_ps(m0, _mm512_mul_ps(_mm512_add_ps(a##j##0, _mm512_loadu_ps(add[j])), s)); \
-        m1 = _mm512_max_ps(m1,                                                                 \
-                           _mm512_mul_ps(_mm512_add_ps(a##j##1, _mm512_loadu_ps(add[j] + 16)), s)); \
+        m1 = _mm512_max_ps(                                                                        \
+            m1, _mm512_mul_ps(_mm512_add_ps(a##j##1, _mm512_loadu_ps(add[j] + 16)), s));           \
     }
 
 T512 static void max_affine512(const float *qt, size_t dim, const float *const *rows,
@@ -222,22 +222,22 @@ T512 static void bf16_512(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_avx512 = {"avx512", 32,      8,       max512, max_affine512,
-                                  tile512,  f16_512, bf16_512};
+static const kern_mk mk_avx512 = {"avx512",      32,      8,       max512,
+                                  max_affine512, tile512, f16_512, bf16_512};
 
 /* ---- AVX2 + FMA: P = 16 lanes (2 ymm), J = 6 rows ---------------------------------------- */
 
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define R6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-#define A256_DECL(j)                                                                           \
-    const float *r##j = rows[j];                                                               \
+#define A256_DECL(j)                                                                               \
+    const float *r##j = rows[j];                                                                   \
     __m256 a##j##0 = _mm256_setzero_ps(), a##j##1 = _mm256_setzero_ps();
-#define A256_FMA2(j)                                                                           \
-    {                                                                                          \
-        __m256 b = _mm256_broadcast_ss(r##j + k);                                              \
-        a##j##0 = _mm256_fmadd_ps(q0, b, a##j##0);                                             \
-        a##j##1 = _mm256_fmadd_ps(q1, b, a##j##1);                                             \
+#define A256_FMA2(j)                                                                               \
+    {                                                                                              \
+        __m256 b = _mm256_broadcast_ss(r##j + k);                                                  \
+        a##j##0 = _mm256_fmadd_ps(q0, b, a##j##0);                                                 \
+        a##j##1 = _mm256_fmadd_ps(q1, b, a##j##1);                                                 \
     }
 #define A256_FMA1(j) a##j##0 = _mm256_fmadd_ps(q0, _mm256_broadcast_ss(r##j + k), a##j##0);
 
@@ -274,8 +274,8 @@ T256 static void max256(const float *qt, size_t dim, const float *const *rows, u
 }
 
 #define A256_ST1(j) _mm256_store_ps(out + 16 * j, a##j##0);
-#define A256_ST2(j)                                                                            \
-    _mm256_store_ps(out + 16 * j, a##j##0);                                                    \
+#define A256_ST2(j)                                                                                \
+    _mm256_store_ps(out + 16 * j, a##j##0);                                                        \
     _mm256_store_ps(out + 16 * j + 8, a##j##1);
 
 T256 static void tile256(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
@@ -297,14 +297,14 @@ T256 static void tile256(const float *qt, size_t dim, const float *const *rows, 
     R6(A256_ST2)
 }
 
-#define A256_AFF1(j)                                                                           \
-    m0 = _mm256_max_ps(                                                                        \
-        m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])), _mm256_set1_ps(scale[j])));
-#define A256_AFF2(j)                                                                           \
-    {                                                                                          \
-        __m256 s = _mm256_set1_ps(scale[j]);                                                   \
+#define A256_AFF1(j)                                                                               \
+    m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])),          \
+                                         _mm256_set1_ps(scale[j])));
+#define A256_AFF2(j)                                                                               \
+    {                                                                                              \
+        __m256 s = _mm256_set1_ps(scale[j]);                                                       \
         m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])), s)); \
-        m1 = _mm256_max_ps(m1,                                                                 \
+        m1 = _mm256_max_ps(m1,                                                                     \
                            _mm256_mul_ps(_mm256_add_ps(a##j##1, _mm256_loadu_ps(add[j] + 8)), s)); \
     }
 
@@ -353,8 +353,7 @@ T256 static void bf16_256(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
-static const kern_mk mk_avx2 = {"avx2",  16,      6,       max256, max_affine256,
-                                tile256, f16_256, bf16_256};
+static const kern_mk mk_avx2 = {"avx2", 16, 6, max256, max_affine256, tile256, f16_256, bf16_256};
 
 #endif /* HAVE_X86 */
 

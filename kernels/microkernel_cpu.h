@@ -40,16 +40,15 @@ typedef struct kern_mk {
      * lanes are valid, so that a narrower, cheaper kernel may run on a part-filled panel.
      * pf (or NULL): J * dim * 4 bytes the caller reads next, fetched into cache a line at a
      * time while this call computes (data streamed from memory only). */
-    void (*max)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
-                float *mx, const char *pf);
+    void (*max)(const float *qt, size_t dim, const float *const *rows, unsigned lanes, float *mx,
+                const char *pf);
     /* mx[l] = max(mx[l], max_j (<qt lane l, rows[j]> + add[j][l]) * scale[j]): MaxSim of
      * products that need a per-row offset and scale first (residual-fused scoring). add[j]
      * points at P floats (any alignment). */
     void (*max_affine)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
                        float *mx, const float *const *add, const float *scale);
     /* out[j * P + l] = <qt lane l, rows[j]> for j < J, l < P (lanes as for max). */
-    void (*tile)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
-                 float *out);
+    void (*tile)(const float *qt, size_t dim, const float *const *rows, unsigned lanes, float *out);
     /* n 16-bit values to fp32. */
     void (*f16)(const uint16_t *src, float *dst, size_t n);
     void (*bf16)(const uint16_t *src, float *dst, size_t n);

@@ -93,8 +93,8 @@ static int docs_ok(const kern_pdoc *docs, size_t nd, unsigned code_bytes, size_t
         }
         for (uint32_t t = 0; t < d->ntok; t++)
             if (code_at(d->codes, code_bytes, t) >= n_centroids) {
-                kern_set_error("%s: document %zu token %u has code %u, past %zu centroids", who,
-                               n, t, code_at(d->codes, code_bytes, t), n_centroids);
+                kern_set_error("%s: document %zu token %u has code %u, past %zu centroids", who, n,
+                               t, code_at(d->codes, code_bytes, t), n_centroids);
                 return 0;
             }
     }
@@ -151,8 +151,7 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
             for (size_t t0 = 0; t0 < d->ntok; t0 += chunk) {
                 size_t m = d->ntok - t0 < chunk ? d->ntok - t0 : chunk;
                 for (size_t t = 0; t < m; t++) {
-                    decode_token(d->residuals + (t0 + t) * tb, tb, a->nbits, dec,
-                                 conv + t * dim);
+                    decode_token(d->residuals + (t0 + t) * tb, tb, a->nbits, dec, conv + t * dim);
                     rows[t] = conv + t * dim;
                 }
                 for (size_t g = m; g % J; g++)
@@ -175,8 +174,7 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
                                 add[j] = cols + j * P;
                             }
                         }
-                        mk->max_affine(qt, dim, rows + g, (unsigned)lanes, rm + p * P, add,
-                                       scale);
+                        mk->max_affine(qt, dim, rows + g, (unsigned)lanes, rm + p * P, add, scale);
                     }
                 }
             }

@@ -90,8 +90,7 @@ static void sort_best_first(float *v, int64_t *ix, size_t n)
     }
 }
 
-int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
-                       float *val)
+int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx, float *val)
 {
 #pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
     for (size_t r = 0; r < rows; r++) {

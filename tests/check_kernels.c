@@ -110,8 +110,8 @@ static uint8_t *mask_rand(size_t n, double p_valid)
 {
     uint8_t *m = xcalloc(n, 1);
     for (size_t i = 0; i < n; i++)
-        m[i] = (uint8_t)((double)(rnd() >> 11) / 9007199254740992.0 < p_valid ? 1 + rnd() % 255
-                                                                               : 0);
+        m[i] =
+            (uint8_t)((double)(rnd() >> 11) / 9007199254740992.0 < p_valid ? 1 + rnd() % 255 : 0);
     return m;
 }
 
@@ -155,12 +155,11 @@ static double ref_maxsim(const float *q, const uint8_t *qm, size_t lq, const flo
 
 #define TOL(bound) (2e-6 * (bound) + 1e-5)
 
-static void assert_close(float got, double ref, double bound, const char *what, size_t a,
-                         size_t b)
+static void assert_close(float got, double ref, double bound, const char *what, size_t a, size_t b)
 {
     if (isinf(ref)) {
-        ck_assert_msg(isinf(got) && got < 0, "%s [%zu,%zu]: got %g, want -inf (seed %llu)", what,
-                      a, b, got, (unsigned long long)seed);
+        ck_assert_msg(isinf(got) && got < 0, "%s [%zu,%zu]: got %g, want -inf (seed %llu)", what, a,
+                      b, got, (unsigned long long)seed);
         return;
     }
     ck_assert_msg(fabs(got - ref) <= TOL(bound), "%s [%zu,%zu]: got %.9g, want %.9g (seed %llu)",
@@ -169,11 +168,10 @@ static void assert_close(float got, double ref, double bound, const char *what, 
 
 /* The micro-kernel variants this CPU runs; each numeric test loops over them. */
 static const char *const isas[] = {"avx512", "avx2", "generic"};
-#define FOR_EACH_ISA(name)                                                                     \
-    for (size_t isa_i_ = 0; isa_i_ < 3; isa_i_++)                                              \
-        for (const char *name = isas[isa_i_]; name && kern_cpu_has_isa(name) &&                \
-                                              kern_cpu_force_isa(name) == KERN_OK;             \
-             name = NULL)
+#define FOR_EACH_ISA(name)                                                                         \
+    for (size_t isa_i_ = 0; isa_i_ < 3; isa_i_++)                                                  \
+        for (const char *name = isas[isa_i_];                                                      \
+             name && kern_cpu_has_isa(name) && kern_cpu_force_isa(name) == KERN_OK; name = NULL)
 
 static const kern_dtype dtypes[] = {KERN_F32, KERN_F16, KERN_BF16};
 
@@ -197,9 +195,9 @@ static void check_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t n
         for (size_t i = 0; i < nq; i++)
             for (size_t n = 0; n < nd; n++) {
                 double bound;
-                double ref = ref_maxsim(q.val + i * lq * dim, qm ? qm + i * lq : NULL, lq,
-                                        d.val + n * ld * dim, dm ? dm + n * ld : NULL, ld, dim,
-                                        &bound);
+                double ref =
+                    ref_maxsim(q.val + i * lq * dim, qm ? qm + i * lq : NULL, lq,
+                               d.val + n * ld * dim, dm ? dm + n * ld : NULL, ld, dim, &bound);
                 assert_close(scores[i * nd + n], ref, bound, isa, i, n);
             }
     }
@@ -310,7 +308,7 @@ START_TEST(test_kernels_dense_all_masked)
     emb q, d;
     emb_rand(&q, KERN_F32, nq * lq, dim);
     emb_rand(&d, KERN_F32, nd * ld, dim);
-    uint8_t qm[10] = {1, 1, 0, 1, 1, 0, 0, 0, 0, 0}; /* query 1: no valid token */
+    uint8_t qm[10] = {1, 1, 0, 1, 1, 0, 0, 0, 0, 0};       /* query 1: no valid token */
     uint8_t dm[12] = {1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1}; /* document 1: all masked */
     float scores[6];
     kern_dense a = {KERN_F32, dim, q.raw, qm, nq, lq, d.raw, dm, nd, ld};
@@ -418,8 +416,7 @@ static int64_t *ragged_offsets(size_t n, size_t maxlen)
     return off;
 }
 
-static void check_varlen(kern_dtype t, size_t dim, size_t nq, size_t maxq, size_t nd,
-                         size_t maxd)
+static void check_varlen(kern_dtype t, size_t dim, size_t nq, size_t maxq, size_t nd, size_t maxd)
 {
     int64_t *qo = ragged_offsets(nq, maxq), *doff = ragged_offsets(nd, maxd);
     emb q, d;
@@ -435,8 +432,8 @@ static void check_varlen(kern_dtype t, size_t dim, size_t nq, size_t maxq, size_
             for (size_t n = 0; n < nd; n++) {
                 double bound;
                 size_t lq = (size_t)(qo[i + 1] - qo[i]), ld = (size_t)(doff[n + 1] - doff[n]);
-                double ref = ref_maxsim(q.val + qo[i] * dim, NULL, lq, d.val + doff[n] * dim,
-                                        NULL, ld, dim, &bound);
+                double ref = ref_maxsim(q.val + qo[i] * dim, NULL, lq, d.val + doff[n] * dim, NULL,
+                                        ld, dim, &bound);
                 assert_close(scores[i * nd + n], ref, bound, isa, i, n);
                 if (ld == 0)
                     ck_assert(isinf(scores[i * nd + n]));

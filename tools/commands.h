@@ -12,4 +12,7 @@ typedef struct tool_cmd {
     const char *summary;
 } tool_cmd;
 
+/* tools/cmd_eval.c: scores a TREC run against qrels. */
+int tool_cmd_eval(int argc, char **argv);
+
 #endif

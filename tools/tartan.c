@@ -10,6 +10,7 @@
 
 /* The subcommands, in the order --help lists them. */
 static const tool_cmd commands[] = {
+    {"gen", tool_cmd_gen, "write a synthetic ColBERT-like corpus, queries and qrels"},
     {"eval", tool_cmd_eval, "score a TREC run against qrels (trec_eval's measures)"},
     {NULL, NULL, NULL},
 };

@@ -12,4 +12,10 @@ typedef struct tool_cmd {
     const char *summary;
 } tool_cmd;
 
+/* Index commands (tools/cmd_<name>.c). */
+int tool_cmd_build(int argc, char **argv);
+int tool_cmd_add(int argc, char **argv);
+int tool_cmd_delete(int argc, char **argv);
+int tool_cmd_info(int argc, char **argv);
+
 #endif

@@ -10,6 +10,10 @@
 
 /* The subcommands, in the order --help lists them. */
 static const tool_cmd commands[] = {
+    {"build", tool_cmd_build, "create an index from embeddings.npy + doclens.npy"},
+    {"add", tool_cmd_add, "add documents to an index"},
+    {"delete", tool_cmd_delete, "delete documents by id"},
+    {"info", tool_cmd_info, "counts, dimensions and space of an index"},
     {NULL, NULL, NULL},
 };
 

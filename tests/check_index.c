@@ -8,8 +8,10 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "kmeans.h"
@@ -230,6 +232,47 @@ START_TEST(test_index_kmeans_rejects_bad_arguments)
     ck_assert_int_eq(idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 1, cen, NULL, 0), -1);
     ck_assert_int_eq(idx_flat_ip_search(x, N, D, x, 1, 0, NULL, NULL, err, sizeof err), -1);
     ck_assert_int_eq(idx_flat_ip_search(x, 0, D, x, 1, 1, NULL, NULL, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_prints_nothing)
+{
+    /* FAISS warns on stderr below 39 points per centroid and reports progress on stdout when
+     * verbose; the library must print nothing. 2 points per centroid, and a cap of 1 point per
+     * centroid so that the subsampling path runs too. */
+    enum { N = 256, D = 16, K = 128 };
+    float *centers = xmalloc(sizeof(float) * 8 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    clustered(131, N, D, 8, 0.1, centers, x);
+    char path[] = "/tmp/check_index_outXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    int save1 = dup(1), save2 = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    char err[256] = "";
+    int rc1 = idx_kmeans_spherical(x, N, D, K, 4, 256, 5, cen, err, sizeof err);
+    int rc2 = idx_kmeans_spherical(x, N, D, K / 2, 4, 1, 5, cen, err, sizeof err);
+    int rc3 = idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 5, cen, err, sizeof err);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(save1, 1);
+    dup2(save2, 2);
+    close(save1);
+    close(save2);
+    off_t size = lseek(fd, 0, SEEK_END);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(rc1, 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_int_eq(rc3, -1);
+    ck_assert_msg(size == 0, "k-means wrote %lld bytes to stdout/stderr", (long long)size);
+    free(centers);
+    free(x);
+    free(cen);
 }
 END_TEST
 
@@ -797,6 +840,7 @@ int main(void)
     add(s, "kmeans_centroids_normalised", test_index_kmeans_centroids_normalised);
     add(s, "kmeans_reproducible", test_index_kmeans_reproducible);
     add(s, "kmeans_rejects_bad_arguments", test_index_kmeans_rejects_bad_arguments);
+    add(s, "kmeans_prints_nothing", test_index_kmeans_prints_nothing);
     add(s, "flat_search_matches_bruteforce", test_index_flat_search_matches_bruteforce);
     add(s, "flat_search_pads_beyond_k", test_index_flat_search_pads_beyond_k);
     add(s, "plan_sample_docs", test_index_plan_sample_docs);

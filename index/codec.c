@@ -213,13 +213,19 @@ static inline __attribute__((always_inline)) void unpack_run(const uint8_t *in, 
     }
 }
 
+/* pack, unpack, compress and decompress do nothing for a codec of an invalid shape (only
+ * idx_codec_train makes codecs, and it refuses those; this guards against a damaged one). */
 void idx_codec_pack(const idx_codec *c, const uint8_t *buckets, uint8_t *packed)
 {
+    if (!valid_shape(c->dim, c->nbits))
+        return;
     pack_run(buckets, c->dim, c->nbits, packed);
 }
 
 void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *buckets)
 {
+    if (!valid_shape(c->dim, c->nbits))
+        return;
     unpack_run(packed, c->dim, c->nbits, buckets);
 }
 
@@ -376,6 +382,8 @@ void idx_codec_compress(const idx_codec *c, const float *centroids, const float 
     default:
         return;
     }
+    if (!valid_shape(c->dim, c->nbits))
+        return;
     const size_t dim = c->dim, tb = dim * c->nbits / 8;
     /* Dynamic chunks of 256 tokens: the machines this runs on are often shared, and a static
      * split waits for whichever thread was descheduled. long long: OpenMP loops of older

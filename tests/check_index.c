@@ -816,6 +816,32 @@ START_TEST(test_index_codec_rejects_invalid_shapes)
     ck_assert_int_eq(idx_codec_train(&c, 16, 2, r, 4), -1);
     ck_assert(memcmp(&c, &before, sizeof c) == 0); /* untouched by every failure */
     r[17] = 0.0f;
+    /* A codec of an invalid shape (damaged, since training refuses them) makes the other
+     * functions write nothing, rather than divide by zero or run off the buffers. */
+    const unsigned bad[] = {0, 3, 16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] + 1; i++) {
+        idx_codec z;
+        memset(&z, 0, sizeof z);
+        z.dim = i < sizeof bad / sizeof bad[0] ? 16 : 3;
+        z.nbits = i < sizeof bad / sizeof bad[0] ? bad[i] : 2;
+        uint8_t bk[16] = {0}, pk[64];
+        float emb[16] = {0}, cen[16] = {0}, out[16], inv = NAN;
+        uint32_t code = 0;
+        memset(pk, 0xab, sizeof pk);
+        poison_f(out, 16);
+        idx_codec_pack(&z, bk, pk);
+        idx_codec_compress(&z, cen, emb, &code, 1, pk, &inv);
+        for (size_t j = 0; j < sizeof pk; j++)
+            ck_assert_uint_eq(pk[j], 0xab);
+        ck_assert(isnan(inv));
+        memset(bk, 0xcd, sizeof bk);
+        idx_codec_unpack(&z, pk, bk);
+        idx_codec_decompress(&z, cen, &code, pk, 1, out);
+        for (size_t j = 0; j < 16; j++) {
+            ck_assert_uint_eq(bk[j], 0xcd);
+            ck_assert(isnan(out[j]));
+        }
+    }
     /* The smallest valid shapes are accepted. */
     ck_assert_int_eq(idx_codec_train(&c, 4, 2, r, 4), 0);
     ck_assert_int_eq(idx_codec_train(&c, 2, 4, r, 4), 0);

@@ -176,6 +176,14 @@ START_TEST(test_tools_npy_roundtrip)
                 ck_assert_ptr_nonnull(a.data);
                 ck_assert_uint_eq((uintptr_t)a.data % tool_dtype_size(t), 0);
                 ck_assert_int_eq(memcmp(a.data, data, nbytes), 0);
+                /* Integers read back by value, whatever their width. */
+                for (size_t i = 0; i < count && (t == TOOL_I32 || t == TOOL_I64 || t == TOOL_U8);
+                     i++) {
+                    int64_t want = t == TOOL_I32   ? (int64_t)((int32_t *)(void *)data)[i]
+                                   : t == TOOL_I64 ? ((int64_t *)(void *)data)[i]
+                                                   : (int64_t)data[i];
+                    ck_assert_int_eq(tool_npy_int(&a, i), want);
+                }
                 tool_npy_close(&a);
                 tool_npy_close(&a); /* closing twice is harmless */
                 free(data);

@@ -1,0 +1,472 @@
+/*
+ * maxsim_cuda.cu: dense and varlen MaxSim on CUDA GPUs.
+ *
+ * Fast path (fp16/bf16, dim a multiple of 32, 16-byte aligned embeddings): tensor-core
+ * mma.sync m16n8k16 with fp32 accumulation, sm_80 and later. The query-token x document-token
+ * table never exists anywhere but in registers: each warp keeps a block of query rows as MMA
+ * A fragments in registers, streams document tokens straight from device memory into B
+ * fragments (16-byte loads, every byte read once per query block), and folds each 16x8 product
+ * tile into a running per-row max before the next tile.
+ *
+ * The K (embedding) dimension may be permuted freely as long as A and B use the same
+ * permutation, since a dot product sums over it. We choose the permutation that makes both
+ * fragments plain 16-byte loads of row-major data: in a 32-dim chunk, lane (g, t4) loads the 8
+ * dims [t4*8, t4*8+8) of row g; dims +0,+1 / +2,+3 feed the first k16 step, +4,+5 / +6,+7 the
+ * second. Eight lanes of a token cover its 64 contiguous bytes, so loads are fully coalesced.
+ *
+ * Work split: one CTA (4 warps) per (document, chunk of queries). The rows of the CTA's queries
+ * are cut into units of 16*MT rows; WM warp-rows take units round-robin, and the WN = 4 / WM
+ * warps of a warp-row split the document's tokens. Sums are formed in a fixed order, so results
+ * are deterministic.
+ *
+ * Dimensions over 128 are tiled: the accumulators of one token group sum over passes of 128
+ * dims (A fragments reloaded per pass, from L1), so any multiple of 32 up to any size works.
+ *
+ * Everything else (fp32 inputs, other dims, misaligned pointers) takes an exact fp32 path on
+ * the CUDA cores: one CTA per (query, document) pair.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.cuh"
+
+namespace {
+
+/* Arguments of both kernels: dense when q_off / d_off are NULL. */
+struct ms_args {
+    const void *q;
+    const int64_t *q_off;
+    const uint8_t *qmask;
+    long long nq, lq;
+    const void *d;
+    const int64_t *d_off;
+    const uint8_t *dmask;
+    long long nd, ld;
+    int dim;
+    float *scores;
+    int qchunk; /* queries per CTA */
+};
+
+__device__ __forceinline__ void query_range(const ms_args &a, long long q, long long *start,
+                                            int *len)
+{
+    if (a.q_off) {
+        long long s = a.q_off[q];
+        *start = s;
+        *len = (int)(a.q_off[q + 1] - s);
+    } else {
+        *start = q * a.lq;
+        *len = (int)a.lq;
+    }
+}
+
+__device__ __forceinline__ void doc_range(const ms_args &a, long long n, long long *start,
+                                          int *len)
+{
+    if (a.d_off) {
+        long long s = a.d_off[n];
+        *start = s;
+        *len = (int)(a.d_off[n + 1] - s);
+    } else {
+        *start = n * a.ld;
+        *len = (int)a.ld;
+    }
+}
+
+__device__ __forceinline__ bool qrow_valid(const ms_args &a, long long q, int r, int len)
+{
+    return r < len && (!a.qmask || a.qmask[q * a.lq + r]);
+}
+
+__device__ __forceinline__ bool dtok_valid(const ms_args &a, long long n, int t, int len)
+{
+    return t < len && (!a.dmask || a.dmask[n * a.ld + t]);
+}
+
+/* Whether document n has any valid token (all threads of the CTA get the answer). */
+__device__ bool doc_nonempty(const ms_args &a, long long n, int len)
+{
+    if (!a.dmask)
+        return len > 0;
+    int any = 0;
+    for (int t = threadIdx.x; t < len && !any; t += blockDim.x)
+        any = a.dmask[n * a.ld + t] != 0;
+    return __syncthreads_or(any) != 0;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 ldg16(const uint16_t *p)
+{
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+}
+
+constexpr int MS_WARPS = 4;
+constexpr int MS_QCHUNK = 64; /* queries per CTA at most: a doc is re-read once per round */
+constexpr int NG = 2;         /* 8-token tiles per warp step: 2 x NCH 16-byte loads in flight */
+
+/*
+ * The tensor-core kernel. MT: m16 tiles per warp (rows per unit = 16 * MT); NCH: 32-dim chunks
+ * per pass (dim = npass * NCH * 32).
+ */
+template <bool BF16, int MT, int NCH>
+__global__ void __launch_bounds__(MS_WARPS * 32)
+    maxsim_mma_kernel(ms_args a, int wm_count, int npass)
+{
+    constexpr int RM = 16 * MT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int WM = wm_count, WN = MS_WARPS / wm_count;
+    const int wm = warp / WN, wn = warp % WN;
+    const long long n = blockIdx.x;
+    const long long q0 = (long long)blockIdx.y * a.qchunk;
+    const int nqc = (int)min((long long)a.qchunk, a.nq - q0);
+    const int dim = a.dim;
+    const uint16_t *Q = static_cast<const uint16_t *>(a.q);
+    const uint16_t *D = static_cast<const uint16_t *>(a.d);
+
+    __shared__ float s_max[MS_WARPS][RM];
+    __shared__ float s_part[MS_WARPS];
+    __shared__ int s_unit_q[MS_WARPS];
+    __shared__ float s_qsum[MS_QCHUNK];
+    __shared__ int s_ufirst[MS_QCHUNK + 1]; /* first unit of each query in the chunk */
+
+    long long dstart;
+    int dlen;
+    doc_range(a, n, &dstart, &dlen);
+    const bool nonempty = doc_nonempty(a, n, dlen);
+
+    if (threadIdx.x == 0) {
+        int u = 0;
+        for (int i = 0; i < nqc; i++) {
+            long long qs;
+            int ql;
+            query_range(a, q0 + i, &qs, &ql);
+            s_ufirst[i] = u;
+            u += (ql + RM - 1) / RM;
+            s_qsum[i] = 0.f;
+        }
+        s_ufirst[nqc] = u;
+    }
+    __syncthreads();
+    const int units = s_ufirst[nqc];
+    const uint16_t *Dd = D + dstart * dim;
+
+    int qi = 0; /* this warp's current query index in the chunk (units only move forward) */
+    for (int round = 0; round * WM < units && nonempty; round++) {
+        const int u = round * WM + wm;
+        float rmax[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            rmax[mt][0] = rmax[mt][1] = -INFINITY;
+        int r0 = 0, qlen = 0;
+        long long qstart = 0;
+        if (u < units) {
+            while (s_ufirst[qi + 1] <= u)
+                qi++;
+            query_range(a, q0 + qi, &qstart, &qlen);
+            r0 = (u - s_ufirst[qi]) * RM;
+            const uint16_t *Qq = Q + qstart * dim;
+
+            /* Rows this lane feeds: r0 + mt*16 + g (+8), clamped so loads stay inside. */
+            const uint16_t *qrow[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    qrow[mt][h] = Qq + (long long)min(r0 + mt * 16 + g + 8 * h, qlen - 1) * dim;
+
+            uint4 af[MT][NCH][2];
+            if (npass == 1) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int c = 0; c < NCH; c++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            af[mt][c][h] = ldg16(qrow[mt][h] + c * 32 + t4 * 8);
+            }
+            for (int tok0 = wn * NG * 8; tok0 < dlen; tok0 += WN * NG * 8) {
+                float acc[MT][NG][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < NG; j++)
+                        acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+                for (int p = 0; p < npass; p++) {
+                    const int koff = p * NCH * 32 + t4 * 8;
+                    if (npass > 1) {
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int c = 0; c < NCH; c++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    af[mt][c][h] = ldg16(qrow[mt][h] + koff + c * 32);
+                    }
+                    uint4 bf[NG][NCH];
+#pragma unroll
+                    for (int j = 0; j < NG; j++) {
+                        const int t = min(tok0 + j * 8 + g, dlen - 1);
+#pragma unroll
+                        for (int c = 0; c < NCH; c++)
+                            bf[j][c] = ldg16(Dd + (long long)t * dim + koff + c * 32);
+                    }
+#pragma unroll
+                    for (int c = 0; c < NCH; c++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int j = 0; j < NG; j++) {
+                                mma16816<BF16>(acc[mt][j], af[mt][c][0].x, af[mt][c][1].x,
+                                               af[mt][c][0].y, af[mt][c][1].y, bf[j][c].x,
+                                               bf[j][c].y);
+                                mma16816<BF16>(acc[mt][j], af[mt][c][0].z, af[mt][c][1].z,
+                                               af[mt][c][0].w, af[mt][c][1].w, bf[j][c].z,
+                                               bf[j][c].w);
+                            }
+                }
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    const int t = tok0 + j * 8 + 2 * t4;
+                    const bool v0 = dtok_valid(a, n, t, dlen);
+                    const bool v1 = dtok_valid(a, n, t + 1, dlen);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0 ? acc[mt][j][0] : -INFINITY,
+                                                               v1 ? acc[mt][j][1] : -INFINITY));
+                        rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v0 ? acc[mt][j][2] : -INFINITY,
+                                                               v1 ? acc[mt][j][3] : -INFINITY));
+                    }
+                }
+            }
+        }
+        /* The four lanes of a row group saw different token columns. */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float m = rmax[mt][h];
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                if (t4 == 0)
+                    s_max[warp][mt * 16 + g + 8 * h] = m;
+            }
+        __syncthreads();
+        if (wn == 0) {
+            float sum = 0.f;
+            if (u < units) {
+                for (int r = lane; r < RM; r += 32) {
+                    float m = -INFINITY;
+                    for (int w = 0; w < WN; w++)
+                        m = fmaxf(m, s_max[warp + w][r]);
+                    if (qrow_valid(a, q0 + qi, r0 + r, qlen))
+                        sum += m;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                s_part[wm] = sum;
+                s_unit_q[wm] = u < units ? qi : -1;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 0; w < WM; w++)
+                if (s_unit_q[w] >= 0)
+                    s_qsum[s_unit_q[w]] += s_part[w];
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < nqc; i += blockDim.x)
+        a.scores[(q0 + i) * a.nd + n] = nonempty ? s_qsum[i] : KERN_EMPTY_SCORE;
+}
+
+template <int DT>
+__device__ __forceinline__ float load_elem(const void *p, long long i)
+{
+    if (DT == KERN_F32)
+        return static_cast<const float *>(p)[i];
+    uint32_t h = static_cast<const uint16_t *>(p)[i];
+    if (DT == KERN_BF16)
+        return __uint_as_float(h << 16);
+    return __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* Exact fp32 path on the CUDA cores: one CTA per (document, query). */
+template <int DT>
+__global__ void maxsim_simple_kernel(ms_args a)
+{
+    const long long n = blockIdx.x, q = blockIdx.y;
+    __shared__ float s_red[32];
+    long long dstart, qstart;
+    int dlen, qlen;
+    doc_range(a, n, &dstart, &dlen);
+    query_range(a, q, &qstart, &qlen);
+    const bool nonempty = doc_nonempty(a, n, dlen);
+    float sum = 0.f;
+    for (int r = 0; r < qlen && nonempty; r++) {
+        if (!qrow_valid(a, q, r, qlen))
+            continue;
+        float m = -INFINITY;
+        for (int t = threadIdx.x; t < dlen; t += blockDim.x) {
+            if (!dtok_valid(a, n, t, dlen))
+                continue;
+            float s = 0.f;
+            const long long qi = (qstart + r) * a.dim, di = (dstart + t) * a.dim;
+            for (int j = 0; j < a.dim; j++)
+                s = fmaf(load_elem<DT>(a.q, qi + j), load_elem<DT>(a.d, di + j), s);
+            m = fmaxf(m, s);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if ((threadIdx.x & 31) == 0)
+            s_red[threadIdx.x >> 5] = m;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float mm = -INFINITY;
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+                mm = fmaxf(mm, s_red[w]);
+            sum += mm;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        a.scores[q * a.nd + n] = nonempty ? sum : KERN_EMPTY_SCORE;
+}
+
+template <bool BF16, int MT>
+int launch_mma_nch(const ms_args &a, int nch, dim3 grid, int wm)
+{
+    const int npass = a.dim / (32 * nch);
+    switch (nch) {
+    case 4:
+        maxsim_mma_kernel<BF16, MT, 4><<<grid, MS_WARPS * 32>>>(a, wm, npass);
+        break;
+    case 3:
+        maxsim_mma_kernel<BF16, MT, 3><<<grid, MS_WARPS * 32>>>(a, wm, npass);
+        break;
+    case 2:
+        maxsim_mma_kernel<BF16, MT, 2><<<grid, MS_WARPS * 32>>>(a, wm, npass);
+        break;
+    default:
+        maxsim_mma_kernel<BF16, MT, 1><<<grid, MS_WARPS * 32>>>(a, wm, npass);
+        break;
+    }
+    KERN_CUDA_LAUNCHED("maxsim_mma_kernel");
+    return KERN_OK;
+}
+
+template <bool BF16>
+int launch_mma(const ms_args &a, int mt, int nch, dim3 grid, int wm)
+{
+    switch (mt) {
+    case 1:
+        return launch_mma_nch<BF16, 1>(a, nch, grid, wm);
+    case 4:
+        return launch_mma_nch<BF16, 4>(a, nch, grid, wm);
+    default:
+        return launch_mma_nch<BF16, 2>(a, nch, grid, wm);
+    }
+}
+
+int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
+{
+    if (a.nd > 0x7fffffffLL || a.nq > 65535LL * MS_QCHUNK) {
+        kern_set_error("maxsim (cuda): %lld documents x %lld queries exceed one launch", a.nd,
+                       a.nq);
+        return KERN_EINVAL;
+    }
+    const size_t es = kern_dtype_size(dtype);
+    const bool aligned = ((uintptr_t)a.q % 16 == 0) && ((uintptr_t)a.d % 16 == 0);
+    const bool fast = dtype != KERN_F32 && a.dim % 32 == 0 && aligned && es == 2;
+    if (fast) {
+        const int c32 = a.dim / 32;
+        const int nch = c32 % 4 == 0 ? 4 : c32 % 3 == 0 ? 3 : c32 % 2 == 0 ? 2 : 1;
+        /* Rows per warp: as many as the query has, up to 64 (register budget). max_lq < 0:
+         * unknown (varlen), take 32. */
+        const int mt = max_lq >= 0 && max_lq <= 16 ? 1 : max_lq > 32 ? 4 : 2;
+        a.qchunk = (int)(a.nq < MS_QCHUNK ? a.nq : MS_QCHUNK);
+        const long long per_q = max_lq >= 0 ? (max_lq + 16 * mt - 1) / (16 * mt) : 1;
+        const long long units = per_q * a.qchunk;
+        const int wm = units >= 4 ? 4 : units >= 2 ? 2 : 1;
+        dim3 grid((unsigned)a.nd, (unsigned)((a.nq + a.qchunk - 1) / a.qchunk));
+        return dtype == KERN_BF16 ? launch_mma<true>(a, mt, nch, grid, wm)
+                                  : launch_mma<false>(a, mt, nch, grid, wm);
+    }
+    if (a.nq > 65535) {
+        kern_set_error("maxsim (cuda): %lld queries exceed one launch of the fp32 path", a.nq);
+        return KERN_EINVAL;
+    }
+    a.qchunk = 1;
+    dim3 grid((unsigned)a.nd, (unsigned)a.nq);
+    switch (dtype) {
+    case KERN_F32:
+        maxsim_simple_kernel<KERN_F32><<<grid, 128>>>(a);
+        break;
+    case KERN_F16:
+        maxsim_simple_kernel<KERN_F16><<<grid, 128>>>(a);
+        break;
+    default:
+        maxsim_simple_kernel<KERN_BF16><<<grid, 128>>>(a);
+        break;
+    }
+    KERN_CUDA_LAUNCHED("maxsim_simple_kernel");
+    return KERN_OK;
+}
+
+} // namespace
+
+extern "C" int kern_gpu_maxsim_dense(const kern_dense *a, float *scores)
+{
+    if (a->dim > 0x7fffffff || a->ld > 0x7fffffff || a->lq > 0x7fffffff) {
+        kern_set_error("maxsim_dense (cuda): dim or lengths beyond 2^31");
+        return KERN_EINVAL;
+    }
+    ms_args m = {};
+    m.q = a->q;
+    m.qmask = a->qmask;
+    m.nq = (long long)a->nq;
+    m.lq = (long long)a->lq;
+    m.d = a->d;
+    m.dmask = a->dmask;
+    m.nd = (long long)a->nd;
+    m.ld = (long long)a->ld;
+    m.dim = (int)a->dim;
+    m.scores = scores;
+    return run_maxsim(a->dtype, m, m.lq);
+}
+
+extern "C" int kern_gpu_maxsim_varlen(const kern_varlen *a, float *scores)
+{
+    if (a->dim > 0x7fffffff) {
+        kern_set_error("maxsim_varlen (cuda): dim beyond 2^31");
+        return KERN_EINVAL;
+    }
+    ms_args m = {};
+    m.q = a->q;
+    m.q_off = a->q_off;
+    m.nq = (long long)a->nq;
+    m.d = a->d;
+    m.d_off = a->d_off;
+    m.nd = (long long)a->nd;
+    m.dim = (int)a->dim;
+    m.scores = scores;
+    return run_maxsim(a->dtype, m, -1);
+}

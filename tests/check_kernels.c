@@ -222,7 +222,8 @@ START_TEST(test_kernels_dense_dims)
     rng_init();
     static const size_t dims[] = {64, 96, 128, 256, 320, 1024};
     for (size_t i = 0; i < 6; i++)
-        check_dense(KERN_F32, dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
+        for (size_t k = 0; k < 3; k++)
+            check_dense(dtypes[k], dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
 }
 END_TEST
 

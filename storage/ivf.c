@@ -39,8 +39,7 @@ int store_ivf_del(store_txn *t, uint32_t docno, const uint32_t *codes, size_t n,
         int rc = mdb_del(t->st_txn, t->st_env->se_ivf, &k, &d);
         if (rc == MDB_NOTFOUND)
             return store_fail(m, TARTAN_ECORRUPT,
-                              "inverted list of centroid %u does not list document %u", key,
-                              docno);
+                              "inverted list of centroid %u does not list document %u", key, docno);
         if (rc)
             return store_map_lmdb(m, rc, "updating the inverted lists");
     }

@@ -16,8 +16,7 @@
 
 static uint64_t pages(const MDB_stat *s)
 {
-    return (uint64_t)(s->ms_branch_pages + s->ms_leaf_pages + s->ms_overflow_pages) *
-           s->ms_psize;
+    return (uint64_t)(s->ms_branch_pages + s->ms_leaf_pages + s->ms_overflow_pages) * s->ms_psize;
 }
 
 int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
@@ -27,8 +26,9 @@ int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
         MDB_dbi dbi;
         uint64_t *out;
     } dbs[] = {
-        {env->se_meta, &u->meta}, {env->se_centroids, &u->centroids}, {env->se_docs, &u->docs},
-        {env->se_ivf, &u->ivf},   {env->se_ids, &u->ids},             {env->se_names, &u->names},
+        {env->se_meta, &u->meta}, {env->se_centroids, &u->centroids},
+        {env->se_docs, &u->docs}, {env->se_ivf, &u->ivf},
+        {env->se_ids, &u->ids},   {env->se_names, &u->names},
     };
     uint64_t used = 0;
     MDB_stat s;
@@ -68,8 +68,9 @@ int store_dump(store_txn *t, store_dump_fn fn, void *ctx, store_msg *m)
         const char *name;
         MDB_dbi dbi;
     } dbs[] = {
-        {"meta", env->se_meta}, {"centroids", env->se_centroids}, {"docs", env->se_docs},
-        {"ivf", env->se_ivf},   {"ids", env->se_ids},             {"names", env->se_names},
+        {"meta", env->se_meta}, {"centroids", env->se_centroids},
+        {"docs", env->se_docs}, {"ivf", env->se_ivf},
+        {"ids", env->se_ids},   {"names", env->se_names},
     };
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         MDB_cursor *cur;

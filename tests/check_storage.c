@@ -231,8 +231,7 @@ static void assert_same_dump(dumpbuf *a, dumpbuf *b)
 
 static uint32_t code_at(const idx_reader *r, const kern_pdoc *d, uint32_t t)
 {
-    return r->h.code_bytes == 2 ? ((const uint16_t *)d->codes)[t]
-                                : ((const uint32_t *)d->codes)[t];
+    return r->h.code_bytes == 2 ? ((const uint16_t *)d->codes)[t] : ((const uint32_t *)d->codes)[t];
 }
 
 /* The test's own unpacking (DESIGN.md: each dimension's bucket as nbits bits, least
@@ -326,8 +325,7 @@ static double check_docs(tartan_db *db, const tbatch *t)
                 if (c == code)
                     got = s;
             }
-            ck_assert_msg(got >= best - 1e-4, "token code %u scores %g, best %g", code, got,
-                          best);
+            ck_assert_msg(got >= best - 1e-4, "token code %u scores %g, best %g", code, got, best);
             /* Inverse norm of the unnormalised decompressed vector. */
             const uint8_t *pk = d.residuals + (size_t)tok * r.h.token_bytes;
             double ss = 0;
@@ -691,8 +689,7 @@ START_TEST(test_storage_replace)
     tartan_index_info info;
     ck_assert_int_eq(tartan_info(db, &info), 0);
     ck_assert_uint_eq(info.n_docs, 21);
-    ck_assert_uint_eq(info.n_tokens,
-                      t.n_rows - t.doclens[5] - t.doclens[6] + u.n_rows);
+    ck_assert_uint_eq(info.n_tokens, t.n_rows - t.doclens[5] - t.doclens[6] + u.n_rows);
     ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
     ck_assert_uint_ne(docno_of(&r, "p5"), old);
     kern_pdoc d;
@@ -1412,8 +1409,8 @@ END_TEST
 static void write_npy_header(FILE *f, const char *descr, const char *shape)
 {
     char h[256];
-    int n = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     descr, shape);
+    int n = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr,
+                     shape);
     int total = 10 + n + 1;
     int pad = (64 - total % 64) % 64;
     fwrite("\x93NUMPY\x01\x00", 1, 8, f);
@@ -1470,8 +1467,8 @@ START_TEST(test_storage_bounded_memory_build)
     if (pid == 0) {
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 2);
-        execl(tool, "tartan", "build", ixpath, "--embeddings", emb, "--doclens", lens,
-              "--batch", "500", "--centroids", "64", "--sample", "500", (char *)NULL);
+        execl(tool, "tartan", "build", ixpath, "--embeddings", emb, "--doclens", lens, "--batch",
+              "500", "--centroids", "64", "--sample", "500", (char *)NULL);
         _exit(127);
     }
     int st;
@@ -1571,26 +1568,27 @@ START_TEST(test_storage_tool_commands)
     write_corpus("b", 50, 50, "b");
     write_corpus("c", 40, 39, "c"); /* one id short */
     char emb[400], lens[400], ids[400], del[400];
-#define FILES(tag)                                                                             \
-    snprintf(emb, sizeof emb, "%s/%s-emb.npy", tmpdir, tag);                                   \
-    snprintf(lens, sizeof lens, "%s/%s-lens.npy", tmpdir, tag);                                \
+#define FILES(tag)                                                                                 \
+    snprintf(emb, sizeof emb, "%s/%s-emb.npy", tmpdir, tag);                                       \
+    snprintf(lens, sizeof lens, "%s/%s-lens.npy", tmpdir, tag);                                    \
     snprintf(ids, sizeof ids, "%s/%s-ids.txt", tmpdir, tag)
     FILES("a");
-    const char *build[] = {"tartan", "build", ixpath, "--embeddings", emb, "--doclens", lens,
-                           "--ids", ids, "--batch", "64", "--centroids", "32", NULL};
+    const char *build[] = {"tartan", "build", ixpath, "--embeddings", emb,  "--doclens",
+                           lens,     "--ids", ids,    "--batch",      "64", "--centroids",
+                           "32",     NULL};
     ck_assert_msg(run_tool(build) == 0, "build: %s", slurp("stderr.txt"));
     /* A second build over it is refused. */
     ck_assert_int_eq(run_tool(build), 1);
     ck_assert_ptr_nonnull(strstr(slurp("stderr.txt"), "TARTAN_EEXIST"));
     FILES("b");
     const char *add[] = {"tartan", "add", ixpath, "--embeddings", emb, "--doclens", lens,
-                         "--ids", ids, NULL};
+                         "--ids",  ids,   NULL};
     ck_assert_msg(run_tool(add) == 0, "add: %s", slurp("stderr.txt"));
     /* The same ids again: refused, then replaced. */
     ck_assert_int_eq(run_tool(add), 1);
     ck_assert_ptr_nonnull(strstr(slurp("stderr.txt"), "TARTAN_EDUPID"));
-    const char *replace[] = {"tartan", "add", ixpath, "--embeddings", emb, "--doclens", lens,
-                             "--ids", ids, "--replace", NULL};
+    const char *replace[] = {"tartan", "add",   ixpath, "--embeddings", emb, "--doclens",
+                             lens,     "--ids", ids,    "--replace",    NULL};
     ck_assert_int_eq(run_tool(replace), 0);
     tartan_db *db = reopen(0);
     dumpbuf before = dump_index(db);
@@ -1598,7 +1596,7 @@ START_TEST(test_storage_tool_commands)
     /* An ids file one line short: refused before the index is touched. */
     FILES("c");
     const char *bad[] = {"tartan", "add", ixpath, "--embeddings", emb, "--doclens", lens,
-                         "--ids", ids, NULL};
+                         "--ids",  ids,   NULL};
     ck_assert_int_eq(run_tool(bad), 1);
     ck_assert_ptr_nonnull(strstr(slurp("stderr.txt"), "has 39 ids but"));
     ck_assert_ptr_nonnull(strstr(slurp("stderr.txt"), "TARTAN_ETRUNC"));

@@ -138,10 +138,13 @@ TARTAN_API const char *tartan_err_name(int code);
 typedef struct tartan_db tartan_db;
 
 /* tartan_options.flags */
-#define TARTAN_CREATE 0x1u   /* create the index (and its directory) if there is none */
-#define TARTAN_EXCL 0x2u     /* with TARTAN_CREATE: fail with TARTAN_EEXIST if it exists */
-#define TARTAN_READONLY 0x4u /* open read-only: changes fail with TARTAN_EREADONLY; creates
-                                nothing (TARTAN_CREATE is ignored) */
+/* Create the index (and its directory) if there is none. */
+#define TARTAN_CREATE 0x1u
+/* With TARTAN_CREATE: fail with TARTAN_EEXIST if an index exists. */
+#define TARTAN_EXCL 0x2u
+/* Open read-only: changes fail with TARTAN_EREADONLY; creates nothing (TARTAN_CREATE is
+ * ignored). */
+#define TARTAN_READONLY 0x4u
 
 /*
  * Options of tartan_open. Always start from tartan_options_init(): fields may be added at the

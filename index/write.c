@@ -403,6 +403,10 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
         free(lens);
         return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", store_path(env));
     }
+    if (n == 0) {
+        free(lens);
+        return 0; /* nothing to delete: no transaction */
+    }
     del_ctx c = {ids, lens, n, 0};
     int rc = store_write(env, del_fn, &c, m);
     free(lens);

@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(256)
 extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                                         size_t n_centroids, size_t dim, float *S)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if ((lq + TM - 1) / TM > 65535 || (n_centroids + TN - 1) / TN > 0x7fffffffu) {
         kern_set_error("centroid_scores (cuda): %zu x %zu beyond one launch", lq, n_centroids);
         return KERN_EINVAL;

@@ -13,6 +13,7 @@
 /* Records a failed CUDA status; returns the kernel-layer code for it. */
 static inline int kern_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
 {
+    cudaGetLastError(); /* clear a non-sticky error so that later calls do not report it */
     kern_set_error("%s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
     return e == cudaErrorMemoryAllocation ? KERN_ENOMEM : KERN_EDEVICE;
 }

@@ -63,6 +63,13 @@ __device__ __forceinline__ uint32_t load_code(const void *codes, unsigned code_b
                            : __ldg(static_cast<const uint32_t *>(codes) + t);
 }
 
+/* Byte i of a lane's packed residual words (i a compile-time constant after unrolling). */
+template <int W>
+__device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)[W], int i)
+{
+    return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
+}
+
 struct res_args {
     int dim, nbits, code_bytes, lq;
     const float *q;   /* [lq, dim] */
@@ -95,11 +102,13 @@ constexpr int RES_WARPS = 4;
  * packed bytes of each token. Persistent: warps walk the documents with a grid stride.
  */
 template <int NB, int KT>
-__global__ void __launch_bounds__(RES_WARPS * 32) residual_mma_kernel(res_args a)
+__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? 3 : 1) residual_mma_kernel(res_args a)
 {
     constexpr int BPT = KT * NB / 2; /* packed bytes per lane per token */
     constexpr int VPB = 8 / NB;      /* values per byte */
     constexpr int MT = 2;            /* 32 query rows per pass */
+    constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
+    constexpr int RNG = 4;           /* 8-token tiles in flight per warp step */
     /* The decode table: byte -> its VPB weights as fp16 (max 8 halves = 16 bytes). */
     __shared__ __align__(16) __half s_lut[256][VPB];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -159,73 +168,101 @@ __global__ void __launch_bounds__(RES_WARPS * 32) residual_mma_kernel(res_args a
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 rmax[mt][0] = rmax[mt][1] = -INFINITY;
-            for (int tok0 = 0; tok0 < ntok; tok0 += 8) {
-                /* B: this lane's packed bytes of token g. */
-                const int tb = min(tok0 + g, ntok - 1);
-                const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
-                uint8_t bytes[BPT];
-                if (al4) {
+            for (int tok0 = 0; tok0 < ntok; tok0 += 8 * RNG) {
+                /* All loads of RNG 8-token tiles first (one round trip to memory for 8 * RNG
+                 * tokens), then the q.C gathers that depend on the codes, then the math. */
+                uint32_t wds[RNG][WPT];
+                uint32_t cd[RNG][2];
+                float nrm[RNG][2];
 #pragma unroll
-                    for (int i = 0; i < BPT / 4; i++) {
-                        uint32_t w4 = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
+                for (int j = 0; j < RNG; j++) {
+                    const int tb = min(tok0 + 8 * j + g, ntok - 1);
+                    const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
+                    if (al4) {
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            bytes[i * 4 + e] = (uint8_t)(w4 >> (8 * e));
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < BPT; i++)
-                        bytes[i] = __ldg(rp + i);
-                }
-                /* C columns of this lane: tokens tok0 + 2*t4 + {0,1}. */
-                const int tc0 = tok0 + 2 * t4, tc1 = tc0 + 1;
-                const bool v0 = tc0 < ntok, v1 = tc1 < ntok;
-                const uint32_t c0 = load_code(doc.codes, a.code_bytes, min(tc0, ntok - 1));
-                const uint32_t c1 = load_code(doc.codes, a.code_bytes, min(tc1, ntok - 1));
-                const float n0 = __ldg(doc.inv_norms + min(tc0, ntok - 1));
-                const float n1 = __ldg(doc.inv_norms + min(tc1, ntok - 1));
-                float acc[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-                    acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
-                    uint32_t b01, b23;
-                    if (NB == 1) {
-                        const uint32_t *l =
-                            reinterpret_cast<const uint32_t *>(s_lut[bytes[kt / 2]]);
-                        b01 = l[(kt & 1) * 2];
-                        b23 = l[(kt & 1) * 2 + 1];
-                    } else if (NB == 2) {
-                        const uint2 l = *reinterpret_cast<const uint2 *>(s_lut[bytes[kt]]);
-                        b01 = l.x;
-                        b23 = l.y;
-                    } else if (NB == 4) {
-                        b01 = *reinterpret_cast<const uint32_t *>(s_lut[bytes[2 * kt]]);
-                        b23 = *reinterpret_cast<const uint32_t *>(s_lut[bytes[2 * kt + 1]]);
+                        for (int i = 0; i < WPT; i++)
+                            wds[j][i] = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
                     } else {
-                        const uint16_t h0 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt]]);
-                        const uint16_t h1 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 1]]);
-                        const uint16_t h2 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 2]]);
-                        const uint16_t h3 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 3]]);
-                        b01 = (uint32_t)h0 | ((uint32_t)h1 << 16);
-                        b23 = (uint32_t)h2 | ((uint32_t)h3 << 16);
+#pragma unroll
+                        for (int i = 0; i < WPT; i++) {
+                            uint32_t w = 0;
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                if (i * 4 + e < BPT)
+                                    w |= (uint32_t)__ldg(rp + i * 4 + e) << (8 * e);
+                            wds[j][i] = w;
+                        }
                     }
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int tc = min(tok0 + 8 * j + 2 * t4 + e, ntok - 1);
+                        cd[j][e] = load_code(doc.codes, a.code_bytes, tc);
+                        nrm[j][e] = __ldg(doc.inv_norms + tc);
+                    }
+                }
+                float qv[RNG][MT][2][2];
+#pragma unroll
+                for (int j = 0; j < RNG; j++)
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-                        mma16816_f16(acc[mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
-                                     af[mt][kt][3], b01, b23);
-                }
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                        for (int h = 0; h < 2; h++) {
+                            const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
-                        const float s0 = (__ldg(a.qcT + (long long)c0 * lq + r) + acc[mt][2 * h]) * n0;
-                        const float s1 = (__ldg(a.qcT + (long long)c1 * lq + r) + acc[mt][2 * h + 1]) * n1;
-                        rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
+                            for (int e = 0; e < 2; e++)
+                                qv[j][mt][h][e] = __ldg(a.qcT + (long long)cd[j][e] * lq + r);
+                        }
+#pragma unroll
+                for (int j = 0; j < RNG; j++) {
+                    float acc[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++) {
+                        /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
+                        uint32_t b01, b23;
+                        if (NB == 1) {
+                            const uint4 l = *reinterpret_cast<const uint4 *>(
+                                s_lut[byte_at<WPT>(wds[j], kt / 2)]);
+                            b01 = (kt & 1) ? l.z : l.x;
+                            b23 = (kt & 1) ? l.w : l.y;
+                        } else if (NB == 2) {
+                            const uint2 l =
+                                *reinterpret_cast<const uint2 *>(s_lut[byte_at<WPT>(wds[j], kt)]);
+                            b01 = l.x;
+                            b23 = l.y;
+                        } else if (NB == 4) {
+                            b01 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt)]);
+                            b23 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt + 1)]);
+                        } else {
+                            uint32_t h[4];
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                h[e] = *reinterpret_cast<const uint16_t *>(
+                                    s_lut[byte_at<WPT>(wds[j], 4 * kt + e)]);
+                            b01 = h[0] | (h[1] << 16);
+                            b23 = h[2] | (h[3] << 16);
+                        }
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+                            mma16816_f16(acc[mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
+                                         af[mt][kt][3], b01, b23);
                     }
+                    const int tc0 = tok0 + 8 * j + 2 * t4;
+                    const bool v0 = tc0 < ntok, v1 = tc0 + 1 < ntok;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const float s0 = (qv[j][mt][h][0] + acc[mt][2 * h]) * nrm[j][0];
+                            const float s1 = (qv[j][mt][h][1] + acc[mt][2 * h + 1]) * nrm[j][1];
+                            rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY,
+                                                                   v1 ? s1 : -INFINITY));
+                        }
+                }
             }
             float part = 0.f;
 #pragma unroll
@@ -400,6 +437,7 @@ __global__ void interaction_kernel(const float *__restrict__ ST, int lq, unsigne
 
 extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (a->lq > 0x7fffffff || a->dim > 0x7fffffff || a->n_centroids > 0xffffffffu) {
         kern_set_error("maxsim_residual (cuda): sizes beyond 2^31");
         return KERN_EINVAL;
@@ -464,6 +502,7 @@ extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n
                                              unsigned code_bytes, const kern_pdoc *docs,
                                              size_t nd, const uint8_t *keep, float *approx)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (lq > 0x7fffffff || (nd + 3) / 4 > 0x7fffffffu) {
         kern_set_error("centroid_interaction (cuda): sizes beyond one launch");
         return KERN_EINVAL;

@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(TK_THREADS)
 extern "C" int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
                                   float *val)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (n > 0xffffffffu || rows > 65535 || k > 0x7fffffff ||
         (k + TK_THREADS - 1) / TK_THREADS > 0x7fffffffu) {
         kern_set_error("topk_rows (cuda): %zu rows x %zu scores, k %zu beyond one launch", rows,

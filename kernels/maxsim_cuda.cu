@@ -153,6 +153,30 @@ __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], const uint16_t *
         }
 }
 
+/* B fragments of NG 8-token tiles from tok0 (tokens clamped to the last; masked later). */
+template <int NG, int NCH>
+__device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], const uint16_t *Dd, int tok0,
+                                       int dlen, int dim, int koff, int g, int t4)
+{
+#pragma unroll
+    for (int j = 0; j < NG; j++) {
+        const int t = min(tok0 + j * 8 + g, dlen - 1);
+#pragma unroll
+        for (int c = 0; c < NCH; c++)
+            bf[j][c] = ldg16(Dd + (long long)t * dim + koff + c * 32 + t4 * 8);
+    }
+}
+
+template <int MT, int NG>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+            acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+}
+
 /* acc[mt][j] += A(chunk c) x B(tile j, chunk c), both k16 steps of the chunk. */
 template <bool BF16, int MT, int NG, int NCH>
 __device__ __forceinline__ void mma_chunks(float (&acc)[MT][NG][4], const uint4 (&af)[MT][NCH][2],
@@ -200,7 +224,7 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc
  * the warps keep their A fragments in registers for the whole launch.
  */
 template <bool BF16, int MT, int NCH, int NG>
-__global__ void __launch_bounds__(MS_WARPS * 32, MT * NCH >= 6 ? 2 : 3)
+__global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
     maxsim_mma_kernel(ms_args a, int wm_count, int npass)
 {
     constexpr int RM = 16 * MT;
@@ -259,28 +283,41 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT * NCH >= 6 ? 2 : 3)
                     if (npass == 1)
                         load_a<MT, NCH>(af, Q + qstart * dim, r0, qlen, dim, 0, g, t4);
                 }
-                for (int tok0 = wn * NG * 8; tok0 < dlen; tok0 += WN * NG * 8) {
-                    float acc[MT][NG][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int j = 0; j < NG; j++)
-                            acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-                    for (int p = 0; p < npass; p++) {
-                        const int koff = p * NCH * 32;
-                        if (npass > 1)
-                            load_a<MT, NCH>(af, Q + qstart * dim, r0, qlen, dim, koff, g, t4);
+                const int step = WN * NG * 8;
+                if (npass == 1) {
+                    /* Software pipeline: the next group's loads are in flight while this
+                     * group's MMAs run, so each warp always has NG * NCH 16-byte loads out. */
+                    uint4 nb[NG][NCH];
+                    int tok0 = wn * NG * 8;
+                    if (tok0 < dlen)
+                        load_b<NG, NCH>(nb, Dd, tok0, dlen, dim, 0, g, t4);
+                    for (; tok0 < dlen; tok0 += step) {
                         uint4 bf[NG][NCH];
 #pragma unroll
-                        for (int j = 0; j < NG; j++) {
-                            const int t = min(tok0 + j * 8 + g, dlen - 1);
+                        for (int j = 0; j < NG; j++)
 #pragma unroll
                             for (int c = 0; c < NCH; c++)
-                                bf[j][c] = ldg16(Dd + (long long)t * dim + koff + c * 32 + t4 * 8);
-                        }
+                                bf[j][c] = nb[j][c];
+                        if (tok0 + step < dlen)
+                            load_b<NG, NCH>(nb, Dd, tok0 + step, dlen, dim, 0, g, t4);
+                        float acc[MT][NG][4];
+                        zero_acc<MT, NG>(acc);
                         mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
+                        fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
                     }
-                    fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
+                } else {
+                    for (int tok0 = wn * NG * 8; tok0 < dlen; tok0 += step) {
+                        float acc[MT][NG][4];
+                        zero_acc<MT, NG>(acc);
+                        for (int p = 0; p < npass; p++) {
+                            const int koff = p * NCH * 32;
+                            load_a<MT, NCH>(af, Q + qstart * dim, r0, qlen, dim, koff, g, t4);
+                            uint4 bf[NG][NCH];
+                            load_b<NG, NCH>(bf, Dd, tok0, dlen, dim, koff, g, t4);
+                            mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
+                        }
+                        fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
+                    }
                 }
             }
             /* The four lanes of a row group saw different token columns. */
@@ -523,7 +560,7 @@ __global__ void maxsim_simple_kernel(ms_args a)
 template <bool BF16, int MT, int NCH>
 int launch_stream(const ms_args &a, int wm, unsigned qblocks)
 {
-    constexpr int NG = MT <= 2 ? 4 : 2;
+    constexpr int NG = 2;
     const void *fn = (const void *)maxsim_mma_kernel<BF16, MT, NCH, NG>;
     int dev = 0, sms = 0, per_sm = 0;
     KERN_CUDA_TRY(cudaGetDevice(&dev));

@@ -99,13 +99,14 @@ template <bool BF16>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1)
 {
+    /* Not volatile: the compiler may then interleave independent MMAs. */
     if (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -177,24 +178,36 @@ __device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4])
             acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
 }
 
-/* acc[mt][j] += A(chunk c) x B(tile j, chunk c), both k16 steps of the chunk. */
+/* One 32-dim chunk: acc[mt][j] += A[mt](chunk ca) x B[j](chunk cb). */
+template <bool BF16, int MT, int NG, int NCH, int NB>
+__device__ __forceinline__ void mma_chunk(float (&acc)[MT][NG][4], const uint4 (&af)[MT][NCH][2],
+                                          int ca, const uint4 (&bf)[NG][NB], int cb)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+            mma16816<BF16>(acc[mt][j], af[mt][ca][0].x, af[mt][ca][1].x, af[mt][ca][0].y,
+                           af[mt][ca][1].y, bf[j][cb].x, bf[j][cb].y);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+            mma16816<BF16>(acc[mt][j], af[mt][ca][0].z, af[mt][ca][1].z, af[mt][ca][0].w,
+                           af[mt][ca][1].w, bf[j][cb].z, bf[j][cb].w);
+}
+
+/* acc[mt][j] += A(chunk c) x B(tile j, chunk c), both k16 steps of the chunk. The k step is
+ * the outer loop so that consecutive MMAs go to different accumulators (no back-to-back
+ * dependency). */
 template <bool BF16, int MT, int NG, int NCH>
 __device__ __forceinline__ void mma_chunks(float (&acc)[MT][NG][4], const uint4 (&af)[MT][NCH][2],
                                            const uint4 (&bf)[NG][NCH])
 {
 #pragma unroll
     for (int c = 0; c < NCH; c++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int j = 0; j < NG; j++) {
-                mma16816<BF16>(acc[mt][j], af[mt][c][0].x, af[mt][c][1].x, af[mt][c][0].y,
-                               af[mt][c][1].y, bf[j][c].x, bf[j][c].y);
-                mma16816<BF16>(acc[mt][j], af[mt][c][0].z, af[mt][c][1].z, af[mt][c][0].w,
-                               af[mt][c][1].w, bf[j][c].z, bf[j][c].w);
-            }
+        mma_chunk<BF16, MT, NG, NCH, NCH>(acc, af, c, bf, c);
 }
-
 /* Folds NG finished 16 x 8 tiles (tokens tok0 + 8j + 2*t4 + {0,1}) into the row maxima. */
 template <int MT, int NG>
 __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc)[MT][NG][4],
@@ -389,7 +402,7 @@ __global__ void __launch_bounds__(TL_WARPS * 32, MT * NCH >= 8 ? 1 : 2) maxsim_t
     constexpr int RM = 16 * MT;
     constexpr int DIM = NCH * 32;
     constexpr int ROWH = DIM + 32; /* row stride in halves: 64 bytes of padding */
-    constexpr int NG = 2;
+    constexpr int NG = MT >= 4 ? 2 : 4; /* 8 independent accumulators per warp */
     __shared__ __align__(16) uint16_t s_tile[2][TT * ROWH];
     __shared__ float s_part[TL_WARPS];
     __shared__ int s_unit_q[TL_WARPS];
@@ -452,7 +465,7 @@ __global__ void __launch_bounds__(TL_WARPS * 32, MT * NCH >= 8 ? 1 : 2) maxsim_t
             __syncthreads();
             if (u < units) {
                 const uint16_t *tile = s_tile[t & 1];
-#pragma unroll 2
+#pragma unroll 1
                 for (int j0 = 0; j0 < TT / 8; j0 += NG) {
                     float acc[MT][NG][4];
 #pragma unroll
@@ -460,14 +473,15 @@ __global__ void __launch_bounds__(TL_WARPS * 32, MT * NCH >= 8 ? 1 : 2) maxsim_t
 #pragma unroll
                         for (int j = 0; j < NG; j++)
                             acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-                    uint4 bf[NG][NCH];
 #pragma unroll
-                    for (int j = 0; j < NG; j++)
+                    for (int c = 0; c < NCH; c++) {
+                        uint4 bf[NG][1];
 #pragma unroll
-                        for (int c = 0; c < NCH; c++)
-                            bf[j][c] = *reinterpret_cast<const uint4 *>(
+                        for (int j = 0; j < NG; j++)
+                            bf[j][0] = *reinterpret_cast<const uint4 *>(
                                 tile + ((j0 + j) * 8 + g) * ROWH + c * 32 + t4 * 8);
-                    mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
+                        mma_chunk<BF16, MT, NG, NCH, 1>(acc, af, c, bf, 0);
+                    }
                     fold_max<MT, NG>(rmax, acc, a, n, t * TT + j0 * 8, dlen, t4);
                 }
             }

@@ -89,7 +89,7 @@ __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
 __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1,
                                              uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -109,16 +109,37 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? 3 : 1) residual_mma_
     constexpr int MT = 2;            /* 32 query rows per pass */
     constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
     constexpr int RNG = 4;           /* 8-token tiles in flight per warp step */
-    /* The decode table: byte -> its VPB weights as fp16 (max 8 halves = 16 bytes). */
-    __shared__ __align__(16) __half s_lut[256][VPB];
+    /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
+     * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
+     * banks (a shared byte-keyed table costs several wavefronts per lookup in bank conflicts).
+     * nbits 4 and 8: byte -> its VPB weights, one shared copy. */
+    __shared__ __align__(16) __half s_lut[NB >= 4 ? 256 : 1][VPB];
+    __shared__ __align__(16) uint32_t s_nib[NB <= 2 ? 16 * 32 * (NB == 1 ? 2 : 1) : 1];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    for (int v = threadIdx.x; v < 256; v += blockDim.x)
-        for (int j = 0; j < VPB; j++) {
-            int b = 0;
-            for (int k = 0; k < NB; k++)
-                b |= ((v >> (7 - (j * NB + k))) & 1) << k;
-            s_lut[v][j] = __float2half_rn(a.w[b]);
+    if (NB >= 4) {
+        for (int v = threadIdx.x; v < 256; v += blockDim.x)
+            for (int j = 0; j < VPB; j++) {
+                int b = 0;
+                for (int k = 0; k < NB; k++)
+                    b |= ((v >> (7 - (j * NB + k))) & 1) << k;
+                s_lut[v][j] = __float2half_rn(a.w[b]);
+            }
+    } else {
+        /* Nibble bits from the most significant: nbits 2 -> dims (b3 | b2 << 1), (b1 | b0 << 1);
+         * nbits 1 -> dims b3, b2, b1, b0. */
+        for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
+            const int v = i / 32, l = i % 32;
+            if (NB == 2) {
+                const int b0 = ((v >> 3) & 1) | (((v >> 2) & 1) << 1);
+                const int b1 = ((v >> 1) & 1) | ((v & 1) << 1);
+                s_nib[v * 32 + l] = pack_h2(a.w[b0], a.w[b1]);
+            } else {
+                reinterpret_cast<uint2 *>(s_nib)[v * 32 + l] =
+                    make_uint2(pack_h2(a.w[(v >> 3) & 1], a.w[(v >> 2) & 1]),
+                               pack_h2(a.w[(v >> 1) & 1], a.w[v & 1]));
+            }
         }
+    }
     __syncthreads();
 
     const int lq = a.lq, dim = a.dim;
@@ -212,26 +233,30 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? 3 : 1) residual_mma_
                             for (int e = 0; e < 2; e++)
                                 qv[j][mt][h][e] = __ldg(a.qcT + (long long)cd[j][e] * lq + r);
                         }
+                /* k steps outermost: the RNG * MT accumulators are independent, so
+                 * consecutive MMAs never wait on each other. */
+                float acc[RNG][MT][4];
 #pragma unroll
-                for (int j = 0; j < RNG; j++) {
-                    float acc[MT][4];
+                for (int j = 0; j < RNG; j++)
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-                        acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+                        acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
 #pragma unroll
-                    for (int kt = 0; kt < KT; kt++) {
+                for (int kt = 0; kt < KT; kt++) {
+#pragma unroll
+                    for (int j = 0; j < RNG; j++) {
                         /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
                         uint32_t b01, b23;
                         if (NB == 1) {
-                            const uint4 l = *reinterpret_cast<const uint4 *>(
-                                s_lut[byte_at<WPT>(wds[j], kt / 2)]);
-                            b01 = (kt & 1) ? l.z : l.x;
-                            b23 = (kt & 1) ? l.w : l.y;
-                        } else if (NB == 2) {
-                            const uint2 l =
-                                *reinterpret_cast<const uint2 *>(s_lut[byte_at<WPT>(wds[j], kt)]);
+                            const uint32_t v = byte_at<WPT>(wds[j], kt / 2);
+                            const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
+                            const uint2 l = reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
                             b01 = l.x;
                             b23 = l.y;
+                        } else if (NB == 2) {
+                            const uint32_t v = byte_at<WPT>(wds[j], kt);
+                            b01 = s_nib[(v >> 4) * 32 + lane];
+                            b23 = s_nib[(v & 15u) * 32 + lane];
                         } else if (NB == 4) {
                             b01 = *reinterpret_cast<const uint32_t *>(
                                 s_lut[byte_at<WPT>(wds[j], 2 * kt)]);
@@ -248,17 +273,20 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? 3 : 1) residual_mma_
                         }
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++)
-                            mma16816_f16(acc[mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
+                            mma16816_f16(acc[j][mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
                                          af[mt][kt][3], b01, b23);
                     }
+                }
+#pragma unroll
+                for (int j = 0; j < RNG; j++) {
                     const int tc0 = tok0 + 8 * j + 2 * t4;
                     const bool v0 = tc0 < ntok, v1 = tc0 + 1 < ntok;
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            const float s0 = (qv[j][mt][h][0] + acc[mt][2 * h]) * nrm[j][0];
-                            const float s1 = (qv[j][mt][h][1] + acc[mt][2 * h + 1]) * nrm[j][1];
+                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * nrm[j][0];
+                            const float s1 = (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * nrm[j][1];
                             rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY,
                                                                    v1 ? s1 : -INFINITY));
                         }

@@ -117,7 +117,6 @@ __device__ __forceinline__ uint4 ldg16(const uint16_t *p)
     return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
-constexpr int MS_WARPS = 4;
 constexpr int MS_QCHUNK = 64; /* queries per CTA at most: a doc is re-read once per round */
 
 /* The units of a CTA's query chunk: s_ufirst[i] = first unit of query i, [nqc] = the total. */
@@ -236,14 +235,14 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc
  * walks documents with a grid stride, and when its units fit in one round (the rerank case)
  * the warps keep their A fragments in registers for the whole launch.
  */
-template <bool BF16, int MT, int NCH, int NG>
-__global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
+template <bool BF16, int MT, int NCH, int NG, int W>
+__global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
     maxsim_mma_kernel(ms_args a, int wm_count, int npass)
 {
     constexpr int RM = 16 * MT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int WM = wm_count, WN = MS_WARPS / wm_count;
+    const int WM = wm_count, WN = W / wm_count;
     const int wm = warp / WN, wn = warp % WN;
     const long long q0 = (long long)blockIdx.y * a.qchunk;
     const int nqc = (int)min((long long)a.qchunk, a.nq - q0);
@@ -251,9 +250,9 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
     const uint16_t *Q = static_cast<const uint16_t *>(a.q);
     const uint16_t *D = static_cast<const uint16_t *>(a.d);
 
-    __shared__ float s_max[MS_WARPS][RM];
-    __shared__ float s_part[MS_WARPS];
-    __shared__ int s_unit_q[MS_WARPS];
+    __shared__ float s_max[W][RM];
+    __shared__ float s_part[W];
+    __shared__ int s_unit_q[W];
     __shared__ float s_qsum[MS_QCHUNK];
     __shared__ int s_ufirst[MS_QCHUNK + 1];
 
@@ -273,6 +272,10 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
         load_a<MT, NCH>(af, Q + qstart * dim, r0, qlen, dim, 0, g, t4);
     }
 
+    /* In the resident case the last group of a document prefetches the first group of the
+     * CTA's next document, so the pipeline does not drain between documents. */
+    uint4 nb[NG][NCH];
+    bool have_nb = false;
     for (long long n = blockIdx.x; n < a.nd; n += gridDim.x) {
         long long dstart;
         int dlen;
@@ -281,6 +284,8 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
         const uint16_t *Dd = D + dstart * dim;
         if (!resident)
             qi = 0;
+        if (!nonempty)
+            have_nb = false;
         for (int round = 0; round * WM < units && nonempty; round++) {
             const int u = round * WM + wm;
             float rmax[MT][2];
@@ -300,10 +305,10 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
                 if (npass == 1) {
                     /* Software pipeline: the next group's loads are in flight while this
                      * group's MMAs run, so each warp always has NG * NCH 16-byte loads out. */
-                    uint4 nb[NG][NCH];
                     int tok0 = wn * NG * 8;
-                    if (tok0 < dlen)
+                    if (tok0 < dlen && !have_nb)
                         load_b<NG, NCH>(nb, Dd, tok0, dlen, dim, 0, g, t4);
+                    have_nb = false;
                     for (; tok0 < dlen; tok0 += step) {
                         uint4 bf[NG][NCH];
 #pragma unroll
@@ -311,8 +316,17 @@ __global__ void __launch_bounds__(MS_WARPS * 32, MT >= 4 ? 1 : 3)
 #pragma unroll
                             for (int c = 0; c < NCH; c++)
                                 bf[j][c] = nb[j][c];
-                        if (tok0 + step < dlen)
+                        if (tok0 + step < dlen) {
                             load_b<NG, NCH>(nb, Dd, tok0 + step, dlen, dim, 0, g, t4);
+                        } else if (resident && n + gridDim.x < a.nd) {
+                            long long ns;
+                            int nl;
+                            doc_range(a, n + gridDim.x, &ns, &nl);
+                            if (wn * NG * 8 < nl) {
+                                load_b<NG, NCH>(nb, D + ns * dim, wn * NG * 8, nl, dim, 0, g, t4);
+                                have_nb = true;
+                            }
+                        }
                         float acc[MT][NG][4];
                         zero_acc<MT, NG>(acc);
                         mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
@@ -571,23 +585,31 @@ __global__ void maxsim_simple_kernel(ms_args a)
 
 /* The streaming kernel on a persistent grid: as many CTAs as fit at once, at most one per
  * document per query chunk. */
-template <bool BF16, int MT, int NCH>
-int launch_stream(const ms_args &a, int wm, unsigned qblocks)
+template <bool BF16, int MT, int NCH, int W>
+int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
 {
     constexpr int NG = 2;
-    const void *fn = (const void *)maxsim_mma_kernel<BF16, MT, NCH, NG>;
+    const void *fn = (const void *)maxsim_mma_kernel<BF16, MT, NCH, NG, W>;
     int dev = 0, sms = 0, per_sm = 0;
     KERN_CUDA_TRY(cudaGetDevice(&dev));
     KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, MS_WARPS * 32, 0));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, W * 32, 0));
     long long want = (long long)sms * (per_sm > 0 ? per_sm : 1) / qblocks;
     if (want < 1)
         want = 1;
     const unsigned blocks = (unsigned)(a.nd < want ? a.nd : want);
-    maxsim_mma_kernel<BF16, MT, NCH, NG>
-        <<<dim3(blocks, qblocks), MS_WARPS * 32>>>(a, wm, a.dim / (32 * NCH));
+    maxsim_mma_kernel<BF16, MT, NCH, NG, W>
+        <<<dim3(blocks, qblocks), W * 32>>>(a, wm, a.dim / (32 * NCH));
     KERN_CUDA_LAUNCHED("maxsim_mma_kernel");
     return KERN_OK;
+}
+
+/* Four warps per CTA: eight would split short documents finer, but at the 128 registers
+ * that two such CTAs per SM allow the kernel spills heavily (ptxas: 792 bytes). */
+template <bool BF16, int MT, int NCH>
+int launch_stream(const ms_args &a, int wm, unsigned qblocks)
+{
+    return launch_stream_w<BF16, MT, NCH, 4>(a, wm, qblocks);
 }
 
 template <bool BF16, int MT>

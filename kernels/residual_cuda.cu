@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "tune_cuda.h"
 
 namespace {
 
@@ -101,14 +102,14 @@ constexpr int RES_WARPS = 4;
  * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
  * packed bytes of each token. Persistent: warps walk the documents with a grid stride.
  */
-template <int NB, int KT>
-__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? 3 : 1) residual_mma_kernel(res_args a)
+template <int NB, int KT, int RNG>
+__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) : 1)
+    residual_mma_kernel(res_args a)
 {
     constexpr int BPT = KT * NB / 2; /* packed bytes per lane per token */
     constexpr int VPB = 8 / NB;      /* values per byte */
     constexpr int MT = 2;            /* 32 query rows per pass */
     constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
-    constexpr int RNG = 4;           /* 8-token tiles in flight per warp step */
     /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
      * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
      * banks (a shared byte-keyed table costs several wavefronts per lookup in bank conflicts).
@@ -353,69 +354,54 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
-template <int NB>
-int launch_residual_nb(const res_args &a, int kt, int blocks)
+/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
+int resident_blocks(const void *fn, int threads, long long want, int *blocks)
 {
-    switch (kt) {
-    case 4:
-        residual_mma_kernel<NB, 4><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    case 6:
-        residual_mma_kernel<NB, 6><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    case 8:
-        residual_mma_kernel<NB, 8><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    default:
-        residual_mma_kernel<NB, 16><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    }
+    int dev = 0, sms = 0, per_sm = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    *blocks = (int)(want < b ? want : b);
+    return KERN_OK;
+}
+
+template <int NB, int KT, int RNG>
+int launch_residual_k(const res_args &a)
+{
+    int blocks = 0, rc;
+    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG>, RES_WARPS * 32,
+                              (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) != KERN_OK)
+        return rc;
+    residual_mma_kernel<NB, KT, RNG><<<blocks, RES_WARPS * 32>>>(a);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
 
-/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
-int resident_blocks(const void *fn, int threads, long long want)
-{
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0) != cudaSuccess) {
-        cudaGetLastError();
-        sms = 132;
-        per_sm = 4;
-    }
-    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    return (int)(want < b ? want : b);
-}
-
 template <int NB, int KT>
-int blocks_for(long long nd)
+int launch_residual_kt(const res_args &a)
 {
-    return resident_blocks((const void *)residual_mma_kernel<NB, KT>, RES_WARPS * 32,
-                           (nd + RES_WARPS - 1) / RES_WARPS);
+    /* Tiles in flight per warp: 4 (more independent loads and MMAs per warp) unless
+     * overridden; 2 gives more warps per SM instead. dim 256 keeps 2 (registers). */
+    const int t = kern_gpu_tune.residual_tiles;
+    if (KT > 8 || t == 2)
+        return launch_residual_k<NB, KT, 2>(a);
+    return launch_residual_k<NB, KT, 4>(a);
 }
 
 template <int NB>
 int launch_residual(const res_args &a)
 {
-    const int kt = a.dim / 16;
-    int blocks;
-    switch (kt) {
+    switch (a.dim / 16) {
     case 4:
-        blocks = blocks_for<NB, 4>(a.nd);
-        break;
+        return launch_residual_kt<NB, 4>(a);
     case 6:
-        blocks = blocks_for<NB, 6>(a.nd);
-        break;
+        return launch_residual_kt<NB, 6>(a);
     case 8:
-        blocks = blocks_for<NB, 8>(a.nd);
-        break;
+        return launch_residual_kt<NB, 8>(a);
     default:
-        blocks = blocks_for<NB, 16>(a.nd);
-        break;
+        return launch_residual_kt<NB, 16>(a);
     }
-    return launch_residual_nb<NB>(a, kt, blocks);
 }
 
 /* Centroid interaction: a warp per document, lanes over query rows. */

@@ -255,6 +255,8 @@ START_TEST(test_kernels_gpu_dense_matches_reference)
     run_dense(KERN_F16, 96, 9, 40, 5, 130, 1);
     run_dense(KERN_BF16, 64, 12, 20, 4, 70, 1);
     run_dense(KERN_BF16, 128, 1, 700, 3, 150, 1);
+    /* More documents than resident CTAs, with masks (empty documents between full ones). */
+    run_dense(KERN_BF16, 128, 2, 20, 1500, 24, 1);
 }
 END_TEST
 
@@ -318,6 +320,8 @@ START_TEST(test_kernels_gpu_varlen_matches_reference)
                        dims[i] >= 1024 ? 20 : 60, dims[i] >= 1024 ? 40 : 300, 0);
     run_varlen(KERN_BF16, 128, 3, 5, 32, 100, 1); /* one document of 8192 tokens */
     run_varlen(KERN_F16, 128, 9, 300, 40, 20, 0); /* many short documents, 9 queries */
+    /* More documents than resident CTAs: each CTA walks several and prefetches across them. */
+    run_varlen(KERN_BF16, 128, 1, 3000, 32, 40, 0);
 }
 END_TEST
 

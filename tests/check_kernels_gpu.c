@@ -204,6 +204,9 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
             memset(dm + ld, 0, ld);
             dm[ld + ld / 2] = 1;
         }
+        for (size_t n = 2; n < nd; n++)   /* a few more empty ones among the rest */
+            if (rng_unit() < 0.05)
+                memset(dm + n * ld, 0, ld);
     }
     size_t es = kern_dtype_size(t);
     kern_dense a = {t, dim, dev_put(qh, nq * lq * dim * es), masks ? dev_put(qm, nq * lq) : NULL,

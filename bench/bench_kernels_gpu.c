@@ -428,9 +428,9 @@ int main(int argc, char **argv)
         bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
     if (want(only, "plaid_10k"))
         bench_plaid("plaid_10k", 10000, 0);
-    if (want(only, "plaid_t2_10k")) { /* variant: 2 tiles in flight per warp, more warps */
-        kern_gpu_tune.residual_tiles = 2;
-        bench_plaid("plaid_t2_10k", 10000, 0);
+    if (want(only, "plaid_t4_10k")) { /* variant: 4 tiles in flight per warp, fewer warps */
+        kern_gpu_tune.residual_tiles = 4;
+        bench_plaid("plaid_t4_10k", 10000, 0);
         kern_gpu_tune.residual_tiles = 0;
     }
     if (want(only, "plaid_qc_10k"))

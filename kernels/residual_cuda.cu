@@ -381,10 +381,11 @@ int launch_residual_k(const res_args &a)
 template <int NB, int KT>
 int launch_residual_kt(const res_args &a)
 {
-    /* Tiles in flight per warp: 4 (more independent loads and MMAs per warp) unless
-     * overridden; 2 gives more warps per SM instead. dim 256 keeps 2 (registers). */
+    /* Tiles in flight per warp: 2 (128 registers, 4 CTAs per SM) unless overridden; 4 keeps
+     * more loads and MMAs in flight per warp but fits 3 CTAs and spills a little: measured
+     * slower (bench/NOTES-gpu.md). dim 256 always takes 2 (registers). */
     const int t = kern_gpu_tune.residual_tiles;
-    if (KT > 8 || t == 2)
+    if (KT > 8 || t != 4)
         return launch_residual_k<NB, KT, 2>(a);
     return launch_residual_k<NB, KT, 4>(a);
 }

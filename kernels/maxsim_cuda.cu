@@ -251,7 +251,6 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
     const uint16_t *D = static_cast<const uint16_t *>(a.d);
 
     __shared__ float s_max[W][RM];
-    __shared__ float s_max2[2][W][RM];
     __shared__ float s_part[W];
     __shared__ int s_unit_q[W];
     __shared__ float s_qsum[MS_QCHUNK];
@@ -277,9 +276,6 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
      * CTA's next document, so the pipeline does not drain between documents. */
     uint4 nb[NG][NCH];
     bool have_nb = false;
-    /* The rerank case: one query, one unit; its epilogue needs one barrier per document. */
-    const bool single = resident && units == 1 && nqc == 1;
-    int docs_done = 0;
     for (long long n = blockIdx.x; n < a.nd; n += gridDim.x) {
         long long dstart;
         int dlen;
@@ -351,11 +347,7 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
                     }
                 }
             }
-            /* The four lanes of a row group saw different token columns. In the rerank case
-             * (one query, one unit) the maxima alternate between two buffers by document, so
-             * one barrier per document suffices: warp 0 sums them while the others stream the
-             * next document, and a buffer is rewritten only after the next barrier. */
-            float(*smx)[RM] = single ? s_max2[docs_done & 1] : s_max;
+            /* The four lanes of a row group saw different token columns. */
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -364,27 +356,9 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
                     if (t4 == 0)
-                        smx[warp][mt * 16 + g + 8 * h] = m;
+                        s_max[warp][mt * 16 + g + 8 * h] = m;
                 }
             __syncthreads();
-            if (single) {
-                if (warp == 0) {
-                    float sum = 0.f;
-                    for (int r = lane; r < RM; r += 32) {
-                        float m = -INFINITY;
-                        for (int w = 0; w < WN; w++)
-                            m = fmaxf(m, smx[w][r]);
-                        if (qrow_valid(a, q0, r0 + r, qlen))
-                            sum += m;
-                    }
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1)
-                        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                    if (lane == 0)
-                        a.scores[q0 * a.nd + n] = sum;
-                }
-                continue;
-            }
             if (wn == 0) {
                 float sum = 0.f;
                 if (u < units) {
@@ -410,12 +384,6 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
                     if (s_unit_q[w] >= 0)
                         s_qsum[s_unit_q[w]] += s_part[w];
             __syncthreads();
-        }
-        if (single) {
-            if (!nonempty && threadIdx.x == 0)
-                a.scores[q0 * a.nd + n] = KERN_EMPTY_SCORE;
-            docs_done++;
-            continue;
         }
         for (int i = threadIdx.x; i < nqc; i += blockDim.x) {
             a.scores[(q0 + i) * a.nd + n] = nonempty ? s_qsum[i] : KERN_EMPTY_SCORE;

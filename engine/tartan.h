@@ -108,6 +108,345 @@ TARTAN_API const char *tartan_strerror(int code);
  */
 TARTAN_API const char *tartan_err_name(int code);
 
+
+/* ---------------------------------------------------------------------------------------
+ * Indexes
+ *
+ * An index is a directory holding one LMDB environment: a PLAID index of late-interaction
+ * embeddings (centroids, one centroid code and one quantised residual per token, inverted
+ * lists), plus the map between your external ids (strings) and the engine's own document
+ * numbers, which never leak through this API. storage/FORMAT.md describes the files.
+ *
+ * Lifecycle of a handle:
+ *   1. tartan_options_init(&o), set what differs (o.flags, o.dim, ...);
+ *   2. tartan_open(path, &o, &db): opens, or creates with TARTAN_CREATE;
+ *   3. tartan_train(db, sample, ...) once, optionally: trains centroids and codec from a sample
+ *      of the corpus (otherwise the first tartan_add trains from its own batch);
+ *   4. tartan_add / tartan_delete / tartan_info, any number of times, in any order;
+ *   5. tartan_close(db).
+ *
+ * Every tartan_add, tartan_delete and tartan_train is one transaction: it lands whole or not
+ * at all, whatever happens to the process, and a call that fails leaves the index exactly as
+ * it was. Tokens are L2-normalised before they are encoded (MaxSim scores are cosines).
+ *
+ * Threads: a handle may be shared by threads. Changes on one index are serialised (by the
+ * handle and across processes by LMDB); readers are never blocked by a writer. Several
+ * processes may open one index at once, each with its own handle. Never open the same index
+ * twice in one process (LMDB's rule: its locks are per process); share the handle instead.
+ * ------------------------------------------------------------------------------------- */
+
+/* An open index. */
+typedef struct tartan_db tartan_db;
+
+/* tartan_options.flags */
+#define TARTAN_CREATE 0x1u   /* create the index (and its directory) if there is none */
+#define TARTAN_EXCL 0x2u     /* with TARTAN_CREATE: fail with TARTAN_EEXIST if it exists */
+#define TARTAN_READONLY 0x4u /* open read-only: changes fail with TARTAN_EREADONLY */
+
+/*
+ * Options of tartan_open. Always start from tartan_options_init(): fields may be added at the
+ * end in later versions, and the initialiser gives each its default.
+ */
+typedef struct tartan_options {
+    uint32_t flags;     /* TARTAN_CREATE, TARTAN_EXCL, TARTAN_READONLY; default 0 */
+    size_t dim;         /* embedding dimension: required to create; when opening an existing
+                           index 0 or its dimension (else TARTAN_EDIM). Default 0 */
+    unsigned nbits;     /* residual bits per dimension, 1, 2, 4 or 8 (dim * nbits a multiple of
+                           8); only used when creating. Default 2 */
+    size_t n_centroids; /* centroids to train; 0: 2^floor(log2(16 sqrt(tokens))). Default 0 */
+    int kmeans_iters;   /* k-means iterations (>= 1); default 4 */
+    size_t sample_docs; /* documents a first tartan_add trains from, and what
+                           tartan_sample_docs() advises; 0: min(1 + 16 sqrt(120 N), N).
+                           Default 0 */
+    uint64_t seed;      /* sampling and k-means seed; default 42 */
+    size_t map_size;    /* initial LMDB map size in bytes; 0: 256 MiB. The map grows by
+                           itself as the index grows. Default 0 */
+} tartan_options;
+
+/* Fills *o with the defaults above. o: out, not NULL. Any thread. */
+TARTAN_API void tartan_options_init(tartan_options *o);
+
+/*
+ * tartan_open: opens the index in directory path.
+ *   path: in, the index directory (created, with its parents' permission, by TARTAN_CREATE).
+ *   options: in, NULL for the defaults (open an existing index read-write).
+ *   db: out, the handle on success, NULL on failure.
+ * Creating needs options->dim >= 1 and a valid nbits. Returns 0, or:
+ *   ENOENT            no such directory (and no TARTAN_CREATE);
+ *   ENOTDIR           path is not a directory;
+ *   TARTAN_ENOINDEX   the directory holds no tartan index (or another program's LMDB files);
+ *   TARTAN_EEXIST     TARTAN_CREATE | TARTAN_EXCL and an index exists there;
+ *   TARTAN_EVERSION   the index has a format version this build cannot read;
+ *   TARTAN_EDIM       options->dim differs from the index's;
+ *   TARTAN_EINVAL     bad options (dim 0 when creating, nbits not 1/2/4/8, dim * nbits not a
+ *                     multiple of 8, kmeans_iters < 1, unknown flags);
+ *   TARTAN_ECORRUPT   the index's description is damaged;
+ *   EACCES            no permission (a directory you may not write opens only with
+ *                     TARTAN_READONLY; then LMDB's lock file is not used, and no one may
+ *                     write the index while it is open);
+ *   ENOMEM, TARTAN_ESTORAGE.
+ * On failure tartan_errmsg(NULL) gives the detailed message, in the calling thread, until its
+ * next failed call with no handle. The caller owns *db and frees it with tartan_close().
+ */
+TARTAN_API int tartan_open(const char *path, const tartan_options *options, tartan_db **db);
+
+/* Closes db and frees it; NULL is fine. No other call on db may be running or follow. */
+TARTAN_API void tartan_close(tartan_db *db);
+
+/*
+ * tartan_errmsg: the detailed message of the calling thread's last failed call on db
+ * ("TARTAN_ENONFINITE: document 17 (id 'abc'): token 3 has NaN at dimension 5"), starting with
+ * the code's name; "TARTAN_OK: no error" if that thread has had no failure on db. db NULL: the
+ * thread's last failed tartan_open (or other call given a NULL handle). The string belongs to
+ * the library and stays valid until the same thread's next failed call; never NULL.
+ */
+TARTAN_API const char *tartan_errmsg(const tartan_db *db);
+
+/* Element type of embeddings. */
+typedef enum tartan_dtype {
+    TARTAN_FLOAT32 = 0,
+    TARTAN_FLOAT16 = 1, /* IEEE half */
+    TARTAN_BFLOAT16 = 2
+} tartan_dtype;
+
+/*
+ * A batch of documents: n_docs documents whose tokens lie one after another in embeddings,
+ * document i taking doclens[i] consecutive rows. All memory is the caller's; the library only
+ * reads it during the call.
+ */
+typedef struct tartan_batch {
+    size_t n_docs;
+    const char *const *ids; /* [n_docs] external ids: NUL-terminated, 1 to 511 bytes, no
+                               control characters (bytes below 0x20, 0x7f), unique. May be
+                               NULL for tartan_train's sample only */
+    const size_t *doclens;  /* [n_docs] tokens per document, each 1 to 1,048,576 */
+    const void *embeddings; /* [n_rows, dim] row-major, of dtype */
+    size_t n_rows;          /* must equal the sum of doclens */
+    size_t dim;             /* must equal the index's dimension */
+    tartan_dtype dtype;
+} tartan_batch;
+
+/* tartan_add flags */
+#define TARTAN_REPLACE 0x1u /* an id the index has already is replaced, not refused */
+
+/*
+ * tartan_add: adds a batch of documents in one transaction. If the index has no centroids
+ * yet, trains them and the codec first, from a sample of this batch's documents
+ * (tartan_sample_docs()), in the same transaction.
+ *   db: in, open read-write.   batch: in.   flags: 0 or TARTAN_REPLACE.
+ * Every input is checked before the index is touched. Returns 0, or:
+ *   TARTAN_EINVAL      NULL arguments, unknown flags, doclens not summing to n_rows;
+ *   TARTAN_EEMPTY      no documents, or a document without tokens;
+ *   TARTAN_EDIM        batch->dim is not the index's;
+ *   TARTAN_EDTYPE      unknown dtype;
+ *   TARTAN_ENONFINITE  a NaN or infinity (the message names document, id, token, dimension);
+ *   TARTAN_ERANGE      a token that is all zeros (no direction to normalise);
+ *   TARTAN_ETOOBIG     a document above 1,048,576 tokens; a batch too large for one
+ *                      transaction (split it); document numbers exhausted (2^32 adds);
+ *   TARTAN_EBADID      an empty, NULL, too long or malformed id;
+ *   TARTAN_EDUPID      an id twice in the batch, or one the index has (without
+ *                      TARTAN_REPLACE);
+ *   TARTAN_EREADONLY   the index is open read-only;
+ *   TARTAN_ETRAIN      training failed;  TARTAN_ECORRUPT, TARTAN_ESTORAGE, ENOMEM, ENOSPC, EIO.
+ * A replaced document gets a new internal number; deleted ones are never reused.
+ */
+TARTAN_API int tartan_add(tartan_db *db, const tartan_batch *batch, unsigned flags);
+
+/*
+ * tartan_train: trains the centroids and the residual codec from a sample, in one
+ * transaction, before any document is added. Use it to build from a corpus larger than
+ * memory: sample tartan_sample_docs(db, N) documents over the whole corpus, train, then add
+ * the corpus in batches.
+ *   sample: in, the sample's documents (ids may be NULL: they are not stored).
+ *   corpus_tokens: in, the whole corpus's token count (it sizes the centroid table); 0: the
+ *   sample's own.
+ * All of the sample's tokens are used: 5% (at most 50,000) train the codec, the rest k-means.
+ * Returns 0, the batch errors of tartan_add, TARTAN_EINVAL if the index is trained already,
+ * TARTAN_EEMPTY for fewer than 2 tokens, TARTAN_ETRAIN, TARTAN_EREADONLY, ENOMEM.
+ */
+TARTAN_API int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens);
+
+/*
+ * tartan_sample_docs: how many documents to sample from a corpus of n_docs for tartan_train:
+ * options.sample_docs if set (at most n_docs), else min(1 + 16 sqrt(120 n_docs), n_docs).
+ * db NULL gives the formula. Any thread.
+ */
+TARTAN_API size_t tartan_sample_docs(const tartan_db *db, size_t n_docs);
+
+/*
+ * tartan_delete: deletes the documents with the given external ids, in one transaction.
+ * Ids the index does not have are skipped. Nothing is renumbered.
+ *   ids: in, [n] NUL-terminated ids.   n_deleted: out (may be NULL): documents deleted.
+ * Returns 0, TARTAN_EINVAL (ids NULL with n > 0), TARTAN_EBADID (an empty, NULL or malformed
+ * id: nothing is deleted), TARTAN_EREADONLY, TARTAN_ECORRUPT, TARTAN_ESTORAGE, ENOMEM.
+ */
+TARTAN_API int tartan_delete(tartan_db *db, const char *const *ids, size_t n,
+                             size_t *n_deleted);
+
+/* What an index holds and where its bytes go (tartan_info). */
+typedef struct tartan_index_info {
+    uint64_t n_docs;      /* live documents */
+    uint64_t n_tokens;    /* their tokens */
+    uint32_t dim;
+    uint32_t nbits;
+    uint32_t n_centroids; /* 0 until trained */
+    uint32_t code_bytes;  /* bytes per token code: 2 (up to 65,536 centroids) or 4; 0 untrained */
+    /* Payload inside the documents (exact): */
+    uint64_t bytes_residuals; /* n_tokens * dim * nbits / 8 */
+    uint64_t bytes_codes;     /* n_tokens * code_bytes */
+    uint64_t bytes_norms;     /* n_tokens * 4 */
+    /* Pages in use per part (LMDB pages of 4 KiB, whole): */
+    uint64_t bytes_docs;      /* document blobs: the payload above, headers, page slack */
+    uint64_t bytes_ivf;       /* inverted lists */
+    uint64_t ivf_entries;     /* (centroid, document) pairs in them */
+    uint64_t bytes_ids;       /* external ids, both directions */
+    uint64_t bytes_centroids;
+    uint64_t bytes_meta;
+    uint64_t bytes_free;      /* pages of the file holding nothing live (reused later) */
+    uint64_t bytes_file;      /* size of the data file */
+    uint64_t map_size;        /* current LMDB map size */
+} tartan_index_info;
+
+/*
+ * tartan_info: fills *info from one consistent snapshot.
+ * Returns 0, TARTAN_EINVAL (NULL), TARTAN_ECORRUPT, TARTAN_ESTORAGE. Any thread.
+ */
+TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
+
+/* ---------------------------------------------------------------------------------------
+ * Search
+ *
+ * A search scores queries (late-interaction query embeddings: a few tokens of the index's
+ * dimension each) against the index's documents with MaxSim and returns each query's best k
+ * documents by external id. The default is PLAID's pipeline (DESIGN.md section 4): candidates
+ * from each query token's nearest ncells centroids, two rounds of centroid interaction that
+ * keep ndocs then ndocs / 4 documents, then exact scoring of those from the stored codes and
+ * residuals. Exhaustive mode scores every live document exactly (the reference PLAID's recall
+ * is measured against). Scores are sums over query tokens of cosines (tokens of queries and
+ * documents are L2-normalised), ties broken towards the document added first.
+ *
+ * Lifecycle of a search:
+ *   1. tartan_search_params_init(&p, k): the defaults for k; set what differs;
+ *   2. fill a tartan_queries describing your query embeddings;
+ *   3. tartan_search(db, &queries, &p, &results);
+ *   4. read results->hits; tartan_results_free(results).
+ *
+ * Snapshots and threads: one call sees one consistent snapshot of the index (every query of
+ * the batch sees the same documents), taken when the call starts; documents added or deleted
+ * meanwhile by this or another process are not seen, and the search never waits for a writer.
+ * Any number of threads may search one handle at once, also while another adds or deletes.
+ * A batch of queries runs over OpenMP threads (params.threads).
+ * ------------------------------------------------------------------------------------- */
+
+/* Largest k a search accepts: catches a negative int converted to size_t. */
+#define TARTAN_MAX_K ((size_t)1 << 24)
+
+/*
+ * Parameters of tartan_search. Always start from tartan_search_params_init(): fields may be
+ * added at the end in later versions, and the initialiser gives each its default.
+ */
+typedef struct tartan_search_params {
+    size_t k;      /* results per query, 1 .. TARTAN_MAX_K (else TARTAN_ERANGE). Fewer come
+                      back when fewer documents qualify */
+    size_t ncells; /* centroids each query token probes for candidates, >= 1; more than the
+                      index has means all. Defaults: 1 (k <= 10), 2 (k <= 100), 4 */
+    float centroid_score_threshold; /* stage 2 ignores centroids whose best score over the
+                      query's tokens is below this (finite). Defaults 0.5, 0.45, 0.4 */
+    size_t ndocs;  /* documents kept after stage 2 (stage 3 keeps max(ndocs / 4, k) of them
+                      for exact scoring), >= 1. Defaults 256, 1024, max(4 k, 4096) */
+    int exhaustive; /* nonzero: score every live document exactly (ignores ncells,
+                      threshold and ndocs); slow, the reference for recall. Default 0 */
+    const char *const *subset; /* allowed external ids, or NULL (default) for all documents:
+                      only documents whose ids are listed can be returned. Ids the index does
+                      not have are ignored; an id may repeat. See n_subset */
+    size_t n_subset; /* entries of subset (0 with subset non-NULL: nothing is allowed) */
+    int threads;   /* OpenMP threads for this call, 0 (default): OpenMP's default */
+} tartan_search_params;
+
+/*
+ * Fills *p with the defaults for k (ColBERT's, above): ncells, centroid_score_threshold and
+ * ndocs by k; exhaustive 0, subset NULL, threads 0. p: out, not NULL. Any thread.
+ */
+TARTAN_API void tartan_search_params_init(tartan_search_params *p, size_t k);
+
+/*
+ * A batch of queries: n_queries queries whose tokens lie one after another in embeddings.
+ * Either every query has qlen tokens (qlens NULL: the [n_queries, qlen, dim] array of
+ * ColBERT's fixed-length queries) or query i has qlens[i] tokens (ragged). Every token
+ * counts (there is no mask: leave padding out with qlens). All memory is the caller's; the
+ * library only reads it during the call.
+ */
+typedef struct tartan_queries {
+    size_t n_queries;       /* >= 1 */
+    const size_t *qlens;    /* [n_queries] tokens per query, each 1 .. 65,536; or NULL */
+    size_t qlen;            /* tokens of every query when qlens is NULL (1 .. 65,536) */
+    const void *embeddings; /* [n_rows, dim] row-major, of dtype */
+    size_t n_rows;          /* must equal the sum of qlens (or n_queries * qlen) */
+    size_t dim;             /* must equal the index's dimension */
+    tartan_dtype dtype;
+} tartan_queries;
+
+/* One result: a document's external id and its MaxSim score. */
+typedef struct tartan_hit {
+    const char *id; /* NUL-terminated, inside the results' allocation */
+    float score;
+} tartan_hit;
+
+/* Where a search spent its time and how many documents each stage saw, summed over the
+ * batch's queries (seconds are thread time, so they may add up to more than the call took). */
+typedef struct tartan_search_stats {
+    double seconds_candidates; /* stage 1: centroid scores, probing, inverted-list union */
+    double seconds_prune;      /* stages 2 and 3: centroid interaction */
+    double seconds_exact;      /* stage 4 (or exhaustive scoring): exact MaxSim, top-k */
+    double seconds_total;      /* wall time of the whole call */
+    uint64_t n_candidates;     /* documents stage 2 scored (or exhaustive mode scored) */
+    uint64_t n_exact;          /* documents scored exactly */
+} tartan_search_stats;
+
+/*
+ * A search's results, one allocation: query i's hits are hits[offsets[i]] to
+ * hits[offsets[i] + counts[i] - 1], best first (counts[i] <= k; 0 when nothing qualifies).
+ * Read-only for the caller; free it with tartan_results_free().
+ */
+typedef struct tartan_results {
+    size_t n_queries;
+    const size_t *counts;  /* [n_queries] */
+    const size_t *offsets; /* [n_queries + 1]; offsets[n_queries] = total hits */
+    const tartan_hit *hits;
+    tartan_search_stats stats;
+} tartan_results;
+
+/*
+ * tartan_search: the best k documents of each query.
+ *   db: in, an open index (read-only or read-write).
+ *   queries: in, the query batch.
+ *   params: in, NULL for tartan_search_params_init(&p, 10).
+ *   results: out, the results on success (the caller frees them with tartan_results_free),
+ *   NULL on failure.
+ * Queries are L2-normalised token by token, as documents are. Every query and parameter is
+ * checked before the index is read. An index with no documents (also one never trained)
+ * gives every query zero hits; so does an empty subset. Returns 0, or:
+ *   TARTAN_EINVAL      NULL db, queries or results; embeddings NULL; n_rows not the sum of
+ *                      the query lengths;
+ *   TARTAN_EEMPTY      no queries (n_queries 0), or a query with no tokens;
+ *   TARTAN_ETOOBIG     a query above 65,536 tokens;
+ *   TARTAN_EDIM        queries->dim is not the index's dimension;
+ *   TARTAN_EDTYPE      unknown dtype;
+ *   TARTAN_ENONFINITE  a NaN or infinity (the message names query, token and dimension);
+ *   TARTAN_ERANGE      a token of all zeros; k of 0 or above TARTAN_MAX_K; ncells or ndocs
+ *                      of 0; a threshold that is NaN or infinite; threads < 0;
+ *   TARTAN_EBADID      a NULL, empty or malformed id in params->subset (or subset NULL
+ *                      with n_subset > 0 is TARTAN_EINVAL);
+ *   TARTAN_ECORRUPT    damaged index data (a document whose checksum fails);
+ *   TARTAN_ESTORAGE, ENOMEM.
+ * The index is never changed. Any thread, any number at once (see above).
+ */
+TARTAN_API int tartan_search(tartan_db *db, const tartan_queries *queries,
+                             const tartan_search_params *params, tartan_results **results);
+
+/* Frees results from tartan_search; NULL is fine. */
+TARTAN_API void tartan_results_free(tartan_results *results);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,19 +29,28 @@ size_t idx_codec_token_bytes(const idx_codec *c);
 /*
  * Trains cutoffs and weights from held-out residuals: the quantiles of all values (all
  * dimensions pooled) at i/B (i = 1..B-1) and (i + 0.5)/B (i = 0..B-1). residuals [n, dim].
- * Returns 0, or -1 if nbits/dim are invalid or n == 0. (May reorder a copy; input untouched.)
+ * Quantiles by NumPy's default "linear" method (what torch.quantile, hence ColBERTv2, uses):
+ * h = q (m - 1) over the m sorted values, interpolating between v[floor h] and v[floor h + 1].
+ * Returns 0, or -1 if nbits/dim are invalid (nbits not 1, 2, 4, 8 or dim * nbits not a multiple
+ * of 8), n == 0, a value is NaN or infinite, or memory runs out (8 bytes per value, freed before
+ * return); c is untouched on failure. Sorts a copy; input untouched.
  */
 int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n);
 
 /*
  * Compresses n tokens: emb [n, dim] (fp32, L2-normalised), their codes [n] and the centroids
  * give residuals; writes packed [n, token_bytes] and inv_norms [n] (of the decompressed,
- * unnormalised vector C[code] + w[bucket]).
+ * unnormalised vector C[code] + w[bucket], as 1 / max(norm, 1e-12) like F.normalize). codes
+ * must index rows of centroids (not checked). Runs over OpenMP threads for large n.
  */
 void idx_codec_compress(const idx_codec *c, const float *centroids, const float *emb,
                         const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms);
 
-/* Bucket index of one value (for tests and the packer): the number of cutoffs <= v. */
+/*
+ * Bucket index of one value (for tests and the packer): the number of cutoffs strictly below v,
+ * i.e. torch.bucketize(v, cutoffs) with its default right=False as ColBERTv2 calls it; a value
+ * equal to a cutoff goes to the lower bucket.
+ */
 unsigned idx_codec_bucket(const idx_codec *c, float v);
 
 /* Unpacks one token's bucket indices: packed [token_bytes] -> buckets [dim]. */
@@ -50,7 +59,9 @@ void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *bucket
 /* Packs one token's bucket indices: buckets [dim] -> packed [token_bytes]. */
 void idx_codec_pack(const idx_codec *c, const uint8_t *buckets, uint8_t *packed);
 
-/* Decompresses n tokens to normalised fp32 vectors out [n, dim]. */
+/* Decompresses n tokens to normalised fp32 vectors out [n, dim] (x / max(|x|, 1e-12)).
+ * pack, unpack, compress and decompress write nothing for a codec whose nbits/dim training
+ * would refuse. */
 void idx_codec_decompress(const idx_codec *c, const float *centroids, const uint32_t *codes,
                           const uint8_t *packed, size_t n, float *out);
 

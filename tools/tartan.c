@@ -10,6 +10,12 @@
 
 /* The subcommands, in the order --help lists them. */
 static const tool_cmd commands[] = {
+    {"build", tool_cmd_build, "create an index from embeddings.npy + doclens.npy"},
+    {"add", tool_cmd_add, "add documents to an index"},
+    {"delete", tool_cmd_delete, "delete documents by id"},
+    {"info", tool_cmd_info, "counts, dimensions and space of an index"},
+    {"gen", tool_cmd_gen, "write a synthetic ColBERT-like corpus, queries and qrels"},
+    {"eval", tool_cmd_eval, "score a TREC run against qrels (trec_eval's measures)"},
     {NULL, NULL, NULL},
 };
 

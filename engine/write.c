@@ -1,0 +1,112 @@
+/*
+ * write.c: the public changes: tartan_add, tartan_train, tartan_delete. Each checks its
+ * arguments, then hands the index layer one transaction's worth of work.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "db.h"
+
+static void to_input(const tartan_batch *b, idx_input *in)
+{
+    in->n_docs = b->n_docs;
+    in->ids = b->ids;
+    in->doclens = b->doclens;
+    in->embeddings = b->embeddings;
+    in->n_rows = b->n_rows;
+    in->dim = b->dim;
+    in->dtype = (int)b->dtype;
+}
+
+static void train_opts(const tartan_db *db, idx_train_opts *o)
+{
+    o->n_centroids = db->opts.n_centroids;
+    o->sample_docs = db->opts.sample_docs;
+    o->kmeans_iters = db->opts.kmeans_iters;
+    o->seed = db->opts.seed;
+}
+
+/* The index's dimension, from a short snapshot. */
+static int index_dim(tartan_db *db, size_t *dim, store_msg *m)
+{
+    store_txn *txn;
+    store_header h;
+    int rc = store_read_begin(db->env, &txn, m);
+    if (rc)
+        return rc;
+    rc = store_header_get(txn, &h, m);
+    store_read_end(db->env, txn);
+    *dim = h.dim;
+    return rc;
+}
+
+/* Shared by add and train: arguments, then the batch, then the index. */
+static int prepare(tartan_db *db, const tartan_batch *batch, int need_ids, idx_batch *b,
+                   store_msg *m)
+{
+    if (!batch)
+        return store_fail(m, TARTAN_EINVAL, "batch is NULL");
+    if (need_ids && !batch->ids)
+        return store_fail(m, TARTAN_EINVAL, "batch ids is NULL");
+    if (store_is_readonly(db->env))
+        return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", store_path(db->env));
+    size_t dim;
+    int rc = index_dim(db, &dim, m);
+    if (rc)
+        return rc;
+    idx_input in;
+    to_input(batch, &in);
+    return idx_batch_prepare(&in, dim, b, m);
+}
+
+int tartan_add(tartan_db *db, const tartan_batch *batch, unsigned flags)
+{
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_add: db is NULL");
+    if (flags & ~TARTAN_REPLACE)
+        return eng_failf(db, TARTAN_EINVAL, "tartan_add: unknown flags 0x%x", flags);
+    store_msg m = {{0}};
+    idx_batch b;
+    int rc = prepare(db, batch, 1, &b, &m);
+    if (rc)
+        return eng_fail(db, rc, &m);
+    idx_train_opts o;
+    train_opts(db, &o);
+    pthread_mutex_lock(&db->write_lock);
+    rc = idx_add(db->env, &b, (flags & TARTAN_REPLACE) != 0, &o, &m);
+    pthread_mutex_unlock(&db->write_lock);
+    idx_batch_free(&b);
+    return rc ? eng_fail(db, rc, &m) : 0;
+}
+
+int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens)
+{
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_train: db is NULL");
+    store_msg m = {{0}};
+    idx_batch b;
+    int rc = prepare(db, sample, 0, &b, &m);
+    if (rc)
+        return eng_fail(db, rc, &m);
+    idx_train_opts o;
+    train_opts(db, &o);
+    pthread_mutex_lock(&db->write_lock);
+    rc = idx_train(db->env, &b, corpus_tokens, &o, &m);
+    pthread_mutex_unlock(&db->write_lock);
+    idx_batch_free(&b);
+    return rc ? eng_fail(db, rc, &m) : 0;
+}
+
+int tartan_delete(tartan_db *db, const char *const *ids, size_t n, size_t *n_deleted)
+{
+    if (n_deleted)
+        *n_deleted = 0;
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_delete: db is NULL");
+    store_msg m = {{0}};
+    pthread_mutex_lock(&db->write_lock);
+    int rc = idx_delete(db->env, ids, n, n_deleted, &m);
+    pthread_mutex_unlock(&db->write_lock);
+    return rc ? eng_fail(db, rc, &m) : 0;
+}

@@ -1,0 +1,160 @@
+/*
+ * index.h: building, changing and reading a PLAID index (layer prefix idx_). The engine calls
+ * this layer; it uses storage/ (store.h), the codec (codec.h), FAISS (kmeans.h) and the sizing
+ * rules (plan.h).
+ *
+ * Writing:
+ *   1. idx_batch_prepare checks a batch of documents (ids, lengths, values) and makes its
+ *      L2-normalised fp32 copy; nothing in the index is touched;
+ *   2. idx_train (explicit, from a sample) or the first idx_add trains centroids and codec;
+ *   3. idx_add / idx_delete change the index, each in one write transaction;
+ *   4. idx_batch_free.
+ *
+ * Reading (the search pipeline's entry point):
+ *   1. idx_reader_open begins a read snapshot and loads the model (header, codec, centroids
+ *      straight from the map);
+ *   2. idx_reader_doc / idx_reader_next_doc give documents as kern_pdoc pointers into the map;
+ *      idx_reader_ivf_* iterate inverted lists; idx_reader_name / idx_reader_docno map
+ *      document numbers to external ids and back;
+ *   3. idx_reader_close ends the snapshot; every pointer obtained through it dies with it.
+ * A reader is used by one thread at a time (it may move between threads); any number of
+ * readers may live at once, beside one writer, each seeing the index as of its open. A thread
+ * must close its readers before it calls idx_add, idx_delete or idx_train (store.h).
+ *
+ * Errors: 0, a negative TARTAN_E... code or a positive errno value; the detail goes into the
+ * store_msg (without the code's name).
+ */
+#ifndef TARTAN_INDEX_INDEX_H
+#define TARTAN_INDEX_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "kernels.h"
+#include "store.h"
+
+/* Element types of input embeddings (the same values as tartan_dtype). */
+enum { IDX_F32 = 0, IDX_F16 = 1, IDX_BF16 = 2 };
+
+/* A batch as the caller gives it (mirrors tartan_batch; see engine/tartan.h). */
+typedef struct idx_input {
+    size_t n_docs;
+    const char *const *ids; /* [n_docs], NUL-terminated; NULL for a training sample */
+    const size_t *doclens;  /* [n_docs] */
+    const void *embeddings; /* [n_rows, dim] of dtype */
+    size_t n_rows;
+    size_t dim;
+    int dtype;
+} idx_input;
+
+/* A checked batch: the caller's ids and lengths, and its own normalised fp32 embeddings. */
+typedef struct idx_batch {
+    size_t n_docs;
+    const char *const *ids; /* NULL for a sample without ids */
+    size_t *idlens;        /* [n_docs], owned */
+    const size_t *doclens; /* the caller's */
+    size_t *offsets;       /* [n_docs + 1] token offsets, owned */
+    size_t n_rows, dim;
+    float *emb; /* [n_rows, dim], L2-normalised, owned */
+} idx_batch;
+
+/*
+ * Checks in (against an index of dimension dim) and fills b. Errors, each naming the document
+ * (its position and id) and token: TARTAN_EINVAL (NULL pointers, doclens not summing to
+ * n_rows), TARTAN_EEMPTY (no documents, a document without tokens), TARTAN_ETOOBIG (a document
+ * above STORE_MAX_DOC_TOKENS tokens), TARTAN_EDIM, TARTAN_EDTYPE, TARTAN_EBADID (an empty id,
+ * one longer than STORE_MAX_ID bytes, or with a control character), TARTAN_EDUPID (an id twice
+ * in the batch), TARTAN_ENONFINITE (NaN or infinity), TARTAN_ERANGE (a token of all zeros,
+ * which has no direction), ENOMEM. On failure b needs no idx_batch_free.
+ */
+int idx_batch_prepare(const idx_input *in, size_t dim, idx_batch *b, store_msg *m);
+void idx_batch_free(idx_batch *b);
+
+/* How the first training runs (from the engine's options). */
+typedef struct idx_train_opts {
+    size_t n_centroids; /* 0: DESIGN's formula from the corpus size */
+    size_t sample_docs; /* documents a first add samples from its batch; 0: DESIGN's formula */
+    int kmeans_iters;
+    uint64_t seed;
+} idx_train_opts;
+
+/*
+ * Trains centroids and codec from sample (all of its tokens) and stores them in one
+ * transaction. corpus_tokens: tokens of the whole collection the sample stands for (sizes K;
+ * 0: the sample's own). TARTAN_EINVAL if the index is trained already, TARTAN_ETRAIN if
+ * FAISS fails, TARTAN_EEMPTY if the sample has too few tokens (fewer than 2).
+ */
+int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
+              const idx_train_opts *o, store_msg *m);
+
+/*
+ * Adds the documents of b in one transaction (trains first from a sample of b when the index
+ * has no centroids yet: opts says how). replace: an id that exists is replaced (its old
+ * document deleted, the new one gets a new number); otherwise TARTAN_EDUPID. Errors also
+ * TARTAN_ETOOBIG (document numbers exhausted), TARTAN_EREADONLY, and storage errors. On any
+ * failure the index is as it was.
+ */
+int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opts *opts,
+            store_msg *m);
+
+/*
+ * Deletes the documents with the n given ids in one transaction; ids not in the index are
+ * skipped. *n_deleted: how many were deleted. TARTAN_EBADID for an empty or invalid id.
+ */
+int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_deleted,
+               store_msg *m);
+
+/* Checks one external id (non-empty, at most STORE_MAX_ID bytes, no control character). */
+int idx_id_check(const char *id, size_t *len);
+
+/* Documents to sample from a corpus of n_docs (sample_docs if nonzero, else DESIGN's rule). */
+size_t idx_sample_docs(size_t n_docs, size_t sample_docs);
+
+/* ---- reading -------------------------------------------------------------------------- */
+
+typedef struct idx_reader {
+    store_env *env;
+    store_txn *txn;
+    store_header h;          /* dim, nbits, n_centroids, code_bytes, token_bytes, counts */
+    int trained;             /* 0: no centroids, codec or documents yet */
+    idx_codec codec;         /* valid when trained */
+    const float *centroids;  /* [n_centroids, dim], in the map; NULL when untrained */
+    int verify;              /* check each document's checksum on read (default 1) */
+} idx_reader;
+
+/* Begins a snapshot and loads the model. */
+int idx_reader_open(store_env *env, idx_reader *r, store_msg *m);
+void idx_reader_close(idx_reader *r);
+
+/*
+ * Document docno as kernel pointers into the map (codes uint16 when h.code_bytes == 2, else
+ * uint32). TARTAN_ENOTFOUND for a number never used or deleted; TARTAN_ECORRUPT for a damaged
+ * blob (checksum, size).
+ */
+int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_msg *m);
+
+/*
+ * All live documents in number order: *cur starts NULL; each call gives the next one and
+ * returns 1, then 0 at the end (the cursor is freed then), or an error (call
+ * idx_reader_docs_end to free a cursor left early).
+ */
+int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno,
+                        kern_pdoc *doc, store_msg *m);
+void idx_reader_docs_end(store_cursor *cur);
+
+/* Inverted list of a centroid: see store_ivf_open / store_ivf_next (runs of native uint32
+ * document numbers, ascending, pointing into the map). */
+int idx_reader_ivf_open(const idx_reader *r, uint32_t centroid, store_ivf_iter **it,
+                        store_msg *m);
+
+/* External id of docno (pointer into the map, len bytes, not NUL-terminated). */
+int idx_reader_name(const idx_reader *r, uint32_t docno, const char **id, size_t *len,
+                    store_msg *m);
+/* Document number of an external id: 0 or TARTAN_ENOTFOUND (no message then). */
+int idx_reader_docno(const idx_reader *r, const char *id, uint32_t *docno, store_msg *m);
+
+/* Decompresses a stored document into out [ntok, dim] (tests, tools, GPU staging). */
+void idx_reader_decompress(const idx_reader *r, const kern_pdoc *doc, float *out);
+
+#endif

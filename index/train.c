@@ -1,0 +1,141 @@
+/*
+ * train.c: centroids and codec from a sample (DESIGN.md section 3): spherical k-means through
+ * FAISS on most of the sample, the codec's cutoffs and weights from the residuals of the rest.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kmeans.h"
+#include "model.h"
+#include "plan.h"
+#include "tartan.h"
+
+/* ColBERTv2's hold-out for the codec: 5% of the sample, at most 50,000 vectors. */
+#define HELDOUT_FRACTION 0.05
+#define HELDOUT_MAX 50000
+/* FAISS's training cap: more points per centroid only slow k-means down. */
+#define MAX_PER_CENTROID 256
+
+uint64_t idx_rand_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void idx_model_free(idx_model *mod)
+{
+    if (!mod)
+        return;
+    free(mod->centroids);
+    mod->centroids = NULL;
+}
+
+int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
+                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out,
+                    store_msg *m)
+{
+    memset(out, 0, sizeof *out);
+    if (n < 2)
+        return store_fail(m, TARTAN_EEMPTY,
+                          "training needs at least 2 tokens, the sample has %zu", n);
+    size_t held = (size_t)(HELDOUT_FRACTION * (double)n);
+    if (held > HELDOUT_MAX)
+        held = HELDOUT_MAX;
+    if (held == 0)
+        held = 1;
+    size_t ntrain = n - held;
+    size_t k = k_req ? k_req : idx_plan_centroids(corpus_tokens ? corpus_tokens : n);
+    if (k > ntrain)
+        k = ntrain; /* k-means cannot make more centroids than it has points */
+    if (k > UINT32_MAX)
+        return store_fail(m, TARTAN_ERANGE, "%zu centroids is too many", k);
+
+    /* A seeded shuffle decides which tokens train k-means and which are held out. */
+    float *tmp = malloc(dim * sizeof(float));
+    float *cent = malloc(k * dim * sizeof(float));
+    float *resid = malloc(held * dim * sizeof(float));
+    int64_t *lab = malloc(held * sizeof *lab);
+    int rc = 0;
+    if (!tmp || !cent || !resid || !lab) {
+        rc = store_fail(m, ENOMEM, "out of memory training on %zu tokens", n);
+        goto done;
+    }
+    /* In place: the sample is the largest thing a build holds, so it is never copied. */
+    uint64_t st = seed;
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = (size_t)(idx_rand_next(&st) % (i + 1));
+        if (j == i)
+            continue;
+        memcpy(tmp, x + i * dim, dim * sizeof(float));
+        memcpy(x + i * dim, x + j * dim, dim * sizeof(float));
+        memcpy(x + j * dim, tmp, dim * sizeof(float));
+    }
+    float *shuf = x;
+    char err[256] = "";
+    if (idx_kmeans_spherical(shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, err,
+                             sizeof err)) {
+        rc = store_fail(m, TARTAN_ETRAIN, "k-means of %zu tokens into %zu centroids: %s",
+                        ntrain, k, err);
+        goto done;
+    }
+    const float *hx = shuf + ntrain * dim;
+    if (idx_flat_ip_search(cent, k, dim, hx, held, 1, lab, NULL, err, sizeof err)) {
+        rc = store_fail(m, TARTAN_ETRAIN, "assigning held-out tokens: %s", err);
+        goto done;
+    }
+    for (size_t i = 0; i < held; i++)
+        for (size_t j = 0; j < dim; j++)
+            resid[i * dim + j] = hx[i * dim + j] - cent[(size_t)lab[i] * dim + j];
+    if (idx_codec_train(&out->codec, dim, nbits, resid, held)) {
+        rc = store_fail(m, TARTAN_ETRAIN, "training the %u-bit codec on %zu residuals failed",
+                        nbits, held);
+        goto done;
+    }
+    out->k = (uint32_t)k;
+    out->centroids = cent;
+    cent = NULL;
+done:
+    free(tmp);
+    free(cent);
+    free(resid);
+    free(lab);
+    return rc;
+}
+
+int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_msg *m)
+{
+    memset(out, 0, sizeof *out);
+    if (h->n_centroids == 0)
+        return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
+    const float *c;
+    int rc = store_centroids_get(txn, h->n_centroids, h->dim, &c, m);
+    if (rc)
+        return rc;
+    out->codec.dim = h->dim;
+    out->codec.nbits = h->nbits;
+    if ((rc = store_codec_get(txn, h->nbits, out->codec.cutoffs, out->codec.weights, m)))
+        return rc;
+    out->centroids = malloc((size_t)h->n_centroids * h->dim * sizeof(float));
+    if (!out->centroids)
+        return store_fail(m, ENOMEM, "out of memory");
+    memcpy(out->centroids, c, (size_t)h->n_centroids * h->dim * sizeof(float));
+    out->k = h->n_centroids;
+    return 0;
+}
+
+int idx_model_store(store_txn *txn, const idx_model *mod, store_header *h, store_msg *m)
+{
+    int rc = store_centroids_put(txn, mod->k, h->dim, mod->centroids, m);
+    if (!rc)
+        rc = store_codec_put(txn, h->nbits, mod->codec.cutoffs, mod->codec.weights, m);
+    if (rc)
+        return rc;
+    h->n_centroids = mod->k;
+    h->code_bytes = mod->k <= 65536u ? 2 : 4;
+    return 0;
+}

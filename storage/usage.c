@@ -1,0 +1,94 @@
+/*
+ * usage.c: where an index's bytes go: pages per named database, the file, and what is free.
+ * Also store_dump, which walks every key and value (tests compare whole indexes with it).
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store_internal.h"
+#include "tartan.h"
+
+static uint64_t pages(const MDB_stat *s)
+{
+    return (uint64_t)(s->ms_branch_pages + s->ms_leaf_pages + s->ms_overflow_pages) *
+           s->ms_psize;
+}
+
+int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
+{
+    memset(u, 0, sizeof *u);
+    struct {
+        MDB_dbi dbi;
+        uint64_t *out;
+    } dbs[] = {
+        {env->se_meta, &u->meta}, {env->se_centroids, &u->centroids}, {env->se_docs, &u->docs},
+        {env->se_ivf, &u->ivf},   {env->se_ids, &u->ids},             {env->se_names, &u->names},
+    };
+    uint64_t used = 0;
+    MDB_stat s;
+    for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
+        int rc = mdb_stat(t->st_txn, dbs[i].dbi, &s);
+        if (rc)
+            return store_map_lmdb(m, rc, "measuring the index");
+        *dbs[i].out = pages(&s);
+        used += pages(&s);
+        if (dbs[i].dbi == env->se_ivf)
+            u->ivf_entries = s.ms_entries;
+    }
+    u->page_size = s.ms_psize;
+    /* LMDB's own: the two meta pages and the main database that names the others. */
+    MDB_dbi main_dbi;
+    if (mdb_dbi_open(t->st_txn, NULL, 0, &main_dbi) == 0 && mdb_stat(t->st_txn, main_dbi, &s) == 0)
+        used += pages(&s);
+    used += 2 * (uint64_t)u->page_size;
+    char *data = NULL;
+    if (asprintf(&data, "%s/data.mdb", env->se_path) < 0)
+        return store_fail(m, ENOMEM, "out of memory");
+    struct stat st;
+    int ok = stat(data, &st) == 0;
+    int err = errno;
+    free(data);
+    if (!ok)
+        return store_fail(m, err, "'%s/data.mdb': %s", env->se_path, strerror(err));
+    u->file = (uint64_t)st.st_size;
+    u->free = u->file > used ? u->file - used : 0;
+    return 0;
+}
+
+int store_dump(store_txn *t, store_dump_fn fn, void *ctx, store_msg *m)
+{
+    store_env *env = t->st_env;
+    struct {
+        const char *name;
+        MDB_dbi dbi;
+    } dbs[] = {
+        {"meta", env->se_meta}, {"centroids", env->se_centroids}, {"docs", env->se_docs},
+        {"ivf", env->se_ivf},   {"ids", env->se_ids},             {"names", env->se_names},
+    };
+    for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
+        MDB_cursor *cur;
+        int rc = mdb_cursor_open(t->st_txn, dbs[i].dbi, &cur);
+        if (rc)
+            return store_map_lmdb(m, rc, "dumping the index");
+        MDB_val k, d;
+        MDB_cursor_op op = MDB_FIRST;
+        while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+            op = MDB_NEXT;
+            int r = fn(dbs[i].name, k.mv_data, k.mv_size, d.mv_data, d.mv_size, ctx);
+            if (r) {
+                mdb_cursor_close(cur);
+                return r;
+            }
+        }
+        mdb_cursor_close(cur);
+        if (rc != MDB_NOTFOUND)
+            return store_map_lmdb(m, rc, "dumping the index");
+    }
+    return 0;
+}

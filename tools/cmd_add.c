@@ -1,0 +1,98 @@
+/*
+ * cmd_add.c: `tartan add INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt] [--batch N]
+ * [--replace]`: adds a corpus to an existing index in batches (one transaction each), with the
+ * index's centroids and codec (an untrained index trains from the first batch).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commands.h"
+#include "ingest.h"
+#include "tartan.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tartan add INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
+               "                  [--batch N] [--replace]\n\n"
+               "Adds documents to the index INDEX. Without --ids the ids are the row numbers\n"
+               "of L.npy. An id the index has already is an error unless --replace.\n\n"
+               "  --batch N    documents per transaction (default 1000)\n"
+               "  --replace    replace documents whose ids exist\n");
+}
+
+int tool_cmd_add(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"embeddings", required_argument, NULL, 'e'},
+        {"doclens", required_argument, NULL, 'l'},
+        {"ids", required_argument, NULL, 'i'},
+        {"batch", required_argument, NULL, 'n'},
+        {"replace", no_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *emb = NULL, *lens = NULL, *ids = NULL;
+    size_t batch = 1000;
+    unsigned flags = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            emb = optarg;
+            break;
+        case 'l':
+            lens = optarg;
+            break;
+        case 'i':
+            ids = optarg;
+            break;
+        case 'n':
+            if (tool_parse_size(optarg, &batch) || batch == 0) {
+                fprintf(stderr, "tartan add: --batch wants a number >= 1, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'r':
+            flags |= TARTAN_REPLACE;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1 || !emb || !lens) {
+        usage(stderr);
+        return 2;
+    }
+    const char *path = argv[optind];
+    char err[1024];
+    tool_corpus corpus;
+    int rc = tool_corpus_open(&corpus, emb, lens, ids, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "tartan add: %s: %s\n", tartan_err_name(rc), err);
+        return 1;
+    }
+    tartan_options o;
+    tartan_options_init(&o);
+    o.dim = corpus.dim;
+    tartan_db *db;
+    if ((rc = tartan_open(path, &o, &db))) {
+        fprintf(stderr, "tartan add: %s\n", tartan_errmsg(NULL));
+        tool_corpus_close(&corpus);
+        return 1;
+    }
+    size_t added = 0;
+    rc = tool_corpus_ingest(db, &corpus, batch, flags, &added, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "tartan add: %s: %s\n", tartan_err_name(rc), err);
+        fprintf(stderr, "tartan add: %zu documents were added before the failure\n", added);
+    }
+    tartan_close(db);
+    tool_corpus_close(&corpus);
+    return rc ? 1 : 0;
+}

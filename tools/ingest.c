@@ -1,0 +1,257 @@
+/* ingest.c: see ingest.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "errbuf.h"
+#include "ingest.h"
+#include "progress.h"
+
+int tool_parse_size(const char *s, size_t *v)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *v = (size_t)x;
+    return 0;
+}
+
+size_t tool_corpus_doclen(const tool_corpus *c, size_t i)
+{
+    if (c->lens.dtype == TOOL_I32)
+        return (size_t)((const int32_t *)c->lens.data)[i];
+    return (size_t)((const int64_t *)c->lens.data)[i];
+}
+
+static int64_t raw_len(const tool_corpus *c, size_t i)
+{
+    if (c->lens.dtype == TOOL_I32)
+        return ((const int32_t *)c->lens.data)[i];
+    return ((const int64_t *)c->lens.data)[i];
+}
+
+void tool_corpus_close(tool_corpus *c)
+{
+    tool_npy_close(&c->emb);
+    tool_npy_close(&c->lens);
+    if (c->have_ids)
+        tool_idlist_free(&c->ids);
+    memset(c, 0, sizeof *c);
+}
+
+int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids,
+                     char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->emb_path = emb;
+    c->lens_path = lens;
+    c->ids_path = ids;
+    int rc = tool_npy_open(&c->emb, emb, TOOL_DT_FLOATS, 2, 2, err, errlen);
+    if (rc)
+        return rc;
+    if ((rc = tool_npy_open(&c->lens, lens, TOOL_DT_INTS, 1, 1, err, errlen)))
+        goto fail;
+    c->n_docs = c->lens.shape[0];
+    c->n_rows = c->emb.shape[0];
+    c->dim = c->emb.shape[1];
+    c->dtype = c->emb.dtype == TOOL_F32   ? TARTAN_FLOAT32
+               : c->emb.dtype == TOOL_F16 ? TARTAN_FLOAT16
+                                          : TARTAN_BFLOAT16;
+    c->row_bytes = c->dim * tool_dtype_size(c->emb.dtype);
+    if (c->n_docs == 0) {
+        rc = tool_fail(err, errlen, TARTAN_EEMPTY, "%s: no documents", lens);
+        goto fail;
+    }
+    if (c->dim == 0) {
+        rc = tool_fail(err, errlen, TARTAN_EDIM, "%s: embeddings of dimension 0", emb);
+        goto fail;
+    }
+    size_t sum = 0;
+    for (size_t i = 0; i < c->n_docs; i++) {
+        int64_t l = raw_len(c, i);
+        if (l <= 0) {
+            rc = tool_fail(err, errlen, TARTAN_EEMPTY, "%s: document %zu has length %lld", lens,
+                           i, (long long)l);
+            goto fail;
+        }
+        sum += (size_t)l;
+    }
+    if (sum != c->n_rows) {
+        rc = tool_fail(err, errlen, sum > c->n_rows ? TARTAN_ETRUNC : TARTAN_EFORMAT,
+                       "%s has %zu rows but %s sums to %zu", emb, c->n_rows, lens, sum);
+        goto fail;
+    }
+    if (ids) {
+        if ((rc = tool_idlist_read(&c->ids, ids, err, errlen)))
+            goto fail;
+        c->have_ids = 1;
+        if (c->ids.n != c->n_docs) {
+            rc = tool_fail(err, errlen, c->ids.n < c->n_docs ? TARTAN_ETRUNC : TARTAN_EFORMAT,
+                           "%s has %zu ids but %s has %zu documents", ids, c->ids.n, lens,
+                           c->n_docs);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    tool_corpus_close(c);
+    return rc;
+}
+
+/* Gives back the mapped pages of the embeddings below byte offset upto of the data (whole
+ * pages only): they were read once and are not needed again. */
+static void release_upto(tool_corpus *c, size_t upto)
+{
+    if (!c->emb.mapped)
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const char *base = c->emb.np_base;
+    size_t start_off = (size_t)((const char *)c->emb.data - base);
+    size_t end = (start_off + upto) / page * page;
+    if (end > c->released) {
+        madvise((char *)base + c->released, end - c->released, MADV_DONTNEED);
+        c->released = end;
+    }
+}
+
+static void release_all(tool_corpus *c)
+{
+    if (!c->emb.mapped)
+        return;
+    madvise(c->emb.np_base, c->emb.np_len, MADV_DONTNEED);
+    c->released = 0;
+}
+
+static uint64_t next_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen)
+{
+    size_t want = tartan_sample_docs(db, c->n_docs);
+    size_t *lens = malloc((want ? want : 1) * sizeof *lens);
+    size_t *pick = malloc((want ? want : 1) * sizeof *pick);
+    if (!lens || !pick) {
+        free(lens);
+        free(pick);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu documents",
+                         want);
+    }
+    /* Selection sampling (each document kept with probability needed / remaining): uniform
+     * over the whole file, in file order, in O(sample) memory. */
+    uint64_t st = seed;
+    size_t n = 0, tokens = 0;
+    for (size_t i = 0; i < c->n_docs && n < want; i++) {
+        if (next_rand(&st) % (c->n_docs - i) < want - n) {
+            pick[n] = i;
+            lens[n] = tool_corpus_doclen(c, i);
+            tokens += lens[n];
+            n++;
+        }
+    }
+    char *buf = malloc(tokens * c->row_bytes);
+    if (!buf) {
+        free(lens);
+        free(pick);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens",
+                         tokens);
+    }
+    size_t row = 0, at = 0, k = 0;
+    for (size_t i = 0; i < c->n_docs && k < n; i++) {
+        size_t l = tool_corpus_doclen(c, i);
+        if (pick[k] == i) {
+            memcpy(buf + at * c->row_bytes, (const char *)c->emb.data + row * c->row_bytes,
+                   l * c->row_bytes);
+            at += l;
+            k++;
+        }
+        row += l;
+    }
+    release_all(c);
+    tartan_batch b = {0};
+    b.n_docs = n;
+    b.ids = NULL;
+    b.doclens = lens;
+    b.embeddings = buf;
+    b.n_rows = tokens;
+    b.dim = c->dim;
+    b.dtype = c->dtype;
+    int rc = tartan_train(db, &b, c->n_rows);
+    if (rc)
+        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n,
+                  tartan_errmsg(db));
+    free(buf);
+    free(lens);
+    free(pick);
+    return rc;
+}
+
+int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
+                       size_t *added, char *err, size_t errlen)
+{
+    *added = 0;
+    if (batch_docs == 0)
+        batch_docs = 1;
+    size_t *lens = malloc(batch_docs * sizeof *lens);
+    const char **ids = malloc(batch_docs * sizeof *ids);
+    char *names = malloc(batch_docs * 21); /* row numbers as text: up to 20 digits */
+    if (!lens || !ids || !names) {
+        free(lens);
+        free(ids);
+        free(names);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a batch of %zu", batch_docs);
+    }
+    tool_progress p;
+    tool_progress_start(&p, "docs", c->n_docs);
+    int rc = 0;
+    size_t row = 0;
+    for (size_t d0 = 0; d0 < c->n_docs; d0 += batch_docs) {
+        size_t n = c->n_docs - d0 < batch_docs ? c->n_docs - d0 : batch_docs;
+        size_t rows = 0;
+        for (size_t i = 0; i < n; i++) {
+            lens[i] = tool_corpus_doclen(c, d0 + i);
+            rows += lens[i];
+            if (c->have_ids) {
+                ids[i] = c->ids.ids[d0 + i];
+            } else {
+                snprintf(names + 21 * i, 21, "%zu", d0 + i);
+                ids[i] = names + 21 * i;
+            }
+        }
+        tartan_batch b = {0};
+        b.n_docs = n;
+        b.ids = ids;
+        b.doclens = lens;
+        b.embeddings = (const char *)c->emb.data + row * c->row_bytes;
+        b.n_rows = rows;
+        b.dim = c->dim;
+        b.dtype = c->dtype;
+        rc = tartan_add(db, &b, flags);
+        if (rc) {
+            tool_fail(err, errlen, rc, "batch of documents %zu..%zu (rows %zu..%zu): %s", d0,
+                      d0 + n - 1, row, row + rows - 1, tartan_errmsg(db));
+            break;
+        }
+        row += rows;
+        *added += n;
+        release_upto(c, row * c->row_bytes);
+        tool_progress_update(&p, *added);
+    }
+    tool_progress_end(&p, *added);
+    free(lens);
+    free(ids);
+    free(names);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * ingest.h: feeding a corpus on disk (embeddings.npy, doclens.npy, optional ids.txt) into an
+ * index through the public API, in bounded memory: the embeddings stay memory-mapped, each
+ * batch points straight into the mapping, and pages already added are dropped from the
+ * process (MADV_DONTNEED), so a build's peak memory depends on the batch and the training
+ * sample, not on the corpus. Used by `tartan build` and `tartan add`.
+ */
+#ifndef TARTAN_TOOLS_INGEST_H
+#define TARTAN_TOOLS_INGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "idlist.h"
+#include "npy.h"
+#include "tartan.h"
+
+typedef struct tool_corpus {
+    tool_npy emb;    /* [n_rows, dim] float32, float16 or bfloat16 */
+    tool_npy lens;   /* [n_docs] int32 or int64 */
+    tool_idlist ids; /* when have_ids */
+    int have_ids;
+    size_t n_docs, n_rows, dim;
+    tartan_dtype dtype;
+    size_t row_bytes;
+    size_t released; /* bytes of the mapping already given back */
+    const char *emb_path, *lens_path, *ids_path;
+} tool_corpus;
+
+/*
+ * Opens the files and checks them against each other in one pass over the lengths: ranks and
+ * dtypes, every length >= 1, the lengths summing to the embedding rows (TARTAN_ETRUNC when the
+ * embeddings have fewer rows, TARTAN_EFORMAT when more), the ids file holding one id per
+ * document (TARTAN_ETRUNC / TARTAN_EFORMAT likewise). ids may be NULL (ids are then the
+ * document's row numbers, "0" .. "N-1"). Messages name the file.
+ */
+int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids,
+                     char *err, size_t errlen);
+void tool_corpus_close(tool_corpus *c);
+
+/* Length of document i. */
+size_t tool_corpus_doclen(const tool_corpus *c, size_t i);
+
+/*
+ * Trains db from a sample of tartan_sample_docs(db, n_docs) documents drawn uniformly over
+ * the whole corpus (seeded), then gives the sample's memory back. The message of a failure is
+ * tartan_errmsg(db)'s, or the sample's own.
+ */
+int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen);
+
+/*
+ * Adds every document, batch_docs at a time, each batch one tartan_add(flags) (one
+ * transaction). *added: documents committed (a failure leaves the earlier batches in the
+ * index). progress: report on a terminal.
+ */
+int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
+                       size_t *added, char *err, size_t errlen);
+
+/* Parses a size argument ("4096"); 0 on success. */
+int tool_parse_size(const char *s, size_t *v);
+
+#endif

@@ -222,7 +222,8 @@ START_TEST(test_kernels_dense_dims)
     rng_init();
     static const size_t dims[] = {64, 96, 128, 256, 320, 1024};
     for (size_t i = 0; i < 6; i++)
-        check_dense(KERN_F32, dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
+        for (size_t k = 0; k < 3; k++)
+            check_dense(dtypes[k], dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
 }
 END_TEST
 
@@ -231,8 +232,10 @@ START_TEST(test_kernels_dense_odd_dims)
     /* Any positive dim works, also ones no vector width divides. */
     rng_init();
     static const size_t dims[] = {1, 3, 17, 33};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 4; i++) {
         check_dense(KERN_F32, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
+        check_dense(KERN_BF16, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
+    }
 }
 END_TEST
 
@@ -279,6 +282,8 @@ START_TEST(test_kernels_dense_many_panels)
     /* More query tokens than one panel holds, with a part-filled last panel. */
     rng_init();
     check_dense(KERN_F32, 64, 2, 75, 3, 19, 0.95, 1.0);
+    check_dense(KERN_BF16, 64, 2, 75, 3, 19, 0.95, 1.0);
+    check_dense(KERN_F16, 32, 1, 40, 2, 9, 1.0, 1.0);
 }
 END_TEST
 
@@ -1238,7 +1243,9 @@ START_TEST(test_kernels_isa_selection)
     ck_assert_int_eq(kern_cpu_force_isa("sse9"), KERN_EINVAL);
     ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
     const char *best = kern_mk_active()->name;
-    if (kern_cpu_has_isa("avx512"))
+    if (kern_cpu_has_isa("avx512bf16"))
+        ck_assert_str_eq(best, "avx512bf16");
+    else if (kern_cpu_has_isa("avx512"))
         ck_assert_str_eq(best, "avx512");
     else if (kern_cpu_has_isa("avx2"))
         ck_assert_str_eq(best, "avx2");

@@ -12,13 +12,14 @@
 
 #include "cuda_check.cuh"
 
-namespace {
+namespace
+{
 
 constexpr int TM = 64, TN = 64, TK = 16;
 
 __global__ void __launch_bounds__(256)
-    centroid_scores_kernel(const float *__restrict__ Q, const float *__restrict__ C,
-                           long long lq, long long nc, long long dim, float *__restrict__ S)
+    centroid_scores_kernel(const float *__restrict__ Q, const float *__restrict__ C, long long lq,
+                           long long nc, long long dim, float *__restrict__ S)
 {
     __shared__ float sq[TK][TM + 4];
     __shared__ float sc[TK][TN + 4];

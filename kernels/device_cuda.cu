@@ -38,8 +38,8 @@ extern "C" void kern_gpu_free(void *p)
 
 extern "C" int kern_gpu_copy(void *dst, const void *src, size_t bytes, int to_device)
 {
-    cudaError_t e = cudaMemcpy(dst, src, bytes,
-                               to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    cudaError_t e =
+        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
         cudaGetLastError();
         kern_set_error("cudaMemcpy(%zu bytes): %s", bytes, cudaGetErrorString(e));

@@ -31,7 +31,8 @@
 
 #include "cuda_check.cuh"
 
-namespace {
+namespace
+{
 
 /* Arguments of both kernels: dense when q_off / d_off are NULL. */
 struct ms_args {
@@ -61,8 +62,7 @@ __device__ __forceinline__ void query_range(const ms_args &a, long long q, long 
     }
 }
 
-__device__ __forceinline__ void doc_range(const ms_args &a, long long n, long long *start,
-                                          int *len)
+__device__ __forceinline__ void doc_range(const ms_args &a, long long n, long long *start, int *len)
 {
     if (a.d_off) {
         long long s = a.d_off[n];
@@ -102,14 +102,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
     /* Not volatile: the compiler may then interleave independent MMAs. */
     if (BF16)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     else
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint4 ldg16(const uint16_t *p)
@@ -155,8 +155,8 @@ __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], const uint16_t *
 
 /* B fragments of NG 8-token tiles from tok0 (tokens clamped to the last; masked later). */
 template <int NG, int NCH>
-__device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], const uint16_t *Dd, int tok0,
-                                       int dlen, int dim, int koff, int g, int t4)
+__device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], const uint16_t *Dd, int tok0, int dlen,
+                                       int dim, int koff, int g, int t4)
 {
 #pragma unroll
     for (int j = 0; j < NG; j++) {
@@ -167,8 +167,7 @@ __device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], const uint16_t *Dd,
     }
 }
 
-template <int MT, int NG>
-__device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4])
+template <int MT, int NG> __device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4])
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -210,8 +209,7 @@ __device__ __forceinline__ void mma_chunks(float (&acc)[MT][NG][4], const uint4 
 /* Folds NG finished 16 x 8 tiles (tokens tok0 + 8j + 2*t4 + {0,1}) into the row maxima. */
 template <int MT, int NG>
 __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc)[MT][NG][4],
-                                         const ms_args &a, long long n, int tok0, int dlen,
-                                         int t4)
+                                         const ms_args &a, long long n, int tok0, int dlen, int t4)
 {
 #pragma unroll
     for (int j = 0; j < NG; j++) {
@@ -220,10 +218,10 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc
         const bool v1 = dtok_valid(a, n, t + 1, dlen);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0 ? acc[mt][j][0] : -INFINITY,
-                                                   v1 ? acc[mt][j][1] : -INFINITY));
-            rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v0 ? acc[mt][j][2] : -INFINITY,
-                                                   v1 ? acc[mt][j][3] : -INFINITY));
+            rmax[mt][0] = fmaxf(
+                rmax[mt][0], fmaxf(v0 ? acc[mt][j][0] : -INFINITY, v1 ? acc[mt][j][1] : -INFINITY));
+            rmax[mt][1] = fmaxf(
+                rmax[mt][1], fmaxf(v0 ? acc[mt][j][2] : -INFINITY, v1 ? acc[mt][j][3] : -INFINITY));
         }
     }
 }
@@ -411,11 +409,11 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 }
 
 template <bool BF16, int MT, int NCH>
-__global__ void __launch_bounds__(TL_WARPS * 32, MT * NCH >= 8 ? 1 : 2) maxsim_tile_kernel(ms_args a)
+__global__ void __launch_bounds__(TL_WARPS * 32, MT *NCH >= 8 ? 1 : 2) maxsim_tile_kernel(ms_args a)
 {
     constexpr int RM = 16 * MT;
     constexpr int DIM = NCH * 32;
-    constexpr int ROWH = DIM + 32; /* row stride in halves: 64 bytes of padding */
+    constexpr int ROWH = DIM + 32;      /* row stride in halves: 64 bytes of padding */
     constexpr int NG = MT >= 4 ? 2 : 4; /* 8 independent accumulators per warp */
     __shared__ __align__(16) uint16_t s_tile[2][TT * ROWH];
     __shared__ float s_part[TL_WARPS];
@@ -530,8 +528,7 @@ __global__ void __launch_bounds__(TL_WARPS * 32, MT * NCH >= 8 ? 1 : 2) maxsim_t
         a.scores[(q0 + i) * a.nd + n] = nonempty ? s_qsum[i] : KERN_EMPTY_SCORE;
 }
 
-template <int DT>
-__device__ __forceinline__ float load_elem(const void *p, long long i)
+template <int DT> __device__ __forceinline__ float load_elem(const void *p, long long i)
 {
     if (DT == KERN_F32)
         return static_cast<const float *>(p)[i];
@@ -542,8 +539,7 @@ __device__ __forceinline__ float load_elem(const void *p, long long i)
 }
 
 /* Exact fp32 path on the CUDA cores: one CTA per (document, query). */
-template <int DT>
-__global__ void maxsim_simple_kernel(ms_args a)
+template <int DT> __global__ void maxsim_simple_kernel(ms_args a)
 {
     const long long n = blockIdx.x, q = blockIdx.y;
     __shared__ float s_red[32];
@@ -606,8 +602,7 @@ int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
 
 /* Four warps per CTA: eight would split short documents finer, but at the 128 registers
  * that two such CTAs per SM allow the kernel spills heavily (ptxas: 792 bytes). */
-template <bool BF16, int MT, int NCH>
-int launch_stream(const ms_args &a, int wm, unsigned qblocks)
+template <bool BF16, int MT, int NCH> int launch_stream(const ms_args &a, int wm, unsigned qblocks)
 {
     return launch_stream_w<BF16, MT, NCH, 4>(a, wm, qblocks);
 }
@@ -627,8 +622,7 @@ int launch_stream_nch(const ms_args &a, int nch, int wm, unsigned qblocks)
     }
 }
 
-template <bool BF16, int MT>
-int launch_tile_nch(const ms_args &a, int nch, dim3 grid)
+template <bool BF16, int MT> int launch_tile_nch(const ms_args &a, int nch, dim3 grid)
 {
     switch (nch) {
     case 4:
@@ -645,8 +639,7 @@ int launch_tile_nch(const ms_args &a, int nch, dim3 grid)
     return KERN_OK;
 }
 
-template <bool BF16>
-int launch_mma(const ms_args &a, int mt, int nch, int wm, bool tile)
+template <bool BF16> int launch_mma(const ms_args &a, int mt, int nch, int wm, bool tile)
 {
     const unsigned qblocks = (unsigned)((a.nq + a.qchunk - 1) / a.qchunk);
     if (tile) {

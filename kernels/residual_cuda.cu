@@ -25,7 +25,8 @@
 #include "cuda_check.cuh"
 #include "tune_cuda.h"
 
-namespace {
+namespace
+{
 
 /* src [rows, cols] -> dst [cols, rows]. */
 __global__ void transpose_kernel(const float *__restrict__ src, float *__restrict__ dst,
@@ -65,8 +66,7 @@ __device__ __forceinline__ uint32_t load_code(const void *codes, unsigned code_b
 }
 
 /* Byte i of a lane's packed residual words (i a compile-time constant after unrolling). */
-template <int W>
-__device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)[W], int i)
+template <int W> __device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)[W], int i)
 {
     return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
 }
@@ -87,13 +87,13 @@ __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1,
-                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1)
 {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 constexpr int RES_WARPS = 4;
@@ -106,9 +106,9 @@ template <int NB, int KT, int RNG>
 __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) : 1)
     residual_mma_kernel(res_args a)
 {
-    constexpr int BPT = KT * NB / 2; /* packed bytes per lane per token */
-    constexpr int VPB = 8 / NB;      /* values per byte */
-    constexpr int MT = 2;            /* 32 query rows per pass */
+    constexpr int BPT = KT * NB / 2;   /* packed bytes per lane per token */
+    constexpr int VPB = 8 / NB;        /* values per byte */
+    constexpr int MT = 2;              /* 32 query rows per pass */
     constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
     /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
      * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
@@ -161,8 +161,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                 a.scores[n] = KERN_EMPTY_SCORE;
             continue;
         }
-        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) &&
-                         (BPT % 4 == 0);
+        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
             if (units > 1 || !have_a) {
@@ -288,8 +287,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                         for (int h = 0; h < 2; h++) {
                             const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * nrm[j][0];
                             const float s1 = (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * nrm[j][1];
-                            rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY,
-                                                                   v1 ? s1 : -INFINITY));
+                            rmax[mt][h] =
+                                fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
                         }
                 }
             }
@@ -366,8 +365,7 @@ int resident_blocks(const void *fn, int threads, long long want, int *blocks)
     return KERN_OK;
 }
 
-template <int NB, int KT, int RNG>
-int launch_residual_k(const res_args &a)
+template <int NB, int KT, int RNG> int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
     if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG>, RES_WARPS * 32,
@@ -378,8 +376,7 @@ int launch_residual_k(const res_args &a)
     return KERN_OK;
 }
 
-template <int NB, int KT>
-int launch_residual_kt(const res_args &a)
+template <int NB, int KT> int launch_residual_kt(const res_args &a)
 {
     /* Tiles in flight per warp: 2 (128 registers, 4 CTAs per SM) unless overridden; 4 keeps
      * more loads and MMAs in flight per warp but fits 3 CTAs and spills a little: measured
@@ -390,8 +387,7 @@ int launch_residual_kt(const res_args &a)
     return launch_residual_k<NB, KT, 4>(a);
 }
 
-template <int NB>
-int launch_residual(const res_args &a)
+template <int NB> int launch_residual(const res_args &a)
 {
     switch (a.dim / 16) {
     case 4:
@@ -477,8 +473,8 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.nd = (long long)a->nd;
         r.scores = scores;
         /* Instantiated dims; others (and the empty query) take the fp32 path. */
-        const bool fast = a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 ||
-                                        a->dim == 256);
+        const bool fast =
+            a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
         if (fast) {
             switch (a->nbits) {
             case 1:
@@ -503,9 +499,9 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
             }
             residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
             cudaError_t e = cudaGetLastError();
-            rc = e == cudaSuccess ? KERN_OK
-                                  : kern_cuda_fail(e, "launch of residual_simple_kernel",
-                                                   __FILE__, __LINE__);
+            rc = e == cudaSuccess
+                     ? KERN_OK
+                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
         }
     }
 out:
@@ -514,8 +510,8 @@ out:
 }
 
 extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
-                                             unsigned code_bytes, const kern_pdoc *docs,
-                                             size_t nd, const uint8_t *keep, float *approx)
+                                             unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                             const uint8_t *keep, float *approx)
 {
     cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (lq > 0x7fffffff || (nd + 3) / 4 > 0x7fffffffu) {
@@ -530,7 +526,7 @@ extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n
     if (lq > 0 && n_centroids > 0 && (rc = transpose(S, ST, lq, n_centroids)) != KERN_OK)
         goto out;
     interaction_kernel<<<(unsigned)((nd + 3) / 4), 128>>>(ST, (int)lq, code_bytes, docs,
-                                                         (long long)nd, keep, approx);
+                                                          (long long)nd, keep, approx);
     {
         cudaError_t e = cudaGetLastError();
         rc = e == cudaSuccess

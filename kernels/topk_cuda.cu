@@ -18,7 +18,8 @@
 
 #include "cuda_check.cuh"
 
-namespace {
+namespace
+{
 
 struct row_state {
     unsigned long long prefix; /* key bits fixed so far */
@@ -35,15 +36,14 @@ __device__ __forceinline__ bool key_of(float f, unsigned long long i, unsigned l
 {
     if (isnan(f) || f == -INFINITY)
         return false;
-    uint32_t u = f == 0.f ? 0u : __float_as_uint(f); /* -0 and +0 tie */
+    uint32_t u = f == 0.f ? 0u : __float_as_uint(f);                /* -0 and +0 tie */
     const uint32_t up = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* increasing in f */
     *key = ((unsigned long long)(~up) << 32) | i;
     return true;
 }
 
 __global__ void __launch_bounds__(TK_THREADS)
-    hist_kernel(const float *__restrict__ x, long long n, int pass, row_state *st,
-                unsigned *hist)
+    hist_kernel(const float *__restrict__ x, long long n, int pass, row_state *st, unsigned *hist)
 {
     const long long row = blockIdx.y;
     if (st[row].done)
@@ -261,8 +261,8 @@ extern "C" int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t 
     cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (n > 0xffffffffu || rows > 65535 || k > 0x7fffffff ||
         (k + TK_THREADS - 1) / TK_THREADS > 0x7fffffffu) {
-        kern_set_error("topk_rows (cuda): %zu rows x %zu scores, k %zu beyond one launch", rows,
-                       n, k);
+        kern_set_error("topk_rows (cuda): %zu rows x %zu scores, k %zu beyond one launch", rows, n,
+                       k);
         return KERN_EINVAL;
     }
     if (n <= (size_t)TK_SMALL_N && k <= (size_t)TK_SMALL_K && rows <= 0x7fffffffu) {

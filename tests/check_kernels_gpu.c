@@ -223,20 +223,20 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
             qm[i] = rng_unit() < 0.8;
         for (size_t i = 0; i < nd * ld; i++)
             dm[i] = rng_unit() < 0.7;
-        memset(dm, 0, ld);                /* document 0: no valid token */
+        memset(dm, 0, ld); /* document 0: no valid token */
         if (nq > 1)
-            memset(qm + lq, 0, lq);       /* query 1: no valid token */
-        if (nd > 1) {                     /* document 1: one valid token */
+            memset(qm + lq, 0, lq); /* query 1: no valid token */
+        if (nd > 1) {               /* document 1: one valid token */
             memset(dm + ld, 0, ld);
             dm[ld + ld / 2] = 1;
         }
-        for (size_t n = 2; n < nd; n++)   /* a few more empty ones among the rest */
+        for (size_t n = 2; n < nd; n++) /* a few more empty ones among the rest */
             if (rng_unit() < 0.05)
                 memset(dm + n * ld, 0, ld);
     }
     size_t es = kern_dtype_size(t);
-    kern_dense a = {t, dim, dev_put(qh, nq * lq * dim * es), masks ? dev_put(qm, nq * lq) : NULL,
-                    nq, lq, dev_put(dh, nd * ld * dim * es), masks ? dev_put(dm, nd * ld) : NULL,
+    kern_dense a = {t,  dim, dev_put(qh, nq * lq * dim * es), masks ? dev_put(qm, nq * lq) : NULL,
+                    nq, lq,  dev_put(dh, nd * ld * dim * es), masks ? dev_put(dm, nd * ld) : NULL,
                     nd, ld};
     float *sd = dev_poisoned(nq * nd);
     expect_ok(kern_maxsim_dense(KERN_DEV_CUDA, &a, sd));
@@ -247,9 +247,9 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
     double *ref = malloc(nq * nd * sizeof(double)), *mag = malloc(nq * nd * sizeof(double));
     for (size_t q = 0; q < nq; q++)
         for (size_t n = 0; n < nd; n++)
-            ref[q * nd + n] = ref_maxsim(qv + q * lq * dim, qm ? qm + q * lq : NULL, lq,
-                                         dv + n * ld * dim, dm ? dm + n * ld : NULL, ld, dim,
-                                         &mag[q * nd + n]);
+            ref[q * nd + n] =
+                ref_maxsim(qv + q * lq * dim, qm ? qm + q * lq : NULL, lq, dv + n * ld * dim,
+                           dm ? dm + n * ld : NULL, ld, dim, &mag[q * nd + n]);
     char what[128];
     snprintf(what, sizeof what, "dense dtype %d dim %zu nq %zu lq %zu nd %zu ld %zu masks %d",
              (int)t, dim, nq, lq, nd, ld, masks);
@@ -318,12 +318,19 @@ static void run_varlen(kern_dtype t, size_t dim, size_t nq, size_t nd, int maxq,
         dof[i + 1] = dof[i] + len;
     }
     size_t tq = (size_t)qo[nq], td = (size_t)dof[nd];
-    double *qv = malloc((tq * dim + 1) * sizeof(double)), *dv = malloc((td * dim + 1) * sizeof(double));
+    double *qv = malloc((tq * dim + 1) * sizeof(double)),
+           *dv = malloc((td * dim + 1) * sizeof(double));
     void *qh = make_emb(t, tq * dim, qv);
     void *dh = make_emb(t, td * dim, dv);
     size_t es = kern_dtype_size(t);
-    kern_varlen a = {t, dim, dev_put(qh, tq * dim * es), dev_put(qo, (nq + 1) * 8), nq,
-                     dev_put(dh, td * dim * es), dev_put(dof, (nd + 1) * 8), nd};
+    kern_varlen a = {t,
+                     dim,
+                     dev_put(qh, tq * dim * es),
+                     dev_put(qo, (nq + 1) * 8),
+                     nq,
+                     dev_put(dh, td * dim * es),
+                     dev_put(dof, (nd + 1) * 8),
+                     nd};
     float *sd = dev_poisoned(nq * nd);
     expect_ok(kern_maxsim_varlen(KERN_DEV_CUDA, &a, sd));
     float *got = dev_get_floats(sd, nq * nd);
@@ -420,15 +427,15 @@ END_TEST
 typedef struct plaid_set {
     size_t dim, nc, nd, lq;
     unsigned nbits, code_bytes;
-    float *q, *cent, *w, *qc;   /* host: query, centroids, bucket weights, q.C */
-    uint32_t **codes;           /* per doc */
-    uint8_t **res;              /* per doc packed residuals */
-    float **inv;                /* per doc inverse norms */
+    float *q, *cent, *w, *qc; /* host: query, centroids, bucket weights, q.C */
+    uint32_t **codes;         /* per doc */
+    uint8_t **res;            /* per doc packed residuals */
+    float **inv;              /* per doc inverse norms */
     uint32_t *ntok;
-    kern_pdoc *ddocs;           /* device array of device pointers */
-    kern_pdoc *hdocs;           /* the same documents in host memory, for the CPU kernels */
-    uint16_t **codes16;         /* per doc, when code_bytes == 2 */
-    void **dbufs;               /* device buffers to free, 3 per doc */
+    kern_pdoc *ddocs;   /* device array of device pointers */
+    kern_pdoc *hdocs;   /* the same documents in host memory, for the CPU kernels */
+    uint16_t **codes16; /* per doc, when code_bytes == 2 */
+    void **dbufs;       /* device buffers to free, 3 per doc */
 } plaid_set;
 
 static unsigned bucket_of(const uint8_t *packed, size_t j, unsigned nbits)
@@ -498,7 +505,8 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
         memcpy(rbuf + odd, p->res[n], nt * rb);
         uint8_t *rdev = dev_put(rbuf, nt * rb + 2);
         free(rbuf);
-        void *cdev = code_bytes == 2 ? dev_put(c16, (nt + 1) * 2) : dev_put(p->codes[n], (nt + 1) * 4);
+        void *cdev =
+            code_bytes == 2 ? dev_put(c16, (nt + 1) * 2) : dev_put(p->codes[n], (nt + 1) * 4);
         float *idev = dev_put(p->inv[n], (nt + 1) * 4);
         p->codes16[n] = c16;
         p->hdocs[n].codes = code_bytes == 2 ? (const void *)c16 : (const void *)p->codes[n];
@@ -714,8 +722,7 @@ static void run_topk(size_t rows, size_t n, size_t k, int ties)
             if (j < m) {
                 ck_assert_msg(idx[r * k + j] == s[j].i && val[r * k + j] == s[j].v,
                               "topk row %zu rank %zu: got (%lld, %g), want (%lld, %g)", r, j,
-                              (long long)idx[r * k + j], val[r * k + j], (long long)s[j].i,
-                              s[j].v);
+                              (long long)idx[r * k + j], val[r * k + j], (long long)s[j].i, s[j].v);
             } else {
                 ck_assert_int_eq(idx[r * k + j], -1);
                 ck_assert(isinf(val[r * k + j]) && val[r * k + j] < 0);
@@ -731,8 +738,8 @@ START_TEST(test_kernels_gpu_topk_matches_reference)
     run_topk(3, 1000000, 10, 0);   /* millions of scores in all */
     run_topk(2, 2000000, 1000, 1); /* heavy ties: lower index first */
     run_topk(4, 5000, 1, 0);
-    run_topk(2, 50, 80, 0);        /* fewer qualify than k */
-    run_topk(32, 3000, 64, 1);     /* a query's tokens x centroids: top ncells */
+    run_topk(2, 50, 80, 0);    /* fewer qualify than k */
+    run_topk(32, 3000, 64, 1); /* a query's tokens x centroids: top ncells */
 }
 END_TEST
 
@@ -753,7 +760,7 @@ START_TEST(test_kernels_gpu_memory_stays_within_inputs)
     size_t free0 = 0, total = 0;
     ck_assert_int_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
     kern_dense a = {KERN_BF16, dim, dev_put(qh, qn * 2), NULL, 1, lq, dev_put(dh, dn * 2), NULL,
-                    nd, ld};
+                    nd,        ld};
     float *sd = dev_poisoned(nd);
     const size_t io = qn * 2 + dn * 2 + nd * 4;
     size_t free1 = 0;
@@ -765,7 +772,8 @@ START_TEST(test_kernels_gpu_memory_stays_within_inputs)
     size_t free2 = 0;
     ck_assert_int_eq(cudaMemGetInfo(&free2, &total), cudaSuccess);
     const size_t scratch = kern_gpu_scratch_peak() - base;
-    fprintf(stderr, "memory: inputs+outputs %.3f GB, scratch peak %zu bytes, free before %.3f "
+    fprintf(stderr,
+            "memory: inputs+outputs %.3f GB, scratch peak %zu bytes, free before %.3f "
             "after %.3f GB (naive table %.1f GB)\n",
             io / 1e9, scratch, free1 / 1e9, free2 / 1e9, (double)lq * ld * nd * 4 / 1e9);
     /* The call takes no scratch beyond a small fraction of its inputs, holds nothing after,
@@ -782,8 +790,8 @@ START_TEST(test_kernels_gpu_memory_stays_within_inputs)
         for (size_t i = 0; i < ld * dim; i++)
             dv[i] = kern_bf16_to_f32(dh[n * ld * dim + i]);
         double mag, ref = ref_maxsim(qv, NULL, lq, dv, NULL, ld, dim, &mag);
-        ck_assert_msg(fabs(got[n] - ref) <= REL_TOL * mag + 1e-5, "page %zu: %g vs %g", n,
-                      got[n], ref);
+        ck_assert_msg(fabs(got[n] - ref) <= REL_TOL * mag + 1e-5, "page %zu: %g vs %g", n, got[n],
+                      ref);
     }
     for (size_t n = 0; n < nd; n++)
         ck_assert(isfinite(got[n]));

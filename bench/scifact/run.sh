@@ -11,7 +11,7 @@
 # (reference.py), the exhaustive run's parity with that NumPy reference is reported too.
 # Environment: TARTAN (the command; default the build tree's ./tartan or tools/tartan, else
 # `tartan` on PATH), QRELS (default: meta.json's data dir/qrels/SPLIT.tsv), PYTHON (python3),
-# K (documents per query, 100).
+# K (documents per query, 100), BUILD_OPTS (extra `tartan build` options, e.g. --centroids 4096).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,8 +55,9 @@ echo "tartan: $TARTAN; embeddings: $emb; qrels: $QRELS; out: $work" >&2
 echo "load before: $(uptime)" >"$work/load.txt"
 
 rm -rf "$work/index"
+# shellcheck disable=SC2086 # BUILD_OPTS is a list of options
 timed build "$TARTAN" build "$work/index" --embeddings "$emb/embeddings.npy" \
-    --doclens "$emb/doclens.npy" --ids "$emb/ids.txt"
+    --doclens "$emb/doclens.npy" --ids "$emb/ids.txt" ${BUILD_OPTS:-}
 
 # search NAME [OPTIONS...]: all queries, top K, TREC run into runs/NAME.trec.
 search() {

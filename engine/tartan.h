@@ -322,10 +322,13 @@ TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
  * dimension each) against the index's documents with MaxSim and returns each query's best k
  * documents by external id. The default is PLAID's pipeline (DESIGN.md section 4): candidates
  * from each query token's nearest ncells centroids, two rounds of centroid interaction that
- * keep ndocs then ndocs / 4 documents, then exact scoring of those from the stored codes and
- * residuals. Exhaustive mode scores every live document exactly (the reference PLAID's recall
- * is measured against). Scores are sums over query tokens of cosines (tokens of queries and
- * documents are L2-normalised), ties broken towards the document added first.
+ * keep ndocs then max(ndocs / 4, k) documents, then exact scoring of those from the stored
+ * codes and residuals (when stage 1 finds no more candidates than that, all are scored
+ * exactly). Exhaustive mode scores every live document exactly (the reference PLAID's recall
+ * is measured against). With a subset, PLAID's candidates are only the subset's documents; a
+ * subset of at most ndocs live documents is scored exactly instead, all of it (as cheap as
+ * the pruning stages, and exact). Scores are sums over query tokens of cosines (tokens of
+ * queries and documents are L2-normalised); ties go to the document added first.
  *
  * Lifecycle of a search:
  *   1. tartan_search_params_init(&p, k): the defaults for k; set what differs;

@@ -79,8 +79,7 @@ static void queries_of(const bench *b, size_t q0, size_t n, tartan_queries *q)
     q->embeddings = (const char *)b->q.data + q0 * b->qlen * b->dim * b->elsize;
 }
 
-static int search(bench *b, size_t q0, size_t n, const tartan_search_params *p,
-                  tartan_results **r)
+static int search(bench *b, size_t q0, size_t n, const tartan_search_params *p, tartan_results **r)
 {
     tartan_queries q;
     queries_of(b, q0, n, &q);
@@ -199,7 +198,7 @@ static double truth_compute(bench *b, const char *path)
 }
 
 typedef struct measure {
-    double recall;     /* mean recall@k against the exhaustive top k */
+    double recall;         /* mean recall@k against the exhaustive top k */
     double p50, p99, mean; /* single-query latency, ms */
     double cand, exact;    /* documents per query through stage 2 and stage 4 */
 } measure;
@@ -340,8 +339,7 @@ int main(int argc, char **argv)
 
     bench b = {0};
     char err[1024];
-    if (tool_npy_open(&b.q, qpath, TOOL_DT(TOOL_F32) | TOOL_DT(TOOL_F16), 3, 3, err,
-                      sizeof err)) {
+    if (tool_npy_open(&b.q, qpath, TOOL_DT(TOOL_F32) | TOOL_DT(TOOL_F16), 3, 3, err, sizeof err)) {
         fprintf(stderr, "bench_search: %s\n", err);
         return 1;
     }
@@ -379,10 +377,10 @@ int main(int argc, char **argv)
     cpu_model(cpu, sizeof cpu);
 
     printf("index %s: %llu documents, %llu tokens, dim %u, nbits %u, %u centroids\n", index,
-           (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens, info.dim,
-           info.nbits, info.n_centroids);
-    printf("queries %s: %zu of %zu, %zu tokens each; %s, %ld cores\n\n", qpath, b.nq,
-           b.q.shape[0], b.qlen, cpu, ncpu);
+           (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens, info.dim, info.nbits,
+           info.n_centroids);
+    printf("queries %s: %zu of %zu, %zu tokens each; %s, %ld cores\n\n", qpath, b.nq, b.q.shape[0],
+           b.qlen, cpu, ncpu);
 
     /* The reference. */
     b.truth = calloc(b.nq, sizeof *b.truth);
@@ -418,9 +416,9 @@ int main(int argc, char **argv)
     def[0].p = &d10;
     def[1].name = "default k=100";
     def[1].p = &d100;
-    printf("%-14s %6s %6s %6s %8s %9s %9s %8s %8s %8s %10s %8s\n", "search", "ncells",
-           "thresh", "ndocs", "recall", "qps 1thr", "qps all", "p50 ms", "p99 ms", "mean ms",
-           "candidates", "exact");
+    printf("%-14s %6s %6s %6s %8s %9s %9s %8s %8s %8s %10s %8s\n", "search", "ncells", "thresh",
+           "ndocs", "recall", "qps 1thr", "qps all", "p50 ms", "p99 ms", "mean ms", "candidates",
+           "exact");
     for (int i = 0; i < 2; i++) {
         def[i].qps1 = throughput(&b, def[i].p, 1, reps);
         def[i].qpsall = throughput(&b, def[i].p, 0, reps);
@@ -459,8 +457,8 @@ int main(int argc, char **argv)
                 sw[s].thr = thr_v[t];
                 sw[s].m = per_query(&b, &p, 1);
                 printf("%6zu %6.2f %6zu %10.4f %8.2f %8.2f %8.2f %10.0f %8.0f\n", p.ncells,
-                       thr_v[t], p.ndocs, sw[s].m.recall, sw[s].m.p50, sw[s].m.p99,
-                       sw[s].m.mean, sw[s].m.cand, sw[s].m.exact);
+                       thr_v[t], p.ndocs, sw[s].m.recall, sw[s].m.p50, sw[s].m.p99, sw[s].m.mean,
+                       sw[s].m.cand, sw[s].m.exact);
                 fflush(stdout);
             }
 
@@ -490,8 +488,8 @@ int main(int argc, char **argv)
                 "\"p99\": %.3f, \"mean\": %.3f}, \"candidates\": %.1f, \"exact\": %.1f},\n",
                 p->k, p->k, p->ncells, (double)p->centroid_score_threshold, p->ndocs,
                 def[i].m1.recall, def[i].qps1, def[i].qpsall, def[i].m1.p50, def[i].m1.p99,
-                def[i].m1.mean, def[i].mall.p50, def[i].mall.p99, def[i].mall.mean,
-                def[i].m1.cand, def[i].m1.exact);
+                def[i].m1.mean, def[i].mall.p50, def[i].mall.p99, def[i].mall.mean, def[i].m1.cand,
+                def[i].m1.exact);
     }
     fprintf(f, "  \"sweep\": [\n");
     for (size_t i = 0; i < nsw; i++)
@@ -514,14 +512,14 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nsw; i++) {
             if (i && (sw[i].ncells != sw[i - 1].ncells || sw[i].thr != sw[i - 1].thr))
                 fprintf(f, "\n\n");
-            fprintf(f, "%zu %.3f %zu %.5f %.3f %.3f %.3f\n", sw[i].ncells, sw[i].thr,
-                    sw[i].ndocs, sw[i].m.recall, sw[i].m.p50, sw[i].m.p99, sw[i].m.mean);
+            fprintf(f, "%zu %.3f %zu %.5f %.3f %.3f %.3f\n", sw[i].ncells, sw[i].thr, sw[i].ndocs,
+                    sw[i].m.recall, sw[i].m.p50, sw[i].m.p99, sw[i].m.mean);
         }
         fprintf(f, "\n\n# defaults: k ncells threshold ndocs recall p50_ms\n");
         for (int i = 0; i < 2; i++)
             fprintf(f, "%zu %zu %.3f %zu %.5f %.3f\n", def[i].p->k, def[i].p->ncells,
-                    (double)def[i].p->centroid_score_threshold, def[i].p->ndocs,
-                    def[i].m1.recall, def[i].m1.p50);
+                    (double)def[i].p->centroid_score_threshold, def[i].p->ndocs, def[i].m1.recall,
+                    def[i].m1.p50);
         fclose(f);
         printf("wrote %s\n", dat);
     }

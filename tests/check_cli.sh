@@ -15,6 +15,21 @@ fail() {
     failures=$((failures + 1))
 }
 ok() { echo "ok: $*"; }
+expect() { # expect STATUS PATTERN ARGS...: tartan's exit status and a stderr line
+    want=$1
+    pat=$2
+    shift 2
+    set +e
+    "$tartan" "$@" >"$work/out.txt" 2>"$work/err.txt"
+    got=$?
+    set -e
+    if [ "$got" -eq "$want" ] && grep -q -- "$pat" "$work/err.txt"; then
+        ok "exit $got: $*"
+    else
+        fail "'tartan $*' exited $got (want $want), stderr: $(head -c 300 "$work/err.txt")"
+    fi
+    [ ! -s "$work/out.txt" ] || [ "$want" -eq 0 ] || fail "'tartan $*' wrote to stdout"
+}
 
 # ---- a corpus and its index --------------------------------------------------------------
 "$tartan" gen "$work/c" --docs 400 --queries 30 --doc-len 40 --seed 7 \
@@ -97,7 +112,12 @@ lens = np.array([32 if i % 3 else 9 for i in range(q.shape[0])], dtype=np.int32)
 np.save(w + "/qlens.npy", lens)
 np.save(w + "/packed.npy", np.concatenate([q[i, :lens[i]] for i in range(q.shape[0])]))
 np.save(w + "/q16.npy", q.astype(np.float16))
+q[5, 3, 7] = np.nan
+np.save(w + "/nan.npy", q)
 PY
+    expect 1 "nan.npy: query 5 (id 'q5'): token 3 has NaN" search "$idx" --queries "$work/nan.npy" \
+        --query-ids "$qids" --batch 4 -o "$work/nan.run"
+    [ ! -e "$work/nan.run" ] && [ ! -e "$work/nan.run.tmp" ] || fail "a failed search left its run"
     search --exhaustive --queries "$work/packed.npy" --qlens "$work/qlens.npy" --batch 4 \
         -o "$work/packed.run"
     search --exhaustive --qlens "$work/qlens.npy" --batch 7 -o "$work/padded.run"
@@ -129,21 +149,6 @@ awk '{ print $1, $3 }' "$work/after_exh.run" | cmp -s - "$work/after_expect.txt"
     ok "after delete: the old ranking minus the deleted" || fail "after delete: ranking differs"
 
 # ---- malformed arguments: exit 2 with a message; bad files: exit 1 with a message -------------
-expect() { # expect STATUS PATTERN ARGS...: tartan's exit status and a stderr line
-    want=$1
-    pat=$2
-    shift 2
-    set +e
-    "$tartan" "$@" >"$work/out.txt" 2>"$work/err.txt"
-    got=$?
-    set -e
-    if [ "$got" -eq "$want" ] && grep -q -- "$pat" "$work/err.txt"; then
-        ok "exit $got: $*"
-    else
-        fail "'tartan $*' exited $got (want $want), stderr: $(head -c 300 "$work/err.txt")"
-    fi
-    [ ! -s "$work/out.txt" ] || [ "$want" -eq 0 ] || fail "'tartan $*' wrote to stdout"
-}
 expect 2 "\-k must be" search "$idx" --queries "$q" -k 0
 expect 2 "wants a whole number" search "$idx" --queries "$q" -k ten
 expect 2 "wants a whole number" search "$idx" --queries "$q" -k -3

@@ -69,19 +69,31 @@ static void usage(FILE *f)
             DEFAULT_BATCH);
 }
 
-enum { OPT_QUERIES = 256, OPT_QLENS, OPT_EXHAUSTIVE, OPT_SUBSET, OPT_NCELLS, OPT_THRESHOLD,
-       OPT_NDOCS, OPT_FORMAT, OPT_QUERY_IDS, OPT_TAG, OPT_BATCH, OPT_THREADS };
+enum {
+    OPT_QUERIES = 256,
+    OPT_QLENS,
+    OPT_EXHAUSTIVE,
+    OPT_SUBSET,
+    OPT_NCELLS,
+    OPT_THRESHOLD,
+    OPT_NDOCS,
+    OPT_FORMAT,
+    OPT_QUERY_IDS,
+    OPT_TAG,
+    OPT_BATCH,
+    OPT_THREADS
+};
 
 /* The queries of the file, however they are laid out. */
 typedef struct query_source {
     tool_npy emb;
     tool_npy lens;
     int have_lens;
-    size_t nq;       /* queries */
+    size_t nq; /* queries */
     size_t dim;
-    size_t stride;   /* [Nq, Lq, d]: Lq; packed: 0 */
-    size_t *start;   /* packed: first row of query i ([nq + 1]); else NULL */
-    size_t *qlen;    /* tokens of query i ([nq]) */
+    size_t stride; /* [Nq, Lq, d]: Lq; packed: 0 */
+    size_t *start; /* packed: first row of query i ([nq + 1]); else NULL */
+    size_t *qlen;  /* tokens of query i ([nq]) */
     size_t elsize;
     tartan_dtype dtype;
     const char *path, *lens_path;
@@ -179,8 +191,8 @@ static int source_open(query_source *s, const char *path, const char *lens_path,
  * Describes queries [q0, q1) as a tartan_queries. Fixed-length and packed queries point
  * straight into the file's mapping; padded ones (rank 3 with lengths) are gathered into buf.
  */
-static void source_batch(const query_source *s, size_t q0, size_t q1, char *buf,
-                         size_t *qlens, tartan_queries *q)
+static void source_batch(const query_source *s, size_t q0, size_t q1, char *buf, size_t *qlens,
+                         tartan_queries *q)
 {
     size_t row = s->dim * s->elsize;
     memset(q, 0, sizeof *q);
@@ -289,6 +301,38 @@ static int parse_num(const char *opt, const char *arg, size_t *v)
         return -1;
     }
     return 0;
+}
+
+/*
+ * Says which query of the file a failed batch stumbled on. The library numbers queries within
+ * the batch; searching them one at a time (validation comes before any index read, so this
+ * is cheap) finds the row of the file and its id.
+ */
+static void report_failure(tartan_db *db, const query_source *s, const tartan_search_params *p,
+                           size_t q0, size_t q1, char *buf, size_t *qlens, char **ids)
+{
+    for (size_t i = q0; i < q1; i++) {
+        tartan_queries one;
+        tartan_results *r;
+        source_batch(s, i, i + 1, buf, qlens, &one);
+        if (tartan_search(db, &one, p, &r) == 0) {
+            tartan_results_free(r);
+            continue;
+        }
+        const char *m = tartan_errmsg(db);
+        const char *name_end = strstr(m, ": ");
+        const char *detail = name_end ? name_end + 2 : m;
+        if (!strncmp(detail, "query 0: ", 9))
+            detail += 9;
+        fprintf(stderr, "tartan search: %.*s: %s: query %zu", (int)(name_end ? name_end - m : 0), m,
+                s->path, i);
+        if (ids)
+            fprintf(stderr, " (id '%s')", ids[i]);
+        fprintf(stderr, ": %s\n", detail);
+        return;
+    }
+    fprintf(stderr, "tartan search: %s (queries %zu to %zu of %s)\n", tartan_errmsg(db), q0, q1 - 1,
+            s->path);
 }
 
 /* ncells and ndocs of 0 would mean "the default" below: refuse them rather than ignore them. */
@@ -540,8 +584,7 @@ int tool_cmd_search(int argc, char **argv)
         if ((rc = tartan_search(db, &q, &p, &res))) {
             if (!quiet && prog.tty)
                 fputc('\n', stderr);
-            fprintf(stderr, "tartan search: %s (queries %zu to %zu of %s)\n", tartan_errmsg(db),
-                    q0, q1 - 1, qpath);
+            report_failure(db, &src, &p, q0, q1, buf, blens, qids.n ? qids.ids : NULL);
             goto done;
         }
         for (size_t i = 0; i < res->n_queries; i++) {
@@ -601,8 +644,7 @@ int tool_cmd_search(int argc, char **argv)
         tmp_path = NULL;
     }
     if (!quiet) {
-        fprintf(stderr,
-                "searched %zu queries in %.2f s (%.1f queries/s, %s, k %zu", src.nq, el,
+        fprintf(stderr, "searched %zu queries in %.2f s (%.1f queries/s, %s, k %zu", src.nq, el,
                 el > 0 ? (double)src.nq / el : 0.0, exhaustive ? "exhaustive" : "PLAID", k);
         if (!exhaustive)
             fprintf(stderr, ", ncells %zu, threshold %g, ndocs %zu", p.ncells,

@@ -579,6 +579,47 @@ START_TEST(test_reliability_header_damage)
 }
 END_TEST
 
+/* A token of tiny (subnormal) values has a direction: it is added, normalised, and the index
+ * stays sound (its 1/norm overflowed float once and crashed the encoder: found by fuzzing). */
+START_TEST(test_reliability_tiny_token)
+{
+    build_index(23);
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &db), 0);
+    float emb[2 * DIM] = {0};
+    uint32_t sub = 0x001f0000u; /* about 2.8e-39 */
+    memcpy(&emb[3], &sub, 4);
+    emb[DIM + 5] = 1e-30f; /* its square underflows float, not double */
+    const char *tid[] = {"tiny"};
+    size_t tl[] = {2};
+    tartan_batch b = {1, tid, tl, emb, 2, DIM, TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    idx_reader rd;
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_reader_open(db->env, &rd, &m), 0);
+    uint32_t docno;
+    ck_assert_int_eq(idx_reader_docno(&rd, "tiny", &docno, &m), 0);
+    kern_pdoc pd;
+    ck_assert_int_eq(idx_reader_doc(&rd, docno, &pd, &m), 0);
+    float out[2 * DIM];
+    for (int i = 0; i < 2 * DIM; i++)
+        out[i] = NAN;
+    idx_reader_decompress(&rd, &pd, out);
+    for (int t = 0; t < 2; t++) {
+        double ss = 0;
+        for (int j = 0; j < DIM; j++) {
+            ck_assert(isfinite(out[t * DIM + j]));
+            ss += (double)out[t * DIM + j] * out[t * DIM + j];
+        }
+        ck_assert_double_eq_tol(ss, 1.0, 1e-3);
+    }
+    idx_reader_close(&rd);
+    tartan_close(db);
+    found f;
+    ck_assert_int_eq(check_index(&f), 0);
+}
+END_TEST
+
 static Suite *reliability_suite(void)
 {
     Suite *s = suite_create("reliability");
@@ -596,6 +637,7 @@ static Suite *reliability_suite(void)
         {"code_range_and_size", test_reliability_code_range_and_size},
         {"report_stops", test_reliability_report_stops},
         {"header_damage", test_reliability_header_damage},
+        {"tiny_token", test_reliability_tiny_token},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

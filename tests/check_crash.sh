@@ -88,8 +88,9 @@ for r in $(seq 1 "$rounds"); do
             --batch 1000000 >/dev/null 2>&1 &
     fi
     pid=$!
-    # A random moment over 120% of the command's usual run, so that some finish.
-    delay=$((RANDOM % (ms * 12 / 10 + 1)))
+    # A random moment over 160% of the command's usual run: under load a run takes longer
+    # than the quiet one measured above, and some must finish.
+    delay=$((RANDOM % (ms * 16 / 10 + 1)))
     sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
     kill -KILL "$pid" 2>/dev/null
     { wait "$pid"; } 2>/dev/null

@@ -620,6 +620,57 @@ START_TEST(test_reliability_tiny_token)
 }
 END_TEST
 
+/* An add far larger than the initial map grows the map (several times) and lands whole. */
+START_TEST(test_reliability_map_grows)
+{
+    rng_state = 24;
+    enum { N = 3000, L = 16 };
+    size_t rows = (size_t)N * L;
+    float *emb = malloc(rows * DIM * sizeof *emb);
+    size_t *lens = malloc(N * sizeof *lens);
+    char(*idb)[16] = malloc(N * sizeof *idb);
+    const char **idp = malloc(N * sizeof *idp);
+    ck_assert(emb && lens && idb && idp);
+    for (size_t i = 0; i < rows * DIM; i++)
+        emb[i] = (float)gauss();
+    for (size_t i = 0; i < N; i++) {
+        lens[i] = L;
+        snprintf(idb[i], sizeof idb[i], "g%zu", i);
+        idp[i] = idb[i];
+    }
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = DIM;
+    o.n_centroids = K;
+    o.map_size = 256 << 10;
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    tartan_index_info info;
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    uint64_t map0 = info.map_size;
+    tartan_batch b = {N, idp, lens, emb, rows, DIM, TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    ck_assert_int_eq((int)info.n_docs, N);
+    ck_assert_uint_ge(info.bytes_file, 4 * map0); /* the batch needed several doublings */
+    ck_assert_uint_ge(info.map_size, info.bytes_file);
+    tartan_close(db);
+    found f;
+    ck_assert_int_eq(check_index(&f), 0);
+    /* Reopened with the small map asked for again: the map covers the file. */
+    o.flags = 0;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    ck_assert_int_eq((int)info.n_docs, N);
+    tartan_close(db);
+    free(emb);
+    free(lens);
+    free(idb);
+    free(idp);
+}
+END_TEST
+
 static Suite *reliability_suite(void)
 {
     Suite *s = suite_create("reliability");
@@ -638,6 +689,7 @@ static Suite *reliability_suite(void)
         {"report_stops", test_reliability_report_stops},
         {"header_damage", test_reliability_header_damage},
         {"tiny_token", test_reliability_tiny_token},
+        {"map_grows", test_reliability_map_grows},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

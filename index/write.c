@@ -53,8 +53,17 @@ static int encode(const idx_model *mod, const idx_batch *b, encoded *e, store_ms
         encoded_free(e);
         return store_fail(m, TARTAN_ETRAIN, "assigning tokens to centroids: %s", err);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* FAISS answers -1 for a token it cannot place (NaN); the codec would then read
+         * outside the centroid table. Batches are checked finite and normalised, so this
+         * only guards against a bug upstream. */
+        if (lab[i] < 0 || lab[i] >= (int64_t)mod->k) {
+            free(lab);
+            encoded_free(e);
+            return store_fail(m, TARTAN_EINTERNAL, "token %zu was assigned to no centroid", i);
+        }
         e->codes[i] = (uint32_t)lab[i];
+    }
     free(lab);
     idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed,
                        e->inv_norms);

@@ -403,11 +403,12 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
         return store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         if (idx_id_check(ids[i], &lens[i])) {
+            size_t len = lens[i]; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
                               !ids[i]           ? "NULL"
-                              : lens[i] == 0    ? "empty"
-                              : lens[i] > STORE_MAX_ID ? "longer than 511 bytes"
+                              : len == 0        ? "empty"
+                              : len > STORE_MAX_ID ? "longer than 511 bytes"
                                                 : "malformed (a control character)");
         }
     }

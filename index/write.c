@@ -403,7 +403,7 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
         return store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         if (idx_id_check(ids[i], &lens[i])) {
-            size_t len = lens[i]; /* read before lens is freed */
+            size_t len = ids[i] ? lens[i] : 0; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
                               !ids[i]           ? "NULL"

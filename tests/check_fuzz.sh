@@ -31,15 +31,24 @@ if ! "$cc" -fsanitize=fuzzer,address "$probe/p.c" -o "$probe/p" 2>/dev/null; the
     echo "check_fuzz: $cc cannot link libFuzzer (Debian: libclang-rt-14-dev): skipped"
     exit 77
 fi
+# clang's OpenMP (Debian: libomp-14-dev) for the library's omp pragmas; without it the pragmas
+# are ignored and GCC's libgomp serves the kernels and FAISS.
+omp=-fopenmp
+omp_lib=
+echo 'int main(void) { return 0; }' >"$probe/o.c"
+if ! "$cc" -fopenmp "$probe/o.c" -o "$probe/o" 2>/dev/null; then
+    omp=
+    omp_lib=-lgomp
+fi
 rm -rf "$probe"
 [ -f "$top_builddir/config.h" ] || { echo "check_fuzz: no config.h in $top_builddir" >&2; exit 1; }
 
 mkdir -p "$out" "$crashes"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # The kernels use OpenMP; clang's runtime (libomp) also answers FAISS's GOMP_ calls.
-cflags="-g -O1 -std=gnu11 -fopenmp $san -fsanitize=fuzzer-no-link -DHAVE_CONFIG_H \
+cflags="-g -O1 -std=gnu11 $omp $san -fsanitize=fuzzer-no-link -DHAVE_CONFIG_H \
     -I$top_builddir -I$src/engine -I$src/kernels -I$src/storage -I$src/index -I$src/tools"
-cxxflags="-g -O1 -std=c++17 -fopenmp $san -fsanitize=fuzzer-no-link -I$src/index"
+cxxflags="-g -O1 -std=c++17 $omp $san -fsanitize=fuzzer-no-link -I$src/index"
 
 # Compiles src file $1 into $out unless the object is newer than it (and than the headers).
 newest_header=$(ls -t "$src"/*/*.h | head -1)
@@ -84,7 +93,7 @@ fi
 for t in $targets; do
     o=$(compile "tests/fuzz/$t.c") || exit 1
     case $t in
-    fuzz_add) $cxx -fopenmp $san -fsanitize=fuzzer "$o" $lib_objs $libs -o "$out/$t" ;;
+    fuzz_add) $cxx $omp $san -fsanitize=fuzzer "$o" $lib_objs $libs $omp_lib -o "$out/$t" ;;
     *) $cc $san -fsanitize=fuzzer "$o" $reader_objs -lm -o "$out/$t" ;;
     esac || { echo "check_fuzz: linking $t failed" >&2; exit 1; }
 done

@@ -112,6 +112,9 @@ npy "$work/lens1.npy" '<i4' '(1,)'
 printf '\x93NUMPY\x02\x00\xf0\xff\xff\xff{' >"$work/hdr.npy"
 try_add() { # EMB LENS EXPECTED-CODE
     (
+        # Few threads: each reserves address space of its own (stacks, malloc arenas,
+        # OpenBLAS buffers) that has nothing to do with the file.
+        export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1
         ulimit -v $((2 * 1024 * 1024))
         exec "$tartan" add "$work/ix022" --embeddings "$1" --doclens "$2"
     ) >"$work/npy.out" 2>&1 && fail "tartan add accepted $1 / $2"

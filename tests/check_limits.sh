@@ -110,12 +110,17 @@ npy "$work/dim.npy" '<f4' '(1, 1000000000)'
 npy "$work/lens.npy" '<i4' '(1000000000000,)'
 npy "$work/lens1.npy" '<i4' '(1,)'
 printf '\x93NUMPY\x02\x00\xf0\xff\xff\xff{' >"$work/hdr.npy"
+# Few threads: each reserves address space of its own (stacks, malloc arenas, OpenBLAS
+# buffers) that has nothing to do with the file. AddressSanitizer's shadow needs terabytes of
+# address space: under it the limit is left off (the error code still shows no allocation).
+vlimit=$((2 * 1024 * 1024))
+export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1
+if ! { (ulimit -v $vlimit && exec "$tartan" --version) >/dev/null 2>&1; } 2>/dev/null; then
+    vlimit=unlimited
+fi
 try_add() { # EMB LENS EXPECTED-CODE
     (
-        # Few threads: each reserves address space of its own (stacks, malloc arenas,
-        # OpenBLAS buffers) that has nothing to do with the file.
-        export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1
-        ulimit -v $((2 * 1024 * 1024))
+        ulimit -v $vlimit
         exec "$tartan" add "$work/ix022" --embeddings "$1" --doclens "$2"
     ) >"$work/npy.out" 2>&1 && fail "tartan add accepted $1 / $2"
     grep -q "$3" "$work/npy.out" || fail "$1 / $2: expected $3, got: $(cat "$work/npy.out")"
@@ -126,4 +131,4 @@ try_add "$work/rows.npy" "$work/lens1.npy" TARTAN_ETRUNC
 try_add "$work/dim.npy" "$work/lens1.npy" TARTAN_ETRUNC
 try_add "$work/g022/embeddings.npy" "$work/lens.npy" TARTAN_ETRUNC
 try_add "$work/hdr.npy" "$work/lens1.npy" TARTAN_EFORMAT
-echo "check_limits: huge shapes and headers refused from the header under a 2 GiB limit"
+echo "check_limits: huge shapes and headers refused from the header (address-space limit: $vlimit KiB)"

@@ -671,6 +671,72 @@ START_TEST(test_reliability_map_grows)
 }
 END_TEST
 
+/* A search that meets a damaged document fails with TARTAN_ECORRUPT instead of scoring it:
+ * exhaustively, and through PLAID when the document is a candidate (a query made of its own
+ * tokens' directions makes it the best one). */
+START_TEST(test_reliability_search_damaged)
+{
+    build_index(25);
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &db), 0);
+    /* The query: document 13's decompressed tokens, read before the damage. */
+    idx_reader rd;
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_reader_open(db->env, &rd, &m), 0);
+    kern_pdoc pd;
+    ck_assert_int_eq(idx_reader_doc(&rd, 13, &pd, &m), 0);
+    size_t qn = pd.ntok;
+    float *q = malloc(qn * DIM * sizeof *q);
+    ck_assert_ptr_nonnull(q);
+    idx_reader_decompress(&rd, &pd, q);
+    idx_reader_close(&rd);
+    tartan_queries qs = {1, NULL, qn, q, qn, DIM, TARTAN_FLOAT32};
+    tartan_search_params p;
+    tartan_search_params_init(&p, 5);
+    p.ncells = 4;
+    tartan_results *res = NULL;
+    ck_assert_msg(tartan_search(db, &qs, &p, &res) == 0, "%s", tartan_errmsg(db));
+    ck_assert_uint_ge(res->counts[0], 1);
+    ck_assert_str_eq(res->hits[0].id, "doc-13");
+    tartan_results_free(res);
+    tartan_close(db);
+
+    raw r;
+    raw_open(&r);
+    size_t size;
+    uint8_t *b = raw_doc(&r, 13, &size);
+    b[size - 3] ^= 0x01; /* one bit of the last token's residual */
+    raw_put_doc(&r, 13, b, size);
+    free(b);
+    raw_commit(&r);
+
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_READONLY;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    res = (tartan_results *)1;
+    ck_assert_int_eq(tartan_search(db, &qs, &p, &res), TARTAN_ECORRUPT);
+    ck_assert_ptr_null(res);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "checksum"));
+    p.exhaustive = 1;
+    res = (tartan_results *)1;
+    ck_assert_int_eq(tartan_search(db, &qs, &p, &res), TARTAN_ECORRUPT);
+    ck_assert_ptr_null(res);
+    /* A PLAID search whose subset leaves it out does not read it. (Exhaustive mode walks
+     * every document, and so still meets the damage.) */
+    p.exhaustive = 0;
+    const char *allow[] = {"doc-1", "doc-2"};
+    p.subset = allow;
+    p.n_subset = 2;
+    ck_assert_msg(tartan_search(db, &qs, &p, &res) == 0, "%s", tartan_errmsg(db));
+    for (size_t i = 0; i < res->counts[0]; i++)
+        ck_assert_str_ne(res->hits[i].id, "doc-13");
+    tartan_results_free(res);
+    tartan_close(db);
+    free(q);
+}
+END_TEST
+
 static Suite *reliability_suite(void)
 {
     Suite *s = suite_create("reliability");
@@ -690,6 +756,7 @@ static Suite *reliability_suite(void)
         {"header_damage", test_reliability_header_damage},
         {"tiny_token", test_reliability_tiny_token},
         {"map_grows", test_reliability_map_grows},
+        {"search_damaged", test_reliability_search_damaged},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

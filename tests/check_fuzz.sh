@@ -12,7 +12,7 @@ set -u
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 secs=${TARTAN_FUZZ_SECONDS:-5}
-targets=${TARTAN_FUZZ_TARGETS:-"fuzz_npy fuzz_idlist fuzz_qrels fuzz_trec_run fuzz_add"}
+targets=${TARTAN_FUZZ_TARGETS:-"fuzz_npy fuzz_idlist fuzz_qrels fuzz_trec_run fuzz_add fuzz_search"}
 cc=${CC_FUZZ:-clang}
 cxx=${CXX_FUZZ:-clang++}
 src=$top_srcdir
@@ -84,7 +84,7 @@ libs="-lfaiss -llmdb -lopenblas -llapack -lstdc++ -lm -lpthread"
 echo "check_fuzz: building into $out"
 reader_objs=$(objs $readers) || { echo "check_fuzz: build failed" >&2; exit 1; }
 lib_objs=
-if [[ " $targets " == *" fuzz_add "* ]]; then
+if [[ " $targets " == *" fuzz_add "* || " $targets " == *" fuzz_search "* ]]; then
     lib_objs="$(objs $library index/faiss_bridge.cpp)" || {
         echo "check_fuzz: build failed" >&2
         exit 1
@@ -93,7 +93,7 @@ fi
 for t in $targets; do
     o=$(compile "tests/fuzz/$t.c") || exit 1
     case $t in
-    fuzz_add) $cxx $omp $san -fsanitize=fuzzer "$o" $lib_objs $libs $omp_lib -o "$out/$t" ;;
+    fuzz_add | fuzz_search) $cxx $omp $san -fsanitize=fuzzer "$o" $lib_objs $libs $omp_lib -o "$out/$t" ;;
     *) $cc $san -fsanitize=fuzzer "$o" $reader_objs -lm -o "$out/$t" ;;
     esac || { echo "check_fuzz: linking $t failed" >&2; exit 1; }
 done

@@ -452,6 +452,39 @@ TARTAN_API int tartan_search(tartan_db *db, const tartan_queries *queries,
 /* Frees results from tartan_search; NULL is fine. */
 TARTAN_API void tartan_results_free(tartan_results *results);
 
+/* ---------------------------------------------------------------------------------------
+ * Checking an index (reliability)
+ * ------------------------------------------------------------------------------------- */
+
+/*
+ * Called by tartan_check once per problem found.
+ *   ctx: tartan_check's ctx.
+ *   kind: a short stable tag of the problem ("checksum", "ivf-missing", "ivf-stale", "count",
+ *     "id-map", ...; the full list is in storage/verify.c); message: what and where
+ *     ("document 17 (id 'abc'): checksum mismatch ..."). Both valid during the call only.
+ * Returning nonzero stops the check (tartan_check then returns TARTAN_ECORRUPT).
+ */
+typedef int (*tartan_check_fn)(void *ctx, const char *kind, const char *message);
+
+/*
+ * tartan_check: verifies the whole index in one read snapshot, against storage/FORMAT.md:
+ * the header and its counts against the documents, codec and centroids, every document blob
+ * (size, checksum, codes below the number of centroids, inverse norms), the inverted lists
+ * against the documents' codes in both directions (missing and stale entries), and external
+ * ids <-> documents in both directions. It reads everything and reports every problem rather
+ * than stopping at the first.
+ *   db: in, open (read-only is enough).   report: in, may be NULL.   ctx: passed to report.
+ *   n_problems: out (may be NULL): problems found.
+ * Returns 0 when the index is sound; TARTAN_ECORRUPT when problems were found (each went to
+ * report; tartan_errmsg(db) counts them); TARTAN_EINVAL (db NULL), ENOMEM, TARTAN_ESTORAGE
+ * when the check could not run. Damage inside LMDB's own page structure that LMDB detects is
+ * a problem of kind "lmdb"; LMDB trusts its pages, so other damage to them may go unseen or
+ * stop the process (README "Guarantees"). It takes time and memory of one pass over the
+ * index (a bit per document number). Any thread; it does not block writers.
+ */
+TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
+                            size_t *n_problems);
+
 #ifdef __cplusplus
 }
 #endif

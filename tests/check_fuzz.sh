@@ -85,10 +85,6 @@ readers="tools/errbuf.c tools/npy.c tools/strtab.c tools/textfile.c tools/fields
     tools/idlist.c tools/qrels.c tools/trec_run.c engine/errors.c"
 library=$(cd "$src" && ls kernels/*.c storage/*.c index/*.c engine/*.c) 
 libs="-lfaiss -llmdb -lopenblas -llapack -lstdc++ -lm -lpthread"
-# A CUDA build's dispatch.c calls the kern_gpu_* functions: link the CUDA objects and runtime.
-if grep -q '^#define TARTAN_HAVE_CUDA' "$top_builddir/config.h"; then
-    libs="$(ls "$top_builddir"/kernels/*_cuda.o) $(sed -n 's/^CUDA_LIBS = //p' "$top_builddir/Makefile") $libs"
-fi
 
 echo "check_fuzz: building into $out"
 reader_objs=$(objs $readers) || { echo "check_fuzz: build failed" >&2; exit 1; }

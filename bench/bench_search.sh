@@ -30,7 +30,7 @@ tartan=${TARTAN:-./tartan}
 bench=${BENCH_SEARCH:-bench/bench_search}
 
 usage() {
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 

@@ -337,6 +337,8 @@ int main(int argc, char **argv)
     if (!index || !qpath || reps < 1)
         usage();
 
+    /* Line by line even into a file or pipe: progress shows while a long run goes on. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     bench b = {0};
     char err[1024];
     if (tool_npy_open(&b.q, qpath, TOOL_DT(TOOL_F32) | TOOL_DT(TOOL_F16), 3, 3, err, sizeof err)) {

@@ -11,8 +11,8 @@
 #                         [--ndocs LIST] [--ncells LIST] [--thresholds LIST] [--reps N]
 #
 # The default corpus (100,000 documents of ~100 tokens, d 128, nbits 2) trains 32,768
-# centroids over ~10M tokens: the first build takes a long while on a small machine. For a
-# quick run: --docs 10000 --queries 200 --nq 100.
+# centroids over ~10M tokens: the first build takes hours on 2 cores (bench/RESULTS.md). For a
+# quick run: --docs 2000 --queries 100 --nq 50 (minutes); RESULTS.md used --docs 10000.
 set -eu
 
 docs=100000
@@ -30,7 +30,7 @@ tartan=${TARTAN:-./tartan}
 bench=${BENCH_SEARCH:-bench/bench_search}
 
 usage() {
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 

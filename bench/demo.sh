@@ -17,13 +17,13 @@ centroids=2048
 keep=
 tartan=${TARTAN:-./tartan}
 while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+    [ $# -ge 2 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
     case $1 in
     --docs) docs=$2 ;;
     --queries) queries=$2 ;;
     --centroids) centroids=$2 ;;
     --keep) keep=$2 ;;
-    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
     shift 2
 done

@@ -13,10 +13,18 @@ if (!exists("outfile")) outfile = 'bench/search_recall_latency.png'
 stats datafile using 1 nooutput
 nb = STATS_blocks
 # Curve names from each block's own ncells and threshold (no spaces: word() splits on them).
+# Colour by ncells, dash by threshold: each threshold's curves form one family.
 names = ""
+array colour[nb]
+array dash[nb]
+family = 0
+last_threshold = -1e30
 do for [i = 0:nb - 2] {
     stats datafile index i using 1:2 nooutput
     names = names . sprintf("ncells=%d,threshold=%.2f ", STATS_min_x, STATS_min_y)
+    if (STATS_min_y != last_threshold) { family = family + 1; last_threshold = STATS_min_y }
+    colour[i + 1] = 1 + int(log(STATS_min_x) / log(2) + 0.5)
+    dash[i + 1] = family
 }
 
 set terminal pngcairo size 1000,650 font ",11" noenhanced
@@ -34,7 +42,8 @@ set arrow 2 from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 3 lc rgb "
 set label 1 "0.95" at graph 0.01, first 0.95 offset 0, char 0.5 font ",9"
 set label 2 "0.99" at graph 0.01, first 0.99 offset 0, char 0.5 font ",9"
 
-plot for [i = 0:nb - 2] datafile index i using 5:4 lw 2 pt 7 ps 1.2 title word(names, i + 1), \
+plot for [i = 0:nb - 2] datafile index i using 5:4 lw 2 pt 7 ps 1.2 lc colour[i + 1] \
+         dt dash[i + 1] title word(names, i + 1), \
      for [i = 0:nb - 2] datafile index i using 5:4:(sprintf("%d", $3)) with labels \
          offset char 0.6, char 0.6 font ",8" notitle, \
      datafile index (nb - 1) every ::0::0 using 6:5 with points pt 6 ps 3.5 lw 2 lc rgb "black" \

@@ -32,8 +32,8 @@ struct eng_plaid_ws {
     int64_t *tix; /* [lq * ncells] probed centroids (then reused for top-k indices) */
     float *tval;
     size_t t_cap;
-    uint8_t *keep; /* [K] */
-    float *colmax; /* [K] */
+    uint8_t *probed; /* [K] centroids probed by this query's tokens, all 0 between */
+    float *colmax;   /* [K'] */
     size_t K_cap;
     uint64_t *seen; /* [words] bitmap over document numbers, all zero between queries */
     size_t seen_words;
@@ -44,6 +44,15 @@ struct eng_plaid_ws {
     uint32_t *surv; /* survivors of stage 3 */
     kern_pdoc *spd;
     size_t s_cap;
+    /* The candidates' centroids renumbered densely (see compact()). */
+    int32_t *cmap;   /* [K] new number of a centroid, -1 between queries */
+    uint32_t *ulist; /* [K] centroid of each new number */
+    size_t cm_cap;
+    float *S2; /* [lq, K'] */
+    size_t S2_cap;
+    uint32_t *codes2; /* the candidates' renumbered codes */
+    size_t c2_cap;
+    uint8_t *keep2; /* [K'] */
 };
 
 double eng_now(void)
@@ -76,7 +85,7 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->S);
     free(ws->tix);
     free(ws->tval);
-    free(ws->keep);
+    free(ws->probed);
     free(ws->colmax);
     free(ws->seen);
     free(ws->cand);
@@ -84,6 +93,11 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->score);
     free(ws->surv);
     free(ws->spd);
+    free(ws->cmap);
+    free(ws->ulist);
+    free(ws->S2);
+    free(ws->codes2);
+    free(ws->keep2);
     free(ws);
 }
 
@@ -153,13 +167,27 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         ws->t_cap = cap;
     }
     if (ws->K_cap < K) {
-        size_t cap = ws->K_cap;
-        if (grow((void **)&ws->keep, &cap, K, 1))
+        /* probed starts all zero (union_lists keeps it so). */
+        free(ws->probed);
+        free(ws->colmax);
+        ws->probed = calloc(K, 1);
+        ws->colmax = malloc(K * sizeof *ws->colmax);
+        ws->K_cap = ws->probed && ws->colmax ? K : 0;
+        if (!ws->K_cap)
             goto oom;
-        cap = ws->K_cap;
-        if (grow((void **)&ws->colmax, &cap, K, sizeof(float)))
+    }
+    if (ws->cm_cap < K) {
+        free(ws->cmap);
+        free(ws->ulist);
+        free(ws->keep2);
+        ws->cmap = malloc(K * sizeof *ws->cmap);
+        ws->ulist = malloc(K * sizeof *ws->ulist);
+        ws->keep2 = malloc(K);
+        ws->cm_cap = ws->cmap && ws->ulist && ws->keep2 ? K : 0;
+        if (!ws->cm_cap)
             goto oom;
-        ws->K_cap = cap;
+        for (size_t c = 0; c < K; c++)
+            ws->cmap[c] = -1;
     }
     if (ws->seen_words < words) {
         free(ws->seen);
@@ -176,7 +204,7 @@ oom:
 /*
  * Stage 1's union: every document in the probed centroids' lists, once, allowed by the
  * subset, into ws->cand in ascending order (*n_out of them). Leaves ws->seen all zero and
- * ws->keep as it found it (all below 2).
+ * ws->probed all zero.
  */
 static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t nprobe,
                        size_t *n_out, store_msg *m)
@@ -188,9 +216,9 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
         if (ws->tix[p] < 0)
             continue;
         uint32_t c = (uint32_t)ws->tix[p];
-        if (ws->keep[c] == 2)
+        if (ws->probed[c])
             continue; /* probed already by another token */
-        ws->keep[c] = 2;
+        ws->probed[c] = 1;
         store_ivf_iter *it;
         if ((rc = idx_reader_ivf_open(r, c, &it, m)))
             break;
@@ -247,7 +275,7 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
     }
     for (size_t p = 0; p < nprobe; p++)
         if (ws->tix[p] >= 0)
-            ws->keep[ws->tix[p]] = 0;
+            ws->probed[ws->tix[p]] = 0;
     *n_out = n;
     return rc;
 }
@@ -268,24 +296,45 @@ static int lookup(idx_reader *r, const uint32_t *docnos, size_t n, kern_pdoc *pd
     return 0;
 }
 
-/* Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. */
+/* The score table and code width stage 4 reads: the index's, or the renumbered ones. */
+typedef struct qc_table {
+    const float *S;
+    size_t n;
+    unsigned code_bytes;
+} qc_table;
+
+/*
+ * Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. With
+ * pd_given, pd already holds the documents (codes renumbered for t) and the map is read again
+ * only to verify their checksums; otherwise pd is filled by verified reads.
+ */
 static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
-                      const uint32_t *docnos, kern_pdoc *pd, float *score, size_t n,
-                      eng_stage_stats *st, store_msg *m)
+                      const uint32_t *docnos, kern_pdoc *pd, int pd_given, const qc_table *t,
+                      float *score, size_t n, eng_stage_stats *st, store_msg *m)
 {
     const eng_queries *q = s->q;
     size_t lq = q->off[qi + 1] - q->off[qi];
-    int rc = lookup(r, docnos, n, pd, 1, m);
-    if (rc)
+    int rc;
+    if (pd_given) {
+        r->verify = 1;
+        for (size_t i = 0; i < n; i++) {
+            kern_pdoc check;
+            if ((rc = idx_reader_doc(r, docnos[i], &check, m)))
+                return rc == TARTAN_ENOTFOUND
+                           ? store_fail(m, TARTAN_ECORRUPT, "document %u vanished", docnos[i])
+                           : rc;
+        }
+    } else if ((rc = lookup(r, docnos, n, pd, 1, m))) {
         return rc;
+    }
     kern_residual a = {
         .dim = q->dim,
         .nbits = r->h.nbits,
-        .code_bytes = r->h.code_bytes,
+        .code_bytes = t->code_bytes,
         .q = q->emb + q->off[qi] * q->dim,
         .lq = lq,
-        .qc = ws->S,
-        .n_centroids = r->h.n_centroids,
+        .qc = t->S,
+        .n_centroids = t->n,
         .bucket_weights = r->codec.weights,
         .docs = pd,
         .nd = n,
@@ -308,6 +357,83 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
     return 0;
 }
 
+/*
+ * Renumbers the centroids the n candidates use densely (K' of them, in order of first use)
+ * and points pd's codes at a renumbered copy (uint32), so that stages 2 to 4 read a score
+ * table of K' columns: the kernels transpose and scan their table on every call, and the
+ * whole [lq, K] table is megabytes where the candidates use a few thousand centroids.
+ * Fills S2 [lq, K'] and keep2 [K'] (the threshold's verdict); *kk = K'.
+ */
+static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t lq,
+                   kern_pdoc *pd, size_t n, size_t *kk_out, store_msg *m)
+{
+    size_t K = r->h.n_centroids, ntok = 0, kk = 0;
+    unsigned cb = r->h.code_bytes;
+    for (size_t i = 0; i < n; i++)
+        ntok += pd[i].ntok;
+    if (grow((void **)&ws->codes2, &ws->c2_cap, ntok, sizeof *ws->codes2))
+        return store_fail(m, ENOMEM, "search: out of memory for candidate codes");
+    int rc = 0;
+    uint32_t *dst = ws->codes2;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const kern_pdoc *d = &pd[i];
+        for (uint32_t t = 0; t < d->ntok; t++) {
+            uint32_t c =
+                cb == 2 ? ((const uint16_t *)d->codes)[t] : ((const uint32_t *)d->codes)[t];
+            if (c >= K) {
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "document %u: token %u has code %u, past %zu centroids",
+                                ws->cand[i], t, c, K);
+                break;
+            }
+            int32_t j = ws->cmap[c];
+            if (j < 0) {
+                j = ws->cmap[c] = (int32_t)kk;
+                ws->ulist[kk++] = c;
+            }
+            dst[t] = (uint32_t)j;
+        }
+        pd[i].codes = dst;
+        dst += d->ntok;
+    }
+    for (size_t j = 0; j < kk; j++)
+        ws->cmap[ws->ulist[j]] = -1;
+    if (rc)
+        return rc;
+    if (grow((void **)&ws->S2, &ws->S2_cap, lq * kk, sizeof(float)))
+        return store_fail(m, ENOMEM, "search: out of memory for scores");
+    for (size_t i = 0; i < lq; i++) {
+        const float *row = ws->S + i * K;
+        float *out = ws->S2 + i * kk;
+        for (size_t j = 0; j < kk; j++)
+            out[j] = row[ws->ulist[j]];
+    }
+    /* A centroid counts in stage 2 when its best score over the query's tokens reaches the
+     * threshold. */
+    float *colmax = ws->colmax;
+    memcpy(colmax, ws->S2, kk * sizeof(float));
+    for (size_t i = 1; i < lq; i++) {
+        const float *row = ws->S2 + i * kk;
+        for (size_t j = 0; j < kk; j++)
+            colmax[j] = row[j] > colmax[j] ? row[j] : colmax[j];
+    }
+    for (size_t j = 0; j < kk; j++)
+        ws->keep2[j] = colmax[j] >= s->threshold;
+    *kk_out = kk;
+    return 0;
+}
+
+typedef struct survivor {
+    uint32_t docno;
+    uint32_t at;
+} survivor;
+
+static int cmp_survivor(const void *a, const void *b)
+{
+    uint32_t x = ((const survivor *)a)->docno, y = ((const survivor *)b)->docno;
+    return (x > y) - (x < y);
+}
+
 int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
                     eng_stage_stats *st, store_msg *m)
 {
@@ -318,6 +444,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     int rc = setup(ws, r, s, lq, m);
     if (rc)
         return rc;
+    qc_table full = {ws->S, K, r->h.code_bytes};
 
     /* Stage 1. */
     double t0 = eng_now();
@@ -332,7 +459,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
         double t1 = eng_now();
         st->cand += t1 - t0;
         st->n_cand += n;
-        rc = exact_topk(r, s, qi, ws, s->allowed_list, ws->pd, ws->score, n, st, m);
+        rc = exact_topk(r, s, qi, ws, s->allowed_list, ws->pd, 0, &full, ws->score, n, st, m);
         st->exact += eng_now() - t1;
         return rc;
     }
@@ -350,44 +477,28 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
 
     /* Few candidates: score them all exactly, as stage 3 would have kept them all. */
     if (n <= s->ndocs_exact) {
-        rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, ws->score, n, st, m);
+        rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 0, &full, ws->score, n, st, m);
         st->exact += eng_now() - t1;
         return rc;
     }
 
-    /* Stage 2: pruned centroid interaction. A centroid counts when its best score over the
-     * query's tokens reaches the threshold. */
-    for (size_t c = 0; c < K; c++)
-        ws->colmax[c] = ws->S[c];
-    for (size_t i = 1; i < lq; i++) {
-        const float *row = ws->S + i * K;
-        for (size_t c = 0; c < K; c++)
-            ws->colmax[c] = row[c] > ws->colmax[c] ? row[c] : ws->colmax[c];
-    }
-    for (size_t c = 0; c < K; c++)
-        ws->keep[c] = ws->colmax[c] >= s->threshold;
-    if ((rc = lookup(r, ws->cand, n, ws->pd, 0, m)))
-        goto done;
-    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, ws->pd, n,
-                                         ws->keep, ws->score))) {
-        rc = eng_kern_fail(krc, m, "centroid interaction");
-        goto done;
-    }
-    memset(ws->keep, 0, K);
+    /* Stage 2: pruned centroid interaction over the candidates' codes. */
+    size_t kk = 0;
+    if ((rc = lookup(r, ws->cand, n, ws->pd, 0, m)) ||
+        (rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
+        return rc;
+    qc_table small = {ws->S2, kk, 4};
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n, ws->keep2,
+                                         ws->score)))
+        return eng_kern_fail(krc, m, "centroid interaction");
     size_t n2 = s->ndocs < n ? s->ndocs : n;
-    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval))) {
-        rc = eng_kern_fail(krc, m, "top-k");
-        goto done;
-    }
-    if (grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv)) {
-        rc = store_fail(m, ENOMEM, "search: out of memory");
-        goto done;
-    }
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
+    if (grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv))
+        return store_fail(m, ENOMEM, "search: out of memory");
     kern_pdoc *spd = realloc(ws->spd, (n2 ? n2 : 1) * sizeof *spd);
-    if (!spd) {
-        rc = store_fail(m, ENOMEM, "search: out of memory");
-        goto done;
-    }
+    if (!spd)
+        return store_fail(m, ENOMEM, "search: out of memory");
     ws->spd = spd;
     size_t m2 = 0;
     for (size_t i = 0; i < n2 && ws->tix[i] >= 0; i++, m2++) {
@@ -396,29 +507,32 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     }
 
     /* Stage 3: the same without pruning, over stage 2's survivors. */
-    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, spd, m2, NULL,
-                                         ws->score))) {
-        rc = eng_kern_fail(krc, m, "centroid interaction");
-        goto done;
-    }
+    if ((krc =
+             kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, spd, m2, NULL, ws->score)))
+        return eng_kern_fail(krc, m, "centroid interaction");
     size_t n3 = s->ndocs_exact < m2 ? s->ndocs_exact : m2;
-    if (n3 && (krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, m2, n3, ws->tix, ws->tval))) {
-        rc = eng_kern_fail(krc, m, "top-k");
-        goto done;
-    }
+    if (n3 && (krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, m2, n3, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
     /* Survivors in ascending number, so that exact ties go to the older document. */
     size_t m3 = 0;
-    for (size_t i = 0; i < n3 && ws->tix[i] >= 0; i++)
-        ws->cand[m3++] = ws->surv[ws->tix[i]];
-    qsort(ws->cand, m3, sizeof *ws->cand, cmp_u32);
+    survivor *sv = malloc((n3 ? n3 : 1) * sizeof *sv);
+    if (!sv)
+        return store_fail(m, ENOMEM, "search: out of memory");
+    for (size_t i = 0; i < n3 && ws->tix[i] >= 0; i++, m3++) {
+        sv[m3].docno = ws->surv[ws->tix[i]];
+        sv[m3].at = (uint32_t)ws->tix[i];
+    }
+    qsort(sv, m3, sizeof *sv, cmp_survivor);
+    for (size_t i = 0; i < m3; i++) {
+        ws->cand[i] = sv[i].docno;
+        ws->pd[i] = spd[sv[i].at];
+    }
+    free(sv);
     double t2 = eng_now();
     st->prune += t2 - t1;
 
     /* Stage 4. */
-    rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, ws->score, m3, st, m);
+    rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 1, &small, ws->score, m3, st, m);
     st->exact += eng_now() - t2;
-    return rc;
-done:
-    memset(ws->keep, 0, K);
     return rc;
 }

@@ -23,10 +23,13 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tartan gen OUTDIR --docs N [--queries N] [--dim D] [--doc-len L]\n"
-            "                  [--query-len L] [--terms N] [--seed S]\n\n"
+            "                  [--fixed-len] [--query-len L] [--terms N] [--seed S]\n\n"
             "Writes a synthetic ColBERT-like corpus into OUTDIR: embeddings.npy [T, D] float32,\n"
             "doclens.npy [N] int32, ids.txt, queries.npy [Q, L, D] float32, query_ids.txt and\n"
             "qrels.tsv (BEIR layout: each query is relevant to the document it was built from).\n"
+            "Document lengths vary around --doc-len (log-normal, like text passages); with\n"
+            "--fixed-len every document has exactly --doc-len tokens (ColPali-style pages:\n"
+            "--doc-len 1030 --fixed-len --query-len 24).\n"
             "Defaults: --queries 100 --dim 128 --doc-len 100 --query-len 32 --seed 42.\n");
 }
 
@@ -189,12 +192,13 @@ int tool_cmd_gen(int argc, char **argv)
     tool_synth_params p;
     tool_synth_params_init(&p);
     p.n_queries = 100;
-    int have_docs = 0;
+    int have_docs = 0, fixed_len = 0;
     static const struct option opts[] = {
         {"docs", required_argument, NULL, 'n'},   {"queries", required_argument, NULL, 'q'},
         {"dim", required_argument, NULL, 'd'},    {"doc-len", required_argument, NULL, 'l'},
         {"query-len", required_argument, NULL, 'L'}, {"terms", required_argument, NULL, 't'},
         {"seed", required_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+        {"fixed-len", no_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -204,6 +208,10 @@ int tool_cmd_gen(int argc, char **argv)
         if (c == 'h') {
             usage(stdout);
             return 0;
+        }
+        if (c == 'F') {
+            fixed_len = 1;
+            continue;
         }
         if (c == '?' || parse_size(optarg, &v) != 0) {
             if (c != '?')
@@ -241,7 +249,9 @@ int tool_cmd_gen(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (p.len_mean < p.len_min)
+    if (fixed_len)
+        p.len_min = p.len_max = p.len_mean;
+    else if (p.len_mean < p.len_min)
         p.len_min = p.len_mean;
     const char *dir = argv[optind];
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {

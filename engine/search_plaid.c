@@ -156,6 +156,9 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         size_t cap = ws->K_cap;
         if (grow((void **)&ws->keep, &cap, K, 1))
             goto oom;
+        /* union_lists reads keep before anything writes it: a fresh tail must hold no 2
+         * (valgrind: a stale 2 would skip a probed centroid's list). */
+        memset(ws->keep + ws->K_cap, 0, cap - ws->K_cap);
         cap = ws->K_cap;
         if (grow((void **)&ws->colmax, &cap, K, sizeof(float)))
             goto oom;

@@ -13,6 +13,7 @@
 #include <lmdb.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -743,7 +744,7 @@ END_TEST
 typedef struct reader_ctx {
     tartan_db *db;
     const float *q; /* one query of QLEN tokens, given twice in each batch */
-    volatile int *stop;
+    atomic_int *stop;
     int searches;
     char failure[256];
 } reader_ctx;
@@ -765,7 +766,7 @@ static void *reader_main(void *vctx)
     tartan_search_params_init(&p, 1000);
     p.exhaustive = 1;
     p.threads = 1;
-    while (!*c->stop && !c->failure[0]) {
+    while (!atomic_load(c->stop) && !c->failure[0]) {
         tartan_results *res;
         int rc = tartan_search(c->db, &qs, &p, &res);
         if (rc) {
@@ -809,7 +810,7 @@ START_TEST(test_reliability_concurrent_search)
         wids[i] = wid[i];
         wl[i] = 1;
     }
-    volatile int stop = 0;
+    atomic_int stop = 0;
     enum { NR = 3 };
     reader_ctx rc[NR];
     pthread_t th[NR];
@@ -827,7 +828,7 @@ START_TEST(test_reliability_concurrent_search)
         failed |= tartan_add(db, &b, 0) != 0;
         failed |= tartan_delete(db, wids, WBATCH, &nd) != 0 || nd != WBATCH;
     }
-    stop = 1;
+    atomic_store(&stop, 1);
     int searches = 0;
     for (int i = 0; i < NR; i++) {
         pthread_join(th[i], NULL);

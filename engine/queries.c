@@ -33,8 +33,7 @@ int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, s
     if (q->dtype != TARTAN_FLOAT32 && q->dtype != TARTAN_FLOAT16 && q->dtype != TARTAN_BFLOAT16)
         return store_fail(m, TARTAN_EDTYPE, "queries: unknown dtype %d", (int)q->dtype);
     if (q->dim != dim)
-        return store_fail(m, TARTAN_EDIM, "queries have dimension %zu, the index %zu", q->dim,
-                          dim);
+        return store_fail(m, TARTAN_EDIM, "queries have dimension %zu, the index %zu", q->dim, dim);
     if (!q->qlens) {
         if (q->qlen == 0)
             return store_fail(m, TARTAN_EEMPTY, "queries: qlen is 0 (queries without tokens)");
@@ -53,8 +52,9 @@ int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, s
         total += len; /* no overflow: each term is at most 2^16 and n_queries fits memory */
     }
     if (total != q->n_rows)
-        return store_fail(m, TARTAN_EINVAL, "queries: n_rows is %zu but the query lengths sum to %zu",
-                          q->n_rows, total);
+        return store_fail(m, TARTAN_EINVAL,
+                          "queries: n_rows is %zu but the query lengths sum to %zu", q->n_rows,
+                          total);
     if (!q->embeddings)
         return store_fail(m, TARTAN_EINVAL, "queries: embeddings is NULL");
     if (total > SIZE_MAX / sizeof(float) / (dim ? dim : 1))

@@ -301,8 +301,8 @@ done:
     return rc;
 }
 
-int tartan_search(tartan_db *db, const tartan_queries *queries,
-                  const tartan_search_params *params, tartan_results **results)
+int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_search_params *params,
+                  tartan_results **results)
 {
     if (!db)
         return eng_failf(NULL, TARTAN_EINVAL, "tartan_search: db is NULL");

@@ -19,7 +19,7 @@
 
 /* Queries checked, converted to fp32 and L2-normalised token by token. */
 typedef struct eng_queries {
-    size_t n;       /* queries */
+    size_t n; /* queries */
     size_t dim;
     size_t *off;    /* [n + 1] token offsets, owned */
     float *emb;     /* [off[n], dim], owned */
@@ -33,12 +33,12 @@ void eng_queries_free(eng_queries *q);
 /* What every worker of one call reads (read-only while they run). */
 typedef struct eng_search {
     const eng_queries *q;
-    size_t k;          /* results per query (already at most the live documents) */
-    size_t ncells;     /* at most n_centroids */
+    size_t k;      /* results per query (already at most the live documents) */
+    size_t ncells; /* at most n_centroids */
     float threshold;
-    size_t ndocs;      /* stage 2 keeps this many */
+    size_t ndocs;       /* stage 2 keeps this many */
     size_t ndocs_exact; /* stage 3 keeps this many: max(ndocs / 4, k) */
-    uint32_t n_docnos; /* document numbers are below this (the snapshot's next_docno) */
+    uint32_t n_docnos;  /* document numbers are below this (the snapshot's next_docno) */
     /* Subset mode: allowed[docno / 64] bit docno % 64, over n_docnos; NULL: all allowed.
      * allowed_list: the allowed live documents in ascending order (n_allowed of them). */
     const uint64_t *allowed;

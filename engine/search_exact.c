@@ -34,13 +34,13 @@ typedef struct scan {
     idx_reader *r;
     const eng_search *s;
     int threads;
-    size_t g0, g1;     /* the group's queries */
-    float **S;         /* [g1 - g0] score tables */
-    kern_topk **tk;    /* [g1 - g0] */
-    uint32_t *docno;   /* [CHUNK] */
-    int64_t *ids;      /* [CHUNK] */
-    kern_pdoc *pd;     /* [CHUNK] */
-    float *score;      /* [(g1 - g0) * CHUNK] */
+    size_t g0, g1;   /* the group's queries */
+    float **S;       /* [g1 - g0] score tables */
+    kern_topk **tk;  /* [g1 - g0] */
+    uint32_t *docno; /* [CHUNK] */
+    int64_t *ids;    /* [CHUNK] */
+    kern_pdoc *pd;   /* [CHUNK] */
+    float *score;    /* [(g1 - g0) * CHUNK] */
 } scan;
 
 static int score_chunk(scan *c, size_t n, store_msg *m)
@@ -108,9 +108,9 @@ static int scan_group(scan *c, eng_stage_stats *st, store_msg *m)
         if (G > 1)
             omp_set_num_threads(1);
 #endif
-        int krc = kern_centroid_scores(KERN_DEV_CPU, q->emb + q->off[qi] * q->dim,
-                                       q->off[qi + 1] - q->off[qi], c->r->centroids, K, q->dim,
-                                       c->S[g]);
+        int krc =
+            kern_centroid_scores(KERN_DEV_CPU, q->emb + q->off[qi] * q->dim,
+                                 q->off[qi + 1] - q->off[qi], c->r->centroids, K, q->dim, c->S[g]);
         if (krc) {
 #pragma omp critical(eng_exact_err)
             if (!err)

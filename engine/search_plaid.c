@@ -27,21 +27,21 @@
 #include "search.h"
 
 struct eng_plaid_ws {
-    float *S;          /* [lq, K] */
+    float *S; /* [lq, K] */
     size_t S_cap;
-    int64_t *tix;      /* [lq * ncells] probed centroids (then reused for top-k indices) */
+    int64_t *tix; /* [lq * ncells] probed centroids (then reused for top-k indices) */
     float *tval;
     size_t t_cap;
-    uint8_t *keep;     /* [K] */
-    float *colmax;     /* [K] */
+    uint8_t *keep; /* [K] */
+    float *colmax; /* [K] */
     size_t K_cap;
-    uint64_t *seen;    /* [words] bitmap over document numbers, all zero between queries */
+    uint64_t *seen; /* [words] bitmap over document numbers, all zero between queries */
     size_t seen_words;
-    uint32_t *cand;    /* candidate document numbers */
-    kern_pdoc *pd;     /* their documents */
+    uint32_t *cand; /* candidate document numbers */
+    kern_pdoc *pd;  /* their documents */
     float *score;
     size_t c_cap;
-    uint32_t *surv;    /* survivors of stage 3 */
+    uint32_t *surv; /* survivors of stage 3 */
     kern_pdoc *spd;
     size_t s_cap;
 };
@@ -264,8 +264,7 @@ static int lookup(idx_reader *r, const uint32_t *docnos, size_t n, kern_pdoc *pd
         int rc = idx_reader_doc(r, docnos[i], &pd[i], m);
         if (rc == TARTAN_ENOTFOUND)
             return store_fail(m, TARTAN_ECORRUPT,
-                              "document %u is listed but missing from the documents",
-                              docnos[i]);
+                              "document %u is listed but missing from the documents", docnos[i]);
         if (rc)
             return rc;
     }
@@ -400,8 +399,8 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     }
 
     /* Stage 3: the same without pruning, over stage 2's survivors. */
-    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, spd, m2,
-                                         NULL, ws->score))) {
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, spd, m2, NULL,
+                                         ws->score))) {
         rc = eng_kern_fail(krc, m, "centroid interaction");
         goto done;
     }

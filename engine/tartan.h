@@ -108,7 +108,6 @@ TARTAN_API const char *tartan_strerror(int code);
  */
 TARTAN_API const char *tartan_err_name(int code);
 
-
 /* ---------------------------------------------------------------------------------------
  * Indexes
  *
@@ -139,9 +138,13 @@ TARTAN_API const char *tartan_err_name(int code);
 typedef struct tartan_db tartan_db;
 
 /* tartan_options.flags */
-#define TARTAN_CREATE 0x1u   /* create the index (and its directory) if there is none */
-#define TARTAN_EXCL 0x2u     /* with TARTAN_CREATE: fail with TARTAN_EEXIST if it exists */
-#define TARTAN_READONLY 0x4u /* open read-only: changes fail with TARTAN_EREADONLY */
+/* Create the index (and its directory) if there is none. */
+#define TARTAN_CREATE 0x1u
+/* With TARTAN_CREATE: fail with TARTAN_EEXIST if an index exists. */
+#define TARTAN_EXCL 0x2u
+/* Open read-only: changes fail with TARTAN_EREADONLY; creates nothing (TARTAN_CREATE is
+ * ignored). */
+#define TARTAN_READONLY 0x4u
 
 /*
  * Options of tartan_open. Always start from tartan_options_init(): fields may be added at the
@@ -280,13 +283,12 @@ TARTAN_API size_t tartan_sample_docs(const tartan_db *db, size_t n_docs);
  * Returns 0, TARTAN_EINVAL (ids NULL with n > 0), TARTAN_EBADID (an empty, NULL or malformed
  * id: nothing is deleted), TARTAN_EREADONLY, TARTAN_ECORRUPT, TARTAN_ESTORAGE, ENOMEM.
  */
-TARTAN_API int tartan_delete(tartan_db *db, const char *const *ids, size_t n,
-                             size_t *n_deleted);
+TARTAN_API int tartan_delete(tartan_db *db, const char *const *ids, size_t n, size_t *n_deleted);
 
 /* What an index holds and where its bytes go (tartan_info). */
 typedef struct tartan_index_info {
-    uint64_t n_docs;      /* live documents */
-    uint64_t n_tokens;    /* their tokens */
+    uint64_t n_docs;   /* live documents */
+    uint64_t n_tokens; /* their tokens */
     uint32_t dim;
     uint32_t nbits;
     uint32_t n_centroids; /* 0 until trained */
@@ -296,15 +298,15 @@ typedef struct tartan_index_info {
     uint64_t bytes_codes;     /* n_tokens * code_bytes */
     uint64_t bytes_norms;     /* n_tokens * 4 */
     /* Pages in use per part (LMDB pages of 4 KiB, whole): */
-    uint64_t bytes_docs;      /* document blobs: the payload above, headers, page slack */
-    uint64_t bytes_ivf;       /* inverted lists */
-    uint64_t ivf_entries;     /* (centroid, document) pairs in them */
-    uint64_t bytes_ids;       /* external ids, both directions */
+    uint64_t bytes_docs;  /* document blobs: the payload above, headers, page slack */
+    uint64_t bytes_ivf;   /* inverted lists */
+    uint64_t ivf_entries; /* (centroid, document) pairs in them */
+    uint64_t bytes_ids;   /* external ids, both directions */
     uint64_t bytes_centroids;
     uint64_t bytes_meta;
-    uint64_t bytes_free;      /* pages of the file holding nothing live (reused later) */
-    uint64_t bytes_file;      /* size of the data file */
-    uint64_t map_size;        /* current LMDB map size */
+    uint64_t bytes_free; /* pages of the file holding nothing live (reused later) */
+    uint64_t bytes_file; /* size of the data file */
+    uint64_t map_size;   /* current LMDB map size */
 } tartan_index_info;
 
 /*
@@ -320,10 +322,13 @@ TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
  * dimension each) against the index's documents with MaxSim and returns each query's best k
  * documents by external id. The default is PLAID's pipeline (DESIGN.md section 4): candidates
  * from each query token's nearest ncells centroids, two rounds of centroid interaction that
- * keep ndocs then ndocs / 4 documents, then exact scoring of those from the stored codes and
- * residuals. Exhaustive mode scores every live document exactly (the reference PLAID's recall
- * is measured against). Scores are sums over query tokens of cosines (tokens of queries and
- * documents are L2-normalised), ties broken towards the document added first.
+ * keep ndocs then max(ndocs / 4, k) documents, then exact scoring of those from the stored
+ * codes and residuals (when stage 1 finds no more candidates than that, all are scored
+ * exactly). Exhaustive mode scores every live document exactly (the reference PLAID's recall
+ * is measured against). With a subset, PLAID's candidates are only the subset's documents; a
+ * subset of at most ndocs live documents is scored exactly instead, all of it (as cheap as
+ * the pruning stages, and exact). Scores are sums over query tokens of cosines (tokens of
+ * queries and documents are L2-normalised); ties go to the document added first.
  *
  * Lifecycle of a search:
  *   1. tartan_search_params_init(&p, k): the defaults for k; set what differs;

@@ -31,6 +31,7 @@ typedef struct qpack {
     size_t *roff;  /* [nq] offset of query q's running maxima in a thread's buffer */
     size_t *nval;  /* [nq] valid tokens of query q */
     size_t rtotal; /* floats of running maxima for all queries */
+    int bf16dot;   /* bf16 inputs multiplied as bf16 pairs (mk->max_bf16) */
 } qpack;
 
 /* Where the documents of one call lie. */
@@ -64,6 +65,7 @@ static int qpack_build(qpack *p, const kern_mk *mk, kern_dtype t, size_t dim, co
     p->mk = mk;
     p->dim = dim;
     p->nq = nq;
+    p->bf16dot = t == KERN_BF16 && mk->max_bf16 && dim % 2 == 0;
     p->poff = malloc(nq * sizeof *p->poff);
     p->roff = malloc(nq * sizeof *p->roff);
     p->nval = malloc(nq * sizeof *p->nval);
@@ -94,7 +96,10 @@ static int qpack_build(qpack *p, const kern_mk *mk, kern_dtype t, size_t dim, co
         for (size_t i = 0; i < l; i++)
             if (!mask || mask[f + i])
                 rows[nv++] = (const char *)base + (f + i) * dim * es;
-        kern_pack_panels(mk, t, rows, nv, dim, p->panels + p->poff[q]);
+        if (p->bf16dot)
+            kern_pack_panels_bf16(mk, rows, nv, dim, (uint16_t *)(p->panels + p->poff[q]));
+        else
+            kern_pack_panels(mk, t, rows, nv, dim, p->panels + p->poff[q]);
     }
     free(rows);
     return KERN_OK;
@@ -106,25 +111,29 @@ fail:
 
 /* One thread's working memory. */
 typedef struct scratch {
-    size_t chunk;       /* rows per chunk */
-    const float **rows; /* [chunk + J] */
-    float *conv;        /* [chunk, dim] converted rows (16-bit inputs only) */
-    float *rm;          /* [rtotal] running maxima */
+    size_t chunk;            /* rows per chunk */
+    const float **rows;      /* [chunk + J] */
+    const uint16_t **rows16; /* [chunk + J] bf16 rows read in place (bf16dot) */
+    float *conv;             /* [chunk, dim] converted rows (16-bit inputs only) */
+    float *rm;               /* [rtotal] running maxima */
 } scratch;
 
 static int scratch_init(scratch *s, const qpack *qp, kern_dtype t)
 {
     const kern_mk *mk = qp->mk;
     s->chunk = kern_chunk_rows(mk, qp->dim);
+    int conv = t != KERN_F32 && !qp->bf16dot;
     s->rows = malloc((s->chunk + mk->J) * sizeof *s->rows);
-    s->conv = t == KERN_F32 ? NULL : kern_aligned_alloc(s->chunk * qp->dim * sizeof(float));
+    s->rows16 = malloc((s->chunk + mk->J) * sizeof *s->rows16);
+    s->conv = conv ? kern_aligned_alloc(s->chunk * qp->dim * sizeof(float)) : NULL;
     s->rm = kern_aligned_alloc((qp->rtotal ? qp->rtotal : 1) * sizeof(float));
-    return s->rows && s->rm && (t == KERN_F32 || s->conv);
+    return s->rows && s->rows16 && s->rm && (!conv || s->conv);
 }
 
 static void scratch_free(scratch *s)
 {
     free(s->rows);
+    free(s->rows16);
     free(s->conv);
     free(s->rm);
 }
@@ -159,6 +168,8 @@ static void score_doc(const qpack *qp, size_t q0, size_t q1, const dsrc *ds, siz
             const char *src = ds->base + (first + t) * rowbytes;
             if (ds->t == KERN_F32) {
                 s->rows[m] = (const float *)src;
+            } else if (qp->bf16dot) {
+                s->rows16[m] = (const uint16_t *)src;
             } else {
                 kern_to_f32(mk, ds->t, src, s->conv + m * dim, dim);
                 s->rows[m] = s->conv + m * dim;
@@ -169,8 +180,12 @@ static void score_doc(const qpack *qp, size_t q0, size_t q1, const dsrc *ds, siz
             break;
         valid += m;
         /* Fill the last group with copies of the last row: a repeat cannot change a max. */
-        for (size_t g = m; g % J; g++)
-            s->rows[g] = s->rows[m - 1];
+        for (size_t g = m; g % J; g++) {
+            if (qp->bf16dot)
+                s->rows16[g] = s->rows16[m - 1];
+            else
+                s->rows[g] = s->rows[m - 1];
+        }
         for (size_t q = q0; q < q1; q++) {
             size_t nv = qp->nval[q];
             for (size_t p = 0; p * P < nv; p++) {
@@ -182,12 +197,18 @@ static void score_doc(const qpack *qp, size_t q0, size_t q1, const dsrc *ds, siz
                      * fetches ahead, fp32 rows the next group, 16-bit ones the next chunk. */
                     const char *pf = NULL;
                     if (q == q0 && p == 0) {
-                        if (ds->t == KERN_F32 && g + J < m)
+                        if (qp->bf16dot && g + J < m)
+                            pf = (const char *)s->rows16[g + J];
+                        else if (ds->t == KERN_F32 && g + J < m)
                             pf = (const char *)s->rows[g + J];
-                        else if (ds->t != KERN_F32 && t + (g / J + 1) * 2 * J <= count)
+                        else if (ds->t != KERN_F32 && !qp->bf16dot &&
+                                 t + (g / J + 1) * 2 * J <= count)
                             pf = ds->base + (first + t + (g / J) * 2 * J) * rowbytes;
                     }
-                    mk->max(qt, dim, s->rows + g, lanes, mx, pf);
+                    if (qp->bf16dot)
+                        mk->max_bf16((const uint16_t *)qt, dim, s->rows16 + g, lanes, mx, pf);
+                    else
+                        mk->max(qt, dim, s->rows + g, lanes, mx, pf);
                 }
             }
         }

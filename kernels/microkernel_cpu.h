@@ -49,6 +49,12 @@ typedef struct kern_mk {
                        float *mx, const float *const *add, const float *scale);
     /* out[j * P + l] = <qt lane l, rows[j]> for j < J, l < P (lanes as for max). */
     void (*tile)(const float *qt, size_t dim, const float *const *rows, unsigned lanes, float *out);
+    /* max for bf16 documents read as they are, two dims per step with AVX512_BF16's dot
+     * product (exact products, fp32 accumulation; bf16 subnormals count as zero): qt is a
+     * panel of bf16 pairs (kern_pack_panels_bf16), rows point at bf16 rows, dim is even.
+     * NULL where the CPU lacks the instruction. */
+    void (*max_bf16)(const uint16_t *qt, size_t dim, const uint16_t *const *rows, unsigned lanes,
+                     float *mx, const char *pf);
     /* n 16-bit values to fp32. */
     void (*f16)(const uint16_t *src, float *dst, size_t n);
     void (*bf16)(const uint16_t *src, float *dst, size_t n);
@@ -87,6 +93,14 @@ static inline size_t kern_npanels(const kern_mk *mk, size_t n)
  */
 void kern_pack_panels(const kern_mk *mk, kern_dtype t, const void *const *rows, size_t n,
                       size_t dim, float *out);
+
+/*
+ * Packs n bf16 query rows into panels of bf16 pairs for max_bf16: [dim / 2][P][2] uint16 per
+ * panel (dim even), lanes past n zero. Panels lie dim * P floats apart, as fp32 panels do, so
+ * out holds npanels * dim * P floats.
+ */
+void kern_pack_panels_bf16(const kern_mk *mk, const void *const *rows, size_t n, size_t dim,
+                           uint16_t *out);
 
 /* Converts n elements of dtype t at src to fp32 at dst with the active micro-kernels. */
 void kern_to_f32(const kern_mk *mk, kern_dtype t, const void *src, float *dst, size_t n);

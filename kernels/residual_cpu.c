@@ -21,9 +21,27 @@
 #include "kernels_impl.h"
 #include "microkernel_cpu.h"
 
-static uint32_t code_at(const void *codes, unsigned code_bytes, size_t t)
+/*
+ * Token t's code and inverse norm. Documents may point straight into LMDB's map, which aligns
+ * values to 2 bytes only, so 4-byte fields are read with memcpy (a plain load on x86).
+ */
+static inline uint32_t code_at(const void *codes, unsigned code_bytes, size_t t)
 {
-    return code_bytes == 2 ? ((const uint16_t *)codes)[t] : ((const uint32_t *)codes)[t];
+    if (code_bytes == 2) {
+        uint16_t c;
+        memcpy(&c, (const char *)codes + 2 * t, 2);
+        return c;
+    }
+    uint32_t c;
+    memcpy(&c, (const char *)codes + 4 * t, 4);
+    return c;
+}
+
+static inline float inv_norm_at(const float *inv, size_t t)
+{
+    float v;
+    memcpy(&v, (const char *)inv + 4 * t, 4);
+    return v;
 }
 
 /*
@@ -164,7 +182,7 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
                             /* Rows past the chunk repeat its last token, offset and scale. */
                             size_t t = t0 + (g + j < m ? g + j : m - 1);
                             uint32_t code = code_at(d->codes, a->code_bytes, t);
-                            scale[j] = d->inv_norms[t];
+                            scale[j] = inv_norm_at(d->inv_norms, t);
                             if (qcT) {
                                 add[j] = qcT + code * lq_pad + p * P;
                             } else {

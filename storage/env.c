@@ -58,12 +58,10 @@ int store_map_lmdb(store_msg *m, int rc, const char *what)
         return store_fail(m, TARTAN_ENOINDEX,
                           "%s: the LMDB environment holds databases of another layout", what);
     case MDB_VERSION_MISMATCH:
-        return store_fail(m, TARTAN_EVERSION, "%s: written by an incompatible LMDB version",
-                          what);
+        return store_fail(m, TARTAN_EVERSION, "%s: written by an incompatible LMDB version", what);
     case MDB_TXN_FULL:
         return store_fail(m, TARTAN_ETOOBIG,
-                          "%s: the change is too large for one transaction; split the batch",
-                          what);
+                          "%s: the change is too large for one transaction; split the batch", what);
     case MDB_BAD_VALSIZE:
         return store_fail(m, TARTAN_ETOOBIG, "%s: key or value too large", what);
     case MDB_READERS_FULL:
@@ -153,12 +151,11 @@ static int open_dbs(store_env *env, MDB_txn *txn, int create, store_msg *m)
         {"names", MDB_INTEGERKEY, &env->se_names},
     };
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
-        int rc = mdb_dbi_open(txn, dbs[i].name, dbs[i].flags | (create ? MDB_CREATE : 0),
-                              dbs[i].dbi);
+        int rc =
+            mdb_dbi_open(txn, dbs[i].name, dbs[i].flags | (create ? MDB_CREATE : 0), dbs[i].dbi);
         if (rc == MDB_NOTFOUND)
-            return store_fail(m, TARTAN_ENOINDEX,
-                              "'%s': not a tartan index (no '%s' database)", env->se_path,
-                              dbs[i].name);
+            return store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no '%s' database)",
+                              env->se_path, dbs[i].name);
         if (rc)
             return store_map_lmdb(m, rc, "opening the index's databases");
     }

@@ -44,10 +44,15 @@ rm -rf "$probe"
 [ -f "$top_builddir/config.h" ] || { echo "check_fuzz: no config.h in $top_builddir" >&2; exit 1; }
 
 mkdir -p "$out" "$crashes"
+# The fuzz build is CPU-only whatever configure chose: its own config.h without the CUDA
+# kernels (dispatch.c then answers KERN_ENODEV for the GPU instead of calling them).
+grep -v 'TARTAN_HAVE_CUDA' "$top_builddir/config.h" >"$out/config.h.new"
+cmp -s "$out/config.h.new" "$out/config.h" 2>/dev/null || mv "$out/config.h.new" "$out/config.h"
+rm -f "$out/config.h.new"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # The kernels use OpenMP; clang's runtime (libomp) also answers FAISS's GOMP_ calls.
 cflags="-g -O1 -std=gnu11 $omp $san -fsanitize=fuzzer-no-link -DHAVE_CONFIG_H \
-    -I$top_builddir -I$src/engine -I$src/kernels -I$src/storage -I$src/index -I$src/tools"
+    -I$out -I$src/engine -I$src/kernels -I$src/storage -I$src/index -I$src/tools"
 cxxflags="-g -O1 -std=c++17 $omp $san -fsanitize=fuzzer-no-link -I$src/index"
 
 # Compiles src file $1 into $out unless the object is newer than it (and than the headers).
@@ -60,7 +65,7 @@ compile() {
         # The kernels use GCC's CPU-feature builtins (clang 14 lacks "f16c") and parse no
         # input: gcc builds them, uninstrumented.
         kernels/*) ${CC_KERNELS:-gcc} -g -O2 -std=gnu11 -fopenmp -DHAVE_CONFIG_H \
-            -I$top_builddir -I$src/kernels -c "$src/$f" -o "$o" ;;
+            -I$out -I$src/kernels -c "$src/$f" -o "$o" ;;
         *) $cc $cflags -c "$src/$f" -o "$o" ;;
         esac || return 1
     fi

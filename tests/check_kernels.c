@@ -222,7 +222,8 @@ START_TEST(test_kernels_dense_dims)
     rng_init();
     static const size_t dims[] = {64, 96, 128, 256, 320, 1024};
     for (size_t i = 0; i < 6; i++)
-        check_dense(KERN_F32, dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
+        for (size_t k = 0; k < 3; k++)
+            check_dense(dtypes[k], dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
 }
 END_TEST
 
@@ -231,8 +232,10 @@ START_TEST(test_kernels_dense_odd_dims)
     /* Any positive dim works, also ones no vector width divides. */
     rng_init();
     static const size_t dims[] = {1, 3, 17, 33};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 4; i++) {
         check_dense(KERN_F32, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
+        check_dense(KERN_BF16, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
+    }
 }
 END_TEST
 
@@ -279,6 +282,8 @@ START_TEST(test_kernels_dense_many_panels)
     /* More query tokens than one panel holds, with a part-filled last panel. */
     rng_init();
     check_dense(KERN_F32, 64, 2, 75, 3, 19, 0.95, 1.0);
+    check_dense(KERN_BF16, 64, 2, 75, 3, 19, 0.95, 1.0);
+    check_dense(KERN_F16, 32, 1, 40, 2, 9, 1.0, 1.0);
 }
 END_TEST
 
@@ -898,6 +903,53 @@ START_TEST(test_kernels_residual_long_docs)
 }
 END_TEST
 
+START_TEST(test_kernels_residual_unaligned)
+{
+    /* Codes and inverse norms read from memory aligned to 2 bytes only (as in LMDB's map)
+     * give the same scores as aligned copies. */
+    rng_init();
+    plaid p;
+    size_t dim = 64, K = 50, nd = 9, lq = 8;
+    plaid_make(&p, dim, K, nd, 30, 2, 4);
+    size_t T = (size_t)p.off[nd];
+    char *cbuf = xcalloc(T * 4 + 8, 1), *ibuf = xcalloc(T * 4 + 8, 1);
+    memcpy(cbuf + 2, p.codes, T * 4);
+    memcpy(ibuf + 2, p.inv, T * 4);
+    kern_pdoc *ud = xcalloc(nd, sizeof *ud);
+    for (size_t n = 0; n < nd; n++) {
+        ud[n] = p.docs[n];
+        ud[n].codes = cbuf + 2 + 4 * p.off[n];
+        ud[n].inv_norms = (const float *)(ibuf + 2 + 4 * p.off[n]);
+    }
+    emb q;
+    emb_rand(&q, KERN_F32, lq, dim);
+    float *qc = xcalloc(lq * K, sizeof(float)), s1[9], s2[9], a1[9], a2[9];
+    ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
+    kern_residual a = {dim, 2, 4, q.val, lq, qc, K, p.w, p.docs, nd};
+    poison(s1, nd);
+    poison(s2, nd);
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s1), KERN_OK);
+    a.docs = ud;
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s2), KERN_OK);
+    poison(a1, nd);
+    poison(a2, nd);
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, qc, lq, K, 4, p.docs, nd, NULL, a1),
+                     KERN_OK);
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, qc, lq, K, 4, ud, nd, NULL, a2),
+                     KERN_OK);
+    for (size_t n = 0; n < nd; n++) {
+        ck_assert(memcmp(&s1[n], &s2[n], 4) == 0 && !isnan(s1[n]));
+        ck_assert(memcmp(&a1[n], &a2[n], 4) == 0 && !isnan(a1[n]));
+    }
+    emb_free(&q);
+    free(qc);
+    free(ud);
+    free(cbuf);
+    free(ibuf);
+    plaid_free(&p);
+}
+END_TEST
+
 START_TEST(test_kernels_residual_bad_input)
 {
     float w[4] = {0}, q[8] = {0}, qc[2] = {0}, inv[2] = {1, 1}, s[2];
@@ -1238,7 +1290,9 @@ START_TEST(test_kernels_isa_selection)
     ck_assert_int_eq(kern_cpu_force_isa("sse9"), KERN_EINVAL);
     ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
     const char *best = kern_mk_active()->name;
-    if (kern_cpu_has_isa("avx512"))
+    if (kern_cpu_has_isa("avx512bf16"))
+        ck_assert_str_eq(best, "avx512bf16");
+    else if (kern_cpu_has_isa("avx512"))
         ck_assert_str_eq(best, "avx512");
     else if (kern_cpu_has_isa("avx2"))
         ck_assert_str_eq(best, "avx2");
@@ -1306,6 +1360,7 @@ static Suite *kernels_suite(void)
         {"residual_nbits", test_kernels_residual_nbits},
         {"residual_strided_table", test_kernels_residual_strided_table},
         {"residual_long_docs", test_kernels_residual_long_docs},
+        {"residual_unaligned", test_kernels_residual_unaligned},
         {"residual_bad_input", test_kernels_residual_bad_input},
         {"interaction_all_kept", test_kernels_interaction_all_kept},
         {"interaction_keep_mask", test_kernels_interaction_keep_mask},

@@ -323,8 +323,8 @@ static void expect_exact(const tartan_results *r, size_t qi, const ref_hit *ref,
         ck_assert_msg(f != NULL, "unknown id %s", h->id);
         ck_assert_msg(fabs(h->score - f->score) < 1e-4, "%s: %.6f vs reference %.6f", h->id,
                       h->score, f->score);
-        ck_assert_msg(fabs(h->score - ref[j].score) < 1e-4, "rank %zu: %.6f vs %.6f", j,
-                      h->score, ref[j].score);
+        ck_assert_msg(fabs(h->score - ref[j].score) < 1e-4, "rank %zu: %.6f vs %.6f", j, h->score,
+                      ref[j].score);
     }
 }
 
@@ -337,8 +337,7 @@ static void expect_same(const tartan_results *a, size_t qa, const tartan_results
         ck_assert_msg(fabsf(x->score - y->score) < 1e-5, "rank %zu: %f vs %f", j, x->score,
                       y->score);
         if (strcmp(x->id, y->id)) /* only a tie may swap two documents */
-            ck_assert_msg(fabsf(x->score - y->score) < 1e-6, "rank %zu: %s vs %s", j, x->id,
-                          y->id);
+            ck_assert_msg(fabsf(x->score - y->score) < 1e-6, "rank %zu: %s vs %s", j, x->id, y->id);
     }
 }
 
@@ -357,8 +356,8 @@ START_TEST(test_search_params_defaults)
     static const struct {
         size_t k, ncells, ndocs;
         float thr;
-    } want[] = {{1, 1, 256, 0.5f},      {10, 1, 256, 0.5f},     {11, 2, 1024, 0.45f},
-                {100, 2, 1024, 0.45f},  {101, 4, 4096, 0.4f},   {1024, 4, 4096, 0.4f},
+    } want[] = {{1, 1, 256, 0.5f},     {10, 1, 256, 0.5f},    {11, 2, 1024, 0.45f},
+                {100, 2, 1024, 0.45f}, {101, 4, 4096, 0.4f},  {1024, 4, 4096, 0.4f},
                 {1025, 4, 4100, 0.4f}, {5000, 4, 20000, 0.4f}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         tartan_search_params p;
@@ -664,8 +663,13 @@ START_TEST(test_search_replaced_scored_once)
     /* Replace doc-7 by the query itself: it becomes the best match, returned once. */
     size_t len = LQ;
     const char *id[] = {"doc-7"};
-    tartan_batch b = {.n_docs = 1, .ids = id, .doclens = &len, .embeddings = q,
-                      .n_rows = LQ, .dim = DIM, .dtype = TARTAN_FLOAT32};
+    tartan_batch b = {.n_docs = 1,
+                      .ids = id,
+                      .doclens = &len,
+                      .embeddings = q,
+                      .n_rows = LQ,
+                      .dim = DIM,
+                      .dtype = TARTAN_FLOAT32};
     ck_assert_int_eq(tartan_add(db, &b, TARTAN_REPLACE), 0);
     for (int ex = 0; ex < 2; ex++) {
         tartan_search_params p;
@@ -709,8 +713,7 @@ START_TEST(test_search_k_beyond_index)
             ck_assert_uint_gt(r->counts[i], 0);
             for (size_t j = 0; j < r->counts[i]; j++)
                 for (size_t l = 0; l < j; l++)
-                    ck_assert_str_ne(r->hits[r->offsets[i] + j].id,
-                                     r->hits[r->offsets[i] + l].id);
+                    ck_assert_str_ne(r->hits[r->offsets[i] + j].id, r->hits[r->offsets[i] + l].id);
         }
         tartan_results_free(r);
     }
@@ -770,8 +773,7 @@ START_TEST(test_search_empty_index)
 END_TEST
 
 /* One-by-one results of each query of a batch, against the batch's. */
-static void batch_vs_single(tartan_db *db, const tartan_queries *qs,
-                            const tartan_search_params *p)
+static void batch_vs_single(tartan_db *db, const tartan_queries *qs, const tartan_search_params *p)
 {
     tartan_results *all = search_ok(db, qs, p);
     size_t es = qs->dtype == TARTAN_FLOAT32 ? 4 : 2, row = 0;
@@ -825,8 +827,12 @@ START_TEST(test_search_batch_ragged_f16)
         h[i] = kern_f32_to_f16(q[i]);
         back[i] = kern_f16_to_f32(h[i]);
     }
-    tartan_queries qs = {.n_queries = NQ, .qlens = lens, .embeddings = h, .n_rows = rows,
-                         .dim = DIM, .dtype = TARTAN_FLOAT16};
+    tartan_queries qs = {.n_queries = NQ,
+                         .qlens = lens,
+                         .embeddings = h,
+                         .n_rows = rows,
+                         .dim = DIM,
+                         .dtype = TARTAN_FLOAT16};
     tartan_search_params p;
     for (int ex = 0; ex < 2; ex++) {
         tartan_search_params_init(&p, 15);

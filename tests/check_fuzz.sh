@@ -55,11 +55,12 @@ cflags="-g -O1 -std=gnu11 $omp $san -fsanitize=fuzzer-no-link -DHAVE_CONFIG_H \
     -I$out -I$src/engine -I$src/kernels -I$src/storage -I$src/index -I$src/tools"
 cxxflags="-g -O1 -std=c++17 $omp $san -fsanitize=fuzzer-no-link -I$src/index"
 
-# Compiles src file $1 into $out unless the object is newer than it (and than the headers).
+# Compiles src file $1 into $out unless the object is newer than it, the headers and config.h.
 newest_header=$(ls -t "$src"/*/*.h | head -1)
 compile() {
     local f=$1 o=$out/$(echo "$1" | tr / _).o
-    if [ ! -f "$o" ] || [ "$src/$f" -nt "$o" ] || [ "$newest_header" -nt "$o" ]; then
+    if [ ! -f "$o" ] || [ "$src/$f" -nt "$o" ] || [ "$newest_header" -nt "$o" ] ||
+        [ "$out/config.h" -nt "$o" ]; then
         case $f in
         *.cpp) $cxx $cxxflags -c "$src/$f" -o "$o" ;;
         # The kernels use GCC's CPU-feature builtins (clang 14 lacks "f16c") and parse no

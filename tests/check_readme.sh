@@ -13,7 +13,7 @@ if [ ! -s "$tmp/example.c" ]; then
     exit 1
 fi
 libdir=$(cd "$top_builddir/.libs" && pwd)
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$top_srcdir/engine" "$tmp/example.c" \
+${CC:-cc} -std=c11 -Wall -Wextra -Werror ${SAN_FLAGS:-} -I"$top_srcdir/engine" "$tmp/example.c" \
     -L"$libdir" -ltartan -o "$tmp/example"
 cd "$tmp"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ./example > out.txt

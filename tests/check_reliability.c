@@ -12,6 +12,8 @@
 #include <ftw.h>
 #include <lmdb.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -737,6 +739,110 @@ START_TEST(test_reliability_search_damaged)
 }
 END_TEST
 
+/* ---- concurrency: searches beside a writer --------------------------------------------- */
+
+typedef struct reader_ctx {
+    tartan_db *db;
+    const float *q; /* one query of QLEN tokens, given twice in each batch */
+    atomic_int *stop;
+    int searches;
+    char failure[256];
+} reader_ctx;
+
+#define QLEN 4
+#define WBATCH 10
+
+/* Searches until told to stop. Every batch holds the same query twice: both answers must be
+ * the same (one snapshot per call), and the index must hold NDOCS or NDOCS + WBATCH documents
+ * (the writer's batches land whole), never anything between. */
+static void *reader_main(void *vctx)
+{
+    reader_ctx *c = vctx;
+    float q2[2 * QLEN * DIM];
+    memcpy(q2, c->q, sizeof(float) * QLEN * DIM);
+    memcpy(q2 + QLEN * DIM, c->q, sizeof(float) * QLEN * DIM);
+    tartan_queries qs = {2, NULL, QLEN, q2, 2 * QLEN, DIM, TARTAN_FLOAT32};
+    tartan_search_params p;
+    tartan_search_params_init(&p, 1000);
+    p.exhaustive = 1;
+    p.threads = 1;
+    while (!atomic_load(c->stop) && !c->failure[0]) {
+        tartan_results *res;
+        int rc = tartan_search(c->db, &qs, &p, &res);
+        if (rc) {
+            snprintf(c->failure, sizeof c->failure, "search: %s", tartan_errmsg(c->db));
+            break;
+        }
+        size_t n0 = res->counts[0], n1 = res->counts[1];
+        if (n0 != n1 || (n0 != NDOCS && n0 != NDOCS + WBATCH))
+            snprintf(c->failure, sizeof c->failure, "a search saw %zu and %zu documents", n0, n1);
+        for (size_t i = 0; i < n0 && i < n1 && !c->failure[0]; i++) {
+            const tartan_hit *a = &res->hits[res->offsets[0] + i];
+            const tartan_hit *b = &res->hits[res->offsets[1] + i];
+            if (strcmp(a->id, b->id) || a->score != b->score)
+                snprintf(c->failure, sizeof c->failure, "the two queries of one call differ");
+        }
+        tartan_results_free(res);
+        tartan_index_info info;
+        if (tartan_info(c->db, &info) || (info.n_docs != NDOCS && info.n_docs != NDOCS + WBATCH))
+            snprintf(c->failure, sizeof c->failure, "tartan_info saw %llu documents",
+                     (unsigned long long)info.n_docs);
+        c->searches++;
+    }
+    return NULL;
+}
+
+START_TEST(test_reliability_concurrent_search)
+{
+    build_index(26);
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &db), 0);
+    float q[QLEN * DIM], w[WBATCH * DIM];
+    for (int i = 0; i < QLEN * DIM; i++)
+        q[i] = (float)gauss();
+    for (int i = 0; i < WBATCH * DIM; i++)
+        w[i] = (float)gauss();
+    char wid[WBATCH][8];
+    const char *wids[WBATCH];
+    size_t wl[WBATCH];
+    for (int i = 0; i < WBATCH; i++) {
+        snprintf(wid[i], sizeof wid[i], "w-%d", i);
+        wids[i] = wid[i];
+        wl[i] = 1;
+    }
+    atomic_int stop = 0;
+    enum { NR = 3 };
+    reader_ctx rc[NR];
+    pthread_t th[NR];
+    for (int i = 0; i < NR; i++) {
+        memset(&rc[i], 0, sizeof rc[i]);
+        rc[i].db = db;
+        rc[i].q = q;
+        rc[i].stop = &stop;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, reader_main, &rc[i]), 0);
+    }
+    tartan_batch b = {WBATCH, wids, wl, w, WBATCH, DIM, TARTAN_FLOAT32};
+    int rounds = 0, failed = 0;
+    for (; rounds < 40 && !failed; rounds++) {
+        size_t nd;
+        failed |= tartan_add(db, &b, 0) != 0;
+        failed |= tartan_delete(db, wids, WBATCH, &nd) != 0 || nd != WBATCH;
+    }
+    atomic_store(&stop, 1);
+    int searches = 0;
+    for (int i = 0; i < NR; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(!rc[i].failure[0], "reader %d: %s", i, rc[i].failure);
+        searches += rc[i].searches;
+    }
+    ck_assert_msg(!failed, "writer: %s", tartan_errmsg(db));
+    ck_assert_int_gt(searches, NR);
+    tartan_close(db);
+    found f;
+    ck_assert_int_eq(check_index(&f), 0);
+}
+END_TEST
+
 static Suite *reliability_suite(void)
 {
     Suite *s = suite_create("reliability");
@@ -757,6 +863,7 @@ static Suite *reliability_suite(void)
         {"tiny_token", test_reliability_tiny_token},
         {"map_grows", test_reliability_map_grows},
         {"search_damaged", test_reliability_search_damaged},
+        {"concurrent_search", test_reliability_concurrent_search},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

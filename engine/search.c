@@ -375,9 +375,14 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
             s.allowed = allowed;
             s.allowed_list = allowed_list;
         }
+        if (s.allowed)
+            s.subset_exact =
+                params->exhaustive ? s.n_allowed <= r[0].h.n_docs / 8 : s.n_allowed <= s.ndocs;
+        if (params->exhaustive) /* unused by the scan; the subset's list needs only k */
+            s.ndocs = s.ndocs_exact = s.k;
         if (s.allowed && s.n_allowed == 0)
             ; /* nothing allowed: no hits */
-        else if (params->exhaustive)
+        else if (params->exhaustive && !s.subset_exact)
             rc = eng_exact_scan(&r[0], &s, threads, &st, &m);
         else
             rc = run_plaid(db->env, r, &s, threads, &st, &m);

@@ -322,14 +322,20 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
     if (rc)
         return eng_fail(db, rc, &m);
 
-    idx_reader r[MAX_READERS];
+    /* On the heap: a reader holds its codec tables (2 KiB), too much for small thread stacks
+     * times MAX_READERS. */
+    idx_reader *r = calloc(MAX_READERS, sizeof *r);
     eng_queries q = {0};
     eng_search s = {0};
     eng_stage_stats st = {0};
     uint64_t *allowed = NULL;
     uint32_t *allowed_list = NULL;
-    if ((rc = idx_reader_open(db->env, &r[0], &m)))
+    if (!r)
+        return eng_failf(db, ENOMEM, "search: out of memory");
+    if ((rc = idx_reader_open(db->env, &r[0], &m))) {
+        free(r);
         return eng_fail(db, rc, &m);
+    }
     if ((rc = eng_queries_prepare(queries, r[0].h.dim, &q, &m)))
         goto fail;
     int threads = params->threads;
@@ -396,6 +402,7 @@ restore:
 #endif
 fail:
     idx_reader_close(&r[0]);
+    free(r);
     eng_queries_free(&q);
     free(s.hit_n);
     free(s.hit_doc);

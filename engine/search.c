@@ -322,14 +322,20 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
     if (rc)
         return eng_fail(db, rc, &m);
 
-    idx_reader r[MAX_READERS];
+    /* On the heap: a reader holds its codec tables (2 KiB), too much for small thread stacks
+     * times MAX_READERS. */
+    idx_reader *r = calloc(MAX_READERS, sizeof *r);
     eng_queries q = {0};
     eng_search s = {0};
     eng_stage_stats st = {0};
     uint64_t *allowed = NULL;
     uint32_t *allowed_list = NULL;
-    if ((rc = idx_reader_open(db->env, &r[0], &m)))
+    if (!r)
+        return eng_failf(db, ENOMEM, "search: out of memory");
+    if ((rc = idx_reader_open(db->env, &r[0], &m))) {
+        free(r);
         return eng_fail(db, rc, &m);
+    }
     if ((rc = eng_queries_prepare(queries, r[0].h.dim, &q, &m)))
         goto fail;
     int threads = params->threads;
@@ -375,9 +381,14 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
             s.allowed = allowed;
             s.allowed_list = allowed_list;
         }
+        if (s.allowed)
+            s.subset_exact =
+                params->exhaustive ? s.n_allowed <= r[0].h.n_docs / 8 : s.n_allowed <= s.ndocs;
+        if (params->exhaustive) /* unused by the scan; the subset's list needs only k */
+            s.ndocs = s.ndocs_exact = s.k;
         if (s.allowed && s.n_allowed == 0)
             ; /* nothing allowed: no hits */
-        else if (params->exhaustive)
+        else if (params->exhaustive && !s.subset_exact)
             rc = eng_exact_scan(&r[0], &s, threads, &st, &m);
         else
             rc = run_plaid(db->env, r, &s, threads, &st, &m);
@@ -391,6 +402,7 @@ restore:
 #endif
 fail:
     idx_reader_close(&r[0]);
+    free(r);
     eng_queries_free(&q);
     free(s.hit_n);
     free(s.hit_doc);

@@ -44,6 +44,10 @@ typedef struct eng_search {
     const uint64_t *allowed;
     const uint32_t *allowed_list;
     size_t n_allowed;
+    /* Score the subset's list exactly instead of running PLAID's stages: a subset of at most
+     * ndocs documents, or in exhaustive mode one of at most an eighth of the index (cheaper
+     * to look up than to walk the whole index past). */
+    int subset_exact;
     /* Results: query i's hits at hit_doc / hit_score [i * k ...], hit_n[i] of them. */
     uint32_t *hit_doc;
     float *hit_score;
@@ -62,9 +66,8 @@ double eng_now(void);
 /*
  * PLAID (DESIGN.md section 4) for query qi through reader r, which the calling thread alone
  * uses; ws is the thread's workspace (zeroed before the first use, freed with
- * eng_plaid_ws_free), reused across queries so that a batch allocates once per thread. When
- * a subset is smaller than what stage 2 keeps (n_allowed <= ndocs), the subset is scored
- * exactly instead: cheaper than the pruning stages and never worse.
+ * eng_plaid_ws_free), reused across queries so that a batch allocates once per thread. With
+ * s->subset_exact the subset's documents are scored exactly instead.
  */
 typedef struct eng_plaid_ws eng_plaid_ws;
 eng_plaid_ws *eng_plaid_ws_new(void);

@@ -150,7 +150,7 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
                  store_msg *m)
 {
     size_t K = r->h.n_centroids, words = ((size_t)s->n_docnos + 63) / 64;
-    size_t nt = lq * s->ncells;
+    size_t nt = s->subset_exact ? s->k : lq * s->ncells;
     if (nt < s->ndocs)
         nt = s->ndocs;
     if (nt < s->ndocs_exact)
@@ -451,7 +451,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S);
     if (krc)
         return eng_kern_fail(krc, m, "centroid scores");
-    if (s->allowed && s->n_allowed <= s->ndocs) {
+    if (s->subset_exact) {
         /* A small subset: score all of it exactly. */
         size_t n = s->n_allowed;
         if ((rc = grow_cand(ws, n)))

@@ -565,6 +565,48 @@ START_TEST(test_search_subset_only_allowed)
 }
 END_TEST
 
+START_TEST(test_search_subset_small_exact)
+{
+    /* Subsets small enough to be scored from their list (PLAID: at most ndocs; exhaustive:
+     * at most an eighth of the index) rank exactly as the reference restricted to them. */
+    corpus c;
+    tartan_db *db = build(&c, NDOC, 25);
+    size_t rows;
+    float *q = make_queries(&c, 3, LQ, NULL, &rows);
+    tartan_queries qs = fixed_queries(q, 3, LQ);
+    const char *ids[NDOC / 20];
+    size_t ns = 0;
+    for (size_t i = 7; i < NDOC; i += 20)
+        ids[ns++] = c.ids[i];
+    for (int ex = 0; ex < 2; ex++) {
+        tartan_search_params p;
+        tartan_search_params_init(&p, 10);
+        p.exhaustive = ex;
+        p.subset = ids;
+        p.n_subset = ns;
+        p.threads = 2;
+        tartan_results *r = search_ok(db, &qs, &p);
+        ck_assert_uint_eq(r->stats.n_exact, 3 * ns); /* the list only, not the index */
+        for (size_t i = 0; i < 3; i++) {
+            size_t nref, k = 0;
+            ref_hit *ref = reference(db, q + i * LQ * DIM, LQ, &nref);
+            for (size_t j = 0; j < nref; j++) {
+                size_t d;
+                if (sscanf(ref[j].id, "doc-%zu", &d) == 1 && d % 20 == 7)
+                    ref[k++] = ref[j];
+            }
+            ck_assert_uint_eq(k, ns);
+            expect_exact(r, i, ref, k, 10);
+            free(ref);
+        }
+        tartan_results_free(r);
+    }
+    free(q);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 START_TEST(test_search_subset_empty)
 {
     corpus c;
@@ -1050,6 +1092,7 @@ static Suite *search_suite(void)
         {"plaid_wide_equals_exhaustive", test_search_plaid_wide_equals_exhaustive},
         {"default_recall", test_search_default_recall},
         {"subset_only_allowed", test_search_subset_only_allowed},
+        {"subset_small_exact", test_search_subset_small_exact},
         {"subset_empty", test_search_subset_empty},
         {"deleted_never_returned", test_search_deleted_never_returned},
         {"replaced_scored_once", test_search_replaced_scored_once},

@@ -24,25 +24,25 @@
 #include <cuda_runtime.h>
 
 #include "kernels_impl.h"
+#include "tune_cuda.h"
 
-#define CK(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                      \
-                    cudaGetErrorString(e_));                                                   \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define KK(call)                                                                               \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_ != KERN_OK) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %d %s\n", __FILE__, __LINE__, #call, rc_,              \
-                    kern_last_error());                                                        \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define KK(call)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != KERN_OK) {                                                                      \
+            fprintf(stderr, "%s:%d: %s: %d %s\n", __FILE__, __LINE__, #call, rc_,                  \
+                    kern_last_error());                                                            \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* ---- data ------------------------------------------------------------------------------- */
@@ -237,14 +237,15 @@ static void bench_dense(const char *name, size_t nq, size_t lq, size_t nd, size_
     size_t dbytes = nd * ld * dim * 2;
     c.nsets = dbytes > 4 * l2_bytes ? 1 : MAXSETS;
     for (int s = 0; s < c.nsets; s++) {
-        c.a[s] = (kern_dense){KERN_BF16, dim, dev_random16(nq * lq * dim, 100 + s, 1), NULL, nq,
-                              lq, dev_random16(nd * ld * dim, 200 + s, 1), NULL, nd, ld};
+        c.a[s] = (kern_dense){KERN_BF16, dim, dev_random16(nq * lq * dim, 100 + s, 1), NULL,
+                              nq,        lq,  dev_random16(nd * ld * dim, 200 + s, 1), NULL,
+                              nd,        ld};
     }
     KK(kern_gpu_malloc((void **)&c.scores, nq * nd * 4));
     double spread, us = time_call(dense_call, &c, &spread);
     char desc[128];
-    snprintf(desc, sizeof desc, "dense bf16 %zu q x %zu docs, Lq %zu, Ld %zu, d %zu%s", nq, nd,
-             lq, ld, dim, c.nsets > 1 ? ", 4 rotating sets" : "");
+    snprintf(desc, sizeof desc, "dense bf16 %zu q x %zu docs, Lq %zu, Ld %zu, d %zu%s", nq, nd, lq,
+             ld, dim, c.nsets > 1 ? ", 4 rotating sets" : "");
     record(name, desc, us, spread, (double)dbytes + nq * lq * dim * 2.0 + nq * nd * 4.0,
            2.0 * nq * lq * nd * ld * dim);
     for (int s = 0; s < c.nsets; s++) {
@@ -273,9 +274,14 @@ static void bench_ragged(const char *name, size_t nd, size_t l2_bytes)
     int64_t qoff[2] = {0, (int64_t)lq};
     c.nsets = tot * dim * 2 > 4 * l2_bytes ? 1 : MAXSETS;
     for (int s = 0; s < c.nsets; s++)
-        c.a[s] = (kern_varlen){KERN_F16, dim, dev_random16(lq * dim, 300 + s, 0),
-                               upload(qoff, sizeof qoff), 1, dev_random16(tot * dim, 400 + s, 0),
-                               upload(off, (nd + 1) * 8), nd};
+        c.a[s] = (kern_varlen){KERN_F16,
+                               dim,
+                               dev_random16(lq * dim, 300 + s, 0),
+                               upload(qoff, sizeof qoff),
+                               1,
+                               dev_random16(tot * dim, 400 + s, 0),
+                               upload(off, (nd + 1) * 8),
+                               nd};
     KK(kern_gpu_malloc((void **)&c.scores, nd * 4));
     double spread, us = time_call(varlen_call, &c, &spread);
     char desc[128];
@@ -427,6 +433,11 @@ int main(int argc, char **argv)
         bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
     if (want(only, "plaid_10k"))
         bench_plaid("plaid_10k", 10000, 0);
+    if (want(only, "plaid_t4_10k")) { /* variant: 4 tiles in flight per warp, fewer warps */
+        kern_gpu_tune.residual_tiles = 4;
+        bench_plaid("plaid_t4_10k", 10000, 0);
+        kern_gpu_tune.residual_tiles = 0;
+    }
     if (want(only, "plaid_qc_10k"))
         bench_plaid("plaid_qc_10k", 10000, 1);
     if (want(only, "topk_10m"))
@@ -442,8 +453,7 @@ int main(int argc, char **argv)
         }
         fprintf(f, "{\n  \"device\": \"%s\",\n  \"sms\": %d,\n  \"l2_bytes\": %zu,\n", prop.name,
                 prop.multiProcessorCount, l2);
-        fprintf(f, "  \"copy_tbps\": %.4f,\n  \"reps\": %d,\n  \"shapes\": [\n", copy_tbps,
-                g_reps);
+        fprintf(f, "  \"copy_tbps\": %.4f,\n  \"reps\": %d,\n  \"shapes\": [\n", copy_tbps, g_reps);
         for (int i = 0; i < nresults; i++) {
             result *r = &results[i];
             fprintf(f,

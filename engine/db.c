@@ -88,8 +88,7 @@ static int check_options(const tartan_options *o, store_msg *m)
         if (o->dim == 0)
             return store_fail(m, TARTAN_EINVAL, "creating an index needs options.dim");
         if (o->nbits != 1 && o->nbits != 2 && o->nbits != 4 && o->nbits != 8)
-            return store_fail(m, TARTAN_EINVAL, "nbits is %u; it must be 1, 2, 4 or 8",
-                              o->nbits);
+            return store_fail(m, TARTAN_EINVAL, "nbits is %u; it must be 1, 2, 4 or 8", o->nbits);
         if ((o->dim * o->nbits) % 8 != 0)
             return store_fail(m, TARTAN_EINVAL,
                               "dim %zu times nbits %u is not a multiple of 8 bits", o->dim,

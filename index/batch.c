@@ -66,11 +66,10 @@ static int check_ids(const idx_input *in, size_t *idlens, store_msg *m)
                 return store_fail(m, TARTAN_EBADID, "document %zu: empty id", i);
             if (idlens[i] > STORE_MAX_ID)
                 return store_fail(m, TARTAN_EBADID,
-                                  "document %zu (id '%.*s...'): id has %zu bytes, more than %u",
-                                  i, SHOW(id), idlens[i], STORE_MAX_ID);
+                                  "document %zu (id '%.*s...'): id has %zu bytes, more than %u", i,
+                                  SHOW(id), idlens[i], STORE_MAX_ID);
             return store_fail(m, TARTAN_EBADID,
-                              "document %zu: id '%.*s' contains a control character", i,
-                              SHOW(id));
+                              "document %zu: id '%.*s' contains a control character", i, SHOW(id));
         }
     }
     size_t *order = malloc(in->n_docs * sizeof *order);
@@ -84,8 +83,8 @@ static int check_ids(const idx_input *in, size_t *idlens, store_msg *m)
         if (strcmp(in->ids[order[i - 1]], in->ids[order[i]]) == 0) {
             size_t a = order[i - 1] < order[i] ? order[i - 1] : order[i];
             size_t b = order[i - 1] < order[i] ? order[i] : order[i - 1];
-            rc = store_fail(m, TARTAN_EDUPID, "documents %zu and %zu have the same id '%.*s'", a,
-                            b, SHOW(in->ids[a]));
+            rc = store_fail(m, TARTAN_EDUPID, "documents %zu and %zu have the same id '%.*s'", a, b,
+                            SHOW(in->ids[a]));
             break;
         }
     }
@@ -119,8 +118,8 @@ int idx_batch_prepare(const idx_input *in, size_t dim, idx_batch *b, store_msg *
         return store_fail(m, TARTAN_EDTYPE, "batch dtype %d is not float32, float16 or bfloat16",
                           in->dtype);
     if (in->dim != dim)
-        return store_fail(m, TARTAN_EDIM, "the batch's embeddings have dimension %zu, the index %zu",
-                          in->dim, dim);
+        return store_fail(m, TARTAN_EDIM,
+                          "the batch's embeddings have dimension %zu, the index %zu", in->dim, dim);
     size_t *idlens = malloc(in->n_docs * sizeof *idlens);
     size_t *offsets = malloc((in->n_docs + 1) * sizeof *offsets);
     float *emb = NULL;
@@ -154,8 +153,7 @@ int idx_batch_prepare(const idx_input *in, size_t dim, idx_batch *b, store_msg *
                         in->n_rows);
         goto fail;
     }
-    if (total > SIZE_MAX / dim / sizeof(float) ||
-        !(emb = malloc(total * dim * sizeof(float)))) {
+    if (total > SIZE_MAX / dim / sizeof(float) || !(emb = malloc(total * dim * sizeof(float)))) {
         rc = store_fail(m, ENOMEM, "out of memory for %zu tokens", total);
         goto fail;
     }
@@ -180,9 +178,11 @@ int idx_batch_prepare(const idx_input *in, size_t dim, idx_batch *b, store_msg *
                                 label(lb, sizeof lb, in, i), t - offsets[i]);
                 goto fail;
             }
-            float inv = (float)(1.0 / sqrt(ss));
+            /* In double: for a token of tiny (subnormal) values 1/norm exceeds FLT_MAX, and
+             * a float factor would turn it into infinities and NaNs (found by fuzzing). */
+            double inv = 1.0 / sqrt(ss);
             for (size_t j = 0; j < dim; j++)
-                row[j] *= inv;
+                row[j] = (float)(row[j] * inv);
         }
     }
     b->n_docs = in->n_docs;

@@ -186,11 +186,13 @@ unsigned idx_codec_bucket(const idx_codec *c, float v)
     return bucket_of(c->cutoffs, c->nbits, v);
 }
 
-/* Packs len dims (len * nbits a multiple of 8) of bucket indices into len * nbits / 8 bytes. */
-static inline void pack_run(const uint8_t *b, size_t len, unsigned nbits, uint8_t *out)
+/* Packs len dims (len * nbits a multiple of 8) of bucket indices into len * nbits / 8 bytes,
+ * each field the bit-reversed bucket index (see rev8). */
+static inline __attribute__((always_inline)) void pack_run(const uint8_t *b, size_t len,
+                                                           unsigned nbits, uint8_t *out)
 {
-    unsigned per = 8 / nbits, drop = 8 - nbits;
-    size_t nbytes = len * nbits / 8;
+    const unsigned per = 8 / nbits, drop = 8 - nbits;
+    const size_t nbytes = len * nbits / 8;
     for (size_t k = 0; k < nbytes; k++) {
         unsigned v = 0;
         for (unsigned i = 0; i < per; i++)
@@ -199,7 +201,8 @@ static inline void pack_run(const uint8_t *b, size_t len, unsigned nbits, uint8_
     }
 }
 
-static inline void unpack_run(const uint8_t *in, size_t len, unsigned nbits, uint8_t *b)
+static inline __attribute__((always_inline)) void unpack_run(const uint8_t *in, size_t len,
+                                                             unsigned nbits, uint8_t *b)
 {
     unsigned per = 8 / nbits, drop = 8 - nbits, mask = (1u << nbits) - 1;
     size_t nbytes = len * nbits / 8;
@@ -210,13 +213,19 @@ static inline void unpack_run(const uint8_t *in, size_t len, unsigned nbits, uin
     }
 }
 
+/* pack, unpack, compress and decompress do nothing for a codec of an invalid shape (only
+ * idx_codec_train makes codecs, and it refuses those; this guards against a damaged one). */
 void idx_codec_pack(const idx_codec *c, const uint8_t *buckets, uint8_t *packed)
 {
+    if (!valid_shape(c->dim, c->nbits))
+        return;
     pack_run(buckets, c->dim, c->nbits, packed);
 }
 
 void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *buckets)
 {
+    if (!valid_shape(c->dim, c->nbits))
+        return;
     unpack_run(packed, c->dim, c->nbits, buckets);
 }
 
@@ -227,110 +236,188 @@ void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *bucket
 static inline float sum_squares(const float *v, size_t len)
 {
     float acc[8] = {0};
-    size_t j = 0;
-    for (; j + 8 <= len; j += 8)
+    const size_t whole = len & ~(size_t)7;
+    for (size_t j = 0; j < whole; j += 8)
         for (int l = 0; l < 8; l++)
             acc[l] += v[j + l] * v[j + l];
-    for (; j < len; j++)
+    for (size_t j = whole; j < len; j++)
         acc[0] += v[j] * v[j];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 /*
- * One token. NBITS is a compile-time constant at each call site (see compress_tokens), so the
- * bucket loops unroll. For nbits <= 4 the bucket is a count of cutoffs below the value, one
- * vectorised pass per cutoff (at most 15); for nbits 8 the binary search's 8 steps are cheaper
- * than 255 passes.
+ * One run of len dims of a token (len <= CHUNK): buckets, packed bytes, and the sum of squares
+ * of the decompressed values. Called with len == CHUNK, a constant, for every whole chunk, so
+ * that all loops have constant trip counts and vectorise; the short last chunk of an odd
+ * dimension takes the generic copy. For nbits <= 4 the bucket is a count of the cutoffs below
+ * the value, one vectorised pass per cutoff (at most 15), counted in 32-bit lanes to match the
+ * float compares; for nbits 8 the binary search's 8 steps beat 255 passes.
  */
-static inline void compress_token(const idx_codec *c, const float *cen, const float *e,
-                                  unsigned nbits, uint8_t *out, float *inv_norm)
+static inline __attribute__((always_inline)) float compress_run(const idx_codec *c,
+                                                                const float *cen, const float *e,
+                                                                unsigned nbits, size_t len,
+                                                                uint8_t *out)
 {
-    const size_t dim = c->dim;
     const unsigned ncut = (1u << nbits) - 1;
     float r[CHUNK], dec[CHUNK];
+    int32_t bi[CHUNK];
     uint8_t b[CHUNK];
-    float ss = 0.0f;
-    for (size_t j0 = 0; j0 < dim; j0 += CHUNK) {
-        size_t len = dim - j0 < CHUNK ? dim - j0 : CHUNK;
+    for (size_t j = 0; j < len; j++)
+        r[j] = e[j] - cen[j];
+    if (nbits <= 4) {
         for (size_t j = 0; j < len; j++)
-            r[j] = e[j0 + j] - cen[j0 + j];
-        if (nbits <= 4) {
+            bi[j] = 0;
+        for (unsigned k = 0; k < ncut; k++) {
+            const float ck = c->cutoffs[k];
             for (size_t j = 0; j < len; j++)
-                b[j] = 0;
-            for (unsigned k = 0; k < ncut; k++) {
-                float ck = c->cutoffs[k];
-                for (size_t j = 0; j < len; j++)
-                    b[j] += (uint8_t)(ck < r[j]);
-            }
-        } else {
-            for (size_t j = 0; j < len; j++)
-                b[j] = (uint8_t)bucket_of(c->cutoffs, nbits, r[j]);
+                bi[j] += ck < r[j];
         }
+    } else {
         for (size_t j = 0; j < len; j++)
-            dec[j] = cen[j0 + j] + c->weights[b[j]];
-        ss += sum_squares(dec, len);
-        pack_run(b, len, nbits, out + j0 * nbits / 8);
+            bi[j] = (int32_t)bucket_of(c->cutoffs, nbits, r[j]);
+    }
+    for (size_t j = 0; j < len; j++) {
+        dec[j] = cen[j] + c->weights[bi[j]];
+        b[j] = (uint8_t)bi[j];
+    }
+    pack_run(b, len, nbits, out);
+    return sum_squares(dec, len);
+}
+
+/* One token; nbits is a compile-time constant at each call site (the SPECIALISE copies). */
+static inline __attribute__((always_inline)) void compress_token(const idx_codec *c,
+                                                                 const float *cen, const float *e,
+                                                                 unsigned nbits, uint8_t *out,
+                                                                 float *inv_norm)
+{
+    const size_t dim = c->dim;
+    float ss = 0.0f;
+    size_t j0 = 0;
+    for (; j0 + CHUNK <= dim; j0 += CHUNK)
+        ss += compress_run(c, cen + j0, e + j0, nbits, CHUNK, out + j0 * nbits / 8);
+    if (j0 < dim) {
+        size_t rest = dim - j0;
+        if (rest > CHUNK)
+            __builtin_unreachable(); /* tells the compiler the scratch arrays suffice */
+        ss += compress_run(c, cen + j0, e + j0, nbits, rest, out + j0 * nbits / 8);
     }
     float norm = sqrtf(ss);
     *inv_norm = 1.0f / (norm > NORM_EPS ? norm : NORM_EPS);
 }
 
-static void compress_tokens(const idx_codec *c, const float *centroids, const float *emb,
-                            const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms,
-                            unsigned nbits)
+/* One run of len dims (len <= CHUNK) of a token, not yet normalised; constant len == CHUNK for
+ * whole chunks as in compress_run. */
+static inline __attribute__((always_inline)) void decompress_run(const idx_codec *c,
+                                                                 const float *cen, const uint8_t *p,
+                                                                 unsigned nbits, size_t len,
+                                                                 float *o)
 {
-    const size_t dim = c->dim, tb = dim * nbits / 8;
-    /* long long: OpenMP loops of older compilers want a signed index. */
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_TOKENS)
-    for (long long i = 0; i < (long long)n; i++)
-        compress_token(c, centroids + (size_t)codes[i] * dim, emb + (size_t)i * dim, nbits,
-                       packed + (size_t)i * tb, inv_norms + i);
+    uint8_t b[CHUNK];
+    unpack_run(p, len, nbits, b);
+    for (size_t j = 0; j < len; j++)
+        o[j] = cen[j] + c->weights[b[j]];
 }
+
+/* Decompresses one token into o [dim], normalised. */
+static inline __attribute__((always_inline)) void
+decompress_token(const idx_codec *c, const float *cen, const uint8_t *p, unsigned nbits, float *o)
+{
+    const size_t dim = c->dim;
+    size_t j0 = 0;
+    for (; j0 + CHUNK <= dim; j0 += CHUNK)
+        decompress_run(c, cen + j0, p + j0 * nbits / 8, nbits, CHUNK, o + j0);
+    if (j0 < dim) {
+        size_t rest = dim - j0;
+        if (rest > CHUNK)
+            __builtin_unreachable();
+        decompress_run(c, cen + j0, p + j0 * nbits / 8, nbits, rest, o + j0);
+    }
+    float norm = sqrtf(sum_squares(o, dim));
+    float inv = 1.0f / (norm > NORM_EPS ? norm : NORM_EPS);
+    for (size_t j = 0; j < dim; j++)
+        o[j] *= inv;
+}
+
+/*
+ * One copy of each per nbits, with nbits a constant. The OpenMP loops below call them through
+ * a pointer: GCC outlines a parallel region before it inlines, so a constant passed into a
+ * function holding the region would arrive in the outlined body as a variable.
+ */
+typedef void compress_fn(const idx_codec *, const float *, const float *, uint8_t *, float *);
+typedef void decompress_fn(const idx_codec *, const float *, const uint8_t *, float *);
+#define SPECIALISE(N)                                                                              \
+    static void compress_token_##N(const idx_codec *c, const float *cen, const float *e,           \
+                                   uint8_t *out, float *inv)                                       \
+    {                                                                                              \
+        compress_token(c, cen, e, N, out, inv);                                                    \
+    }                                                                                              \
+    static void decompress_token_##N(const idx_codec *c, const float *cen, const uint8_t *p,       \
+                                     float *o)                                                     \
+    {                                                                                              \
+        decompress_token(c, cen, p, N, o);                                                         \
+    }
+SPECIALISE(1)
+SPECIALISE(2)
+SPECIALISE(4)
+SPECIALISE(8)
+#undef SPECIALISE
 
 void idx_codec_compress(const idx_codec *c, const float *centroids, const float *emb,
                         const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms)
 {
+    compress_fn *fn;
     switch (c->nbits) {
     case 1:
-        compress_tokens(c, centroids, emb, codes, n, packed, inv_norms, 1);
+        fn = compress_token_1;
         break;
     case 2:
-        compress_tokens(c, centroids, emb, codes, n, packed, inv_norms, 2);
+        fn = compress_token_2;
         break;
     case 4:
-        compress_tokens(c, centroids, emb, codes, n, packed, inv_norms, 4);
+        fn = compress_token_4;
         break;
     case 8:
-        compress_tokens(c, centroids, emb, codes, n, packed, inv_norms, 8);
+        fn = compress_token_8;
         break;
     default:
-        break;
+        return;
     }
+    if (!valid_shape(c->dim, c->nbits))
+        return;
+    const size_t dim = c->dim, tb = dim * c->nbits / 8;
+    /* Dynamic chunks of 256 tokens: the machines this runs on are often shared, and a static
+     * split waits for whichever thread was descheduled. long long: OpenMP loops of older
+     * compilers want a signed index. */
+#pragma omp parallel for schedule(dynamic, 256) if (n >= OMP_MIN_TOKENS)
+    for (long long i = 0; i < (long long)n; i++)
+        fn(c, centroids + (size_t)codes[i] * dim, emb + (size_t)i * dim, packed + (size_t)i * tb,
+           inv_norms + i);
 }
 
 void idx_codec_decompress(const idx_codec *c, const float *centroids, const uint32_t *codes,
                           const uint8_t *packed, size_t n, float *out)
 {
-    const size_t dim = c->dim;
-    const unsigned nbits = c->nbits;
-    if (!valid_shape(dim, nbits))
+    decompress_fn *fn;
+    switch (c->nbits) {
+    case 1:
+        fn = decompress_token_1;
+        break;
+    case 2:
+        fn = decompress_token_2;
+        break;
+    case 4:
+        fn = decompress_token_4;
+        break;
+    case 8:
+        fn = decompress_token_8;
+        break;
+    default:
         return;
-    const size_t tb = dim * nbits / 8;
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_TOKENS)
-    for (long long i = 0; i < (long long)n; i++) {
-        const float *cen = centroids + (size_t)codes[i] * dim;
-        const uint8_t *p = packed + (size_t)i * tb;
-        float *o = out + (size_t)i * dim;
-        uint8_t b[CHUNK];
-        for (size_t j0 = 0; j0 < dim; j0 += CHUNK) {
-            size_t len = dim - j0 < CHUNK ? dim - j0 : CHUNK;
-            unpack_run(p + j0 * nbits / 8, len, nbits, b);
-            for (size_t j = 0; j < len; j++)
-                o[j0 + j] = cen[j0 + j] + c->weights[b[j]];
-        }
-        float norm = sqrtf(sum_squares(o, dim));
-        float inv = 1.0f / (norm > NORM_EPS ? norm : NORM_EPS);
-        for (size_t j = 0; j < dim; j++)
-            o[j] *= inv;
     }
+    if (!valid_shape(c->dim, c->nbits))
+        return;
+    const size_t dim = c->dim, tb = dim * c->nbits / 8;
+#pragma omp parallel for schedule(dynamic, 256) if (n >= OMP_MIN_TOKENS)
+    for (long long i = 0; i < (long long)n; i++)
+        fn(c, centroids + (size_t)codes[i] * dim, packed + (size_t)i * tb, out + (size_t)i * dim);
 }

@@ -59,7 +59,9 @@ void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *bucket
 /* Packs one token's bucket indices: buckets [dim] -> packed [token_bytes]. */
 void idx_codec_pack(const idx_codec *c, const uint8_t *buckets, uint8_t *packed);
 
-/* Decompresses n tokens to normalised fp32 vectors out [n, dim]. */
+/* Decompresses n tokens to normalised fp32 vectors out [n, dim] (x / max(|x|, 1e-12)).
+ * pack, unpack, compress and decompress write nothing for a codec whose nbits/dim training
+ * would refuse. */
 void idx_codec_decompress(const idx_codec *c, const float *centroids, const uint32_t *codes,
                           const uint8_t *packed, size_t n, float *out);
 

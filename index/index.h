@@ -52,9 +52,9 @@ typedef struct idx_input {
 typedef struct idx_batch {
     size_t n_docs;
     const char *const *ids; /* NULL for a sample without ids */
-    size_t *idlens;        /* [n_docs], owned */
-    const size_t *doclens; /* the caller's */
-    size_t *offsets;       /* [n_docs + 1] token offsets, owned */
+    size_t *idlens;         /* [n_docs], owned */
+    const size_t *doclens;  /* the caller's */
+    size_t *offsets;        /* [n_docs + 1] token offsets, owned */
     size_t n_rows, dim;
     float *emb; /* [n_rows, dim], L2-normalised, owned */
 } idx_batch;
@@ -102,8 +102,7 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
  * Deletes the documents with the n given ids in one transaction; ids not in the index are
  * skipped. *n_deleted: how many were deleted. TARTAN_EBADID for an empty or invalid id.
  */
-int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_deleted,
-               store_msg *m);
+int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_deleted, store_msg *m);
 
 /* Checks one external id (non-empty, at most STORE_MAX_ID bytes, no control character). */
 int idx_id_check(const char *id, size_t *len);
@@ -116,11 +115,11 @@ size_t idx_sample_docs(size_t n_docs, size_t sample_docs);
 typedef struct idx_reader {
     store_env *env;
     store_txn *txn;
-    store_header h;          /* dim, nbits, n_centroids, code_bytes, token_bytes, counts */
-    int trained;             /* 0: no centroids, codec or documents yet */
-    idx_codec codec;         /* valid when trained */
-    const float *centroids;  /* [n_centroids, dim], in the map; NULL when untrained */
-    int verify;              /* check each document's checksum on read (default 1) */
+    store_header h;         /* dim, nbits, n_centroids, code_bytes, token_bytes, counts */
+    int trained;            /* 0: no centroids, codec or documents yet */
+    idx_codec codec;        /* valid when trained */
+    const float *centroids; /* [n_centroids, dim], in the map; NULL when untrained */
+    int verify;             /* check each document's checksum on read (default 1) */
 } idx_reader;
 
 /* Begins a snapshot and loads the model. */
@@ -139,14 +138,13 @@ int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_ms
  * returns 1, then 0 at the end (the cursor is freed then), or an error (call
  * idx_reader_docs_end to free a cursor left early).
  */
-int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno,
-                        kern_pdoc *doc, store_msg *m);
+int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno, kern_pdoc *doc,
+                        store_msg *m);
 void idx_reader_docs_end(store_cursor *cur);
 
 /* Inverted list of a centroid: see store_ivf_open / store_ivf_next (runs of native uint32
  * document numbers, ascending, pointing into the map). */
-int idx_reader_ivf_open(const idx_reader *r, uint32_t centroid, store_ivf_iter **it,
-                        store_msg *m);
+int idx_reader_ivf_open(const idx_reader *r, uint32_t centroid, store_ivf_iter **it, store_msg *m);
 
 /* External id of docno (pointer into the map, len bytes, not NUL-terminated). */
 int idx_reader_name(const idx_reader *r, uint32_t docno, const char **id, size_t *len,

@@ -24,8 +24,7 @@ typedef struct idx_model {
  * ENOMEM. Shuffles x in place (the sample is the largest thing a build holds: no copy).
  */
 int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
-                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out,
-                    store_msg *m);
+                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m);
 void idx_model_free(idx_model *mod);
 
 /* Loads the stored model of a trained index (copies): TARTAN_ENOTTRAINED if none. */

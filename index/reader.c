@@ -59,8 +59,8 @@ int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_ms
     return rc;
 }
 
-int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno,
-                        kern_pdoc *doc, store_msg *m)
+int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno, kern_pdoc *doc,
+                        store_msg *m)
 {
     int rc;
     if (!*cur && (rc = store_docs_first(r->txn, cur, m)))
@@ -70,8 +70,8 @@ int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno
     rc = store_docs_next(*cur, docno, &blob, &size, m);
     if (rc == 1) {
         store_doc d;
-        rc = store_doc_parse(*docno, blob, size, r->h.code_bytes, r->h.token_bytes, r->verify,
-                             &d, m);
+        rc = store_doc_parse(*docno, blob, size, r->h.code_bytes, r->h.token_bytes, r->verify, &d,
+                             m);
         if (rc)
             return rc;
         to_pdoc(&d, doc);
@@ -87,14 +87,12 @@ void idx_reader_docs_end(store_cursor *cur)
     store_cursor_close(cur);
 }
 
-int idx_reader_ivf_open(const idx_reader *r, uint32_t centroid, store_ivf_iter **it,
-                        store_msg *m)
+int idx_reader_ivf_open(const idx_reader *r, uint32_t centroid, store_ivf_iter **it, store_msg *m)
 {
     return store_ivf_open(r->txn, centroid, it, m);
 }
 
-int idx_reader_name(const idx_reader *r, uint32_t docno, const char **id, size_t *len,
-                    store_msg *m)
+int idx_reader_name(const idx_reader *r, uint32_t docno, const char **id, size_t *len, store_msg *m)
 {
     return store_name_get(r->txn, docno, id, len, m);
 }
@@ -114,7 +112,7 @@ void idx_reader_decompress(const idx_reader *r, const kern_pdoc *doc, float *out
         for (uint32_t t = 0; t < n; t++)
             codes[t] = r->h.code_bytes == 2 ? ((const uint16_t *)doc->codes)[t0 + t]
                                             : ((const uint32_t *)doc->codes)[t0 + t];
-        idx_codec_decompress(&r->codec, r->centroids, codes, doc->residuals + (size_t)t0 * tb,
-                             n, out + (size_t)t0 * r->h.dim);
+        idx_codec_decompress(&r->codec, r->centroids, codes, doc->residuals + (size_t)t0 * tb, n,
+                             out + (size_t)t0 * r->h.dim);
     }
 }

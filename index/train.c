@@ -36,13 +36,12 @@ void idx_model_free(idx_model *mod)
 }
 
 int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
-                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out,
-                    store_msg *m)
+                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m)
 {
     memset(out, 0, sizeof *out);
     if (n < 2)
-        return store_fail(m, TARTAN_EEMPTY,
-                          "training needs at least 2 tokens, the sample has %zu", n);
+        return store_fail(m, TARTAN_EEMPTY, "training needs at least 2 tokens, the sample has %zu",
+                          n);
     size_t held = (size_t)(HELDOUT_FRACTION * (double)n);
     if (held > HELDOUT_MAX)
         held = HELDOUT_MAX;
@@ -79,8 +78,8 @@ int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req
     char err[256] = "";
     if (idx_kmeans_spherical(shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, err,
                              sizeof err)) {
-        rc = store_fail(m, TARTAN_ETRAIN, "k-means of %zu tokens into %zu centroids: %s",
-                        ntrain, k, err);
+        rc = store_fail(m, TARTAN_ETRAIN, "k-means of %zu tokens into %zu centroids: %s", ntrain, k,
+                        err);
         goto done;
     }
     const float *hx = shuf + ntrain * dim;

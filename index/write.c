@@ -53,11 +53,19 @@ static int encode(const idx_model *mod, const idx_batch *b, encoded *e, store_ms
         encoded_free(e);
         return store_fail(m, TARTAN_ETRAIN, "assigning tokens to centroids: %s", err);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* FAISS answers -1 for a token it cannot place (NaN); the codec would then read
+         * outside the centroid table. Batches are checked finite and normalised, so this
+         * only guards against a bug upstream. */
+        if (lab[i] < 0 || lab[i] >= (int64_t)mod->k) {
+            free(lab);
+            encoded_free(e);
+            return store_fail(m, TARTAN_EINTERNAL, "token %zu was assigned to no centroid", i);
+        }
         e->codes[i] = (uint32_t)lab[i];
+    }
     free(lab);
-    idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed,
-                       e->inv_norms);
+    idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
     return 0;
 }
 
@@ -97,8 +105,8 @@ static int scratch_fit(scratch *s, size_t n, store_msg *m)
 }
 
 /* Removes document docno (bound to id) and its inverted-list entries; adjusts h's counts. */
-static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const char *id,
-                      size_t idlen, scratch *s, store_msg *m)
+static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const char *id, size_t idlen,
+                      scratch *s, store_msg *m)
 {
     store_doc d;
     /* The checksum is checked: deleting a damaged document must not guess its codes. */
@@ -111,8 +119,8 @@ static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const cha
     if ((rc = scratch_fit(s, d.ntok, m)))
         return rc;
     for (uint32_t t = 0; t < d.ntok; t++)
-        s->v[t] = h->code_bytes == 2 ? ((const uint16_t *)d.codes)[t]
-                                     : ((const uint32_t *)d.codes)[t];
+        s->v[t] =
+            h->code_bytes == 2 ? ((const uint16_t *)d.codes)[t] : ((const uint32_t *)d.codes)[t];
     uint32_t ntok = d.ntok;
     size_t nd = distinct(s->v, ntok);
     if ((rc = store_ivf_del(txn, docno, s->v, nd, m)) || (rc = store_doc_del(txn, docno, m)) ||
@@ -176,8 +184,8 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
         uint32_t docno = h.next_docno++;
         size_t off = b->offsets[i], ntok = b->offsets[i + 1] - off;
         store_doc_out out;
-        if ((rc = store_doc_reserve(txn, docno, (uint32_t)ntok, h.code_bytes, h.token_bytes,
-                                    &out, m)))
+        if ((rc = store_doc_reserve(txn, docno, (uint32_t)ntok, h.code_bytes, h.token_bytes, &out,
+                                    m)))
             break;
         memcpy(out.inv_norms, c->e->inv_norms + off, ntok * sizeof(float));
         if (h.code_bytes == 2) {
@@ -221,8 +229,8 @@ static int load_state(store_env *env, store_header *h, idx_model *mod, store_msg
 }
 
 /* A model trained from a sample of the batch's documents (the first add of an index). */
-static int train_from_batch(const idx_batch *b, const store_header *h,
-                            const idx_train_opts *o, idx_model *mod, store_msg *m)
+static int train_from_batch(const idx_batch *b, const store_header *h, const idx_train_opts *o,
+                            idx_model *mod, store_msg *m)
 {
     size_t ns = idx_sample_docs(b->n_docs, o ? o->sample_docs : 0);
     size_t *pick = malloc(b->n_docs * sizeof *pick);
@@ -264,8 +272,7 @@ static int train_from_batch(const idx_batch *b, const store_header *h,
 /* Tries a change this often when other writers keep training the index under it. */
 #define STALE_RETRIES 3
 
-int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opts *o,
-            store_msg *m)
+int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opts *o, store_msg *m)
 {
     if (store_is_readonly(env))
         return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", store_path(env));
@@ -278,8 +285,8 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
         if ((rc = load_state(env, &h, &mod, m)))
             return rc;
         if (b->dim != h.dim)
-            return store_fail(m, TARTAN_EDIM, "the batch has dimension %zu, the index %u",
-                              b->dim, h.dim);
+            return store_fail(m, TARTAN_EDIM, "the batch has dimension %zu, the index %u", b->dim,
+                              h.dim);
         int fresh = h.n_centroids == 0;
         if (fresh && (rc = train_from_batch(b, &h, o, &mod, m)))
             return rc;
@@ -333,8 +340,8 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
                           h.n_centroids);
     }
     if (sample->dim != h.dim)
-        return store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u",
-                          sample->dim, h.dim);
+        return store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u", sample->dim,
+                          h.dim);
     rc = idx_model_train(sample->emb, sample->n_rows, h.dim, h.nbits, o ? o->n_centroids : 0,
                          corpus_tokens,
                          o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters,
@@ -382,8 +389,7 @@ static int del_fn(store_txn *txn, void *vctx, store_msg *m)
     return rc;
 }
 
-int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_deleted,
-               store_msg *m)
+int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_deleted, store_msg *m)
 {
     if (n_deleted)
         *n_deleted = 0;
@@ -394,17 +400,22 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
         return store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         if (idx_id_check(ids[i], &lens[i])) {
+            size_t len = ids[i] ? lens[i] : 0; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
                               !ids[i]           ? "NULL"
-                              : lens[i] == 0    ? "empty"
-                              : lens[i] > STORE_MAX_ID ? "longer than 511 bytes"
+                              : len == 0        ? "empty"
+                              : len > STORE_MAX_ID ? "longer than 511 bytes"
                                                 : "malformed (a control character)");
         }
     }
     if (store_is_readonly(env)) {
         free(lens);
         return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", store_path(env));
+    }
+    if (n == 0) {
+        free(lens);
+        return 0; /* nothing to delete: no transaction */
     }
     del_ctx c = {ids, lens, n, 0};
     int rc = store_write(env, del_fn, &c, m);

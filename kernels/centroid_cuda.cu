@@ -12,13 +12,14 @@
 
 #include "cuda_check.cuh"
 
-namespace {
+namespace
+{
 
 constexpr int TM = 64, TN = 64, TK = 16;
 
 __global__ void __launch_bounds__(256)
-    centroid_scores_kernel(const float *__restrict__ Q, const float *__restrict__ C,
-                           long long lq, long long nc, long long dim, float *__restrict__ S)
+    centroid_scores_kernel(const float *__restrict__ Q, const float *__restrict__ C, long long lq,
+                           long long nc, long long dim, float *__restrict__ S)
 {
     __shared__ float sq[TK][TM + 4];
     __shared__ float sc[TK][TN + 4];
@@ -69,6 +70,7 @@ __global__ void __launch_bounds__(256)
 extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                                         size_t n_centroids, size_t dim, float *S)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if ((lq + TM - 1) / TM > 65535 || (n_centroids + TN - 1) / TN > 0x7fffffffu) {
         kern_set_error("centroid_scores (cuda): %zu x %zu beyond one launch", lq, n_centroids);
         return KERN_EINVAL;

@@ -13,24 +13,25 @@
 /* Records a failed CUDA status; returns the kernel-layer code for it. */
 static inline int kern_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
 {
+    cudaGetLastError(); /* clear a non-sticky error so that later calls do not report it */
     kern_set_error("%s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
     return e == cudaErrorMemoryAllocation ? KERN_ENOMEM : KERN_EDEVICE;
 }
 
 /* Evaluates a CUDA call; on failure records it and returns from the calling function. */
-#define KERN_CUDA_TRY(call)                                                                    \
-    do {                                                                                       \
-        cudaError_t kern_e_ = (call);                                                          \
-        if (kern_e_ != cudaSuccess)                                                            \
-            return kern_cuda_fail(kern_e_, #call, __FILE__, __LINE__);                         \
+#define KERN_CUDA_TRY(call)                                                                        \
+    do {                                                                                           \
+        cudaError_t kern_e_ = (call);                                                              \
+        if (kern_e_ != cudaSuccess)                                                                \
+            return kern_cuda_fail(kern_e_, #call, __FILE__, __LINE__);                             \
     } while (0)
 
 /* After a launch: a bad configuration shows at once in cudaGetLastError. */
-#define KERN_CUDA_LAUNCHED(name)                                                               \
-    do {                                                                                       \
-        cudaError_t kern_e_ = cudaGetLastError();                                              \
-        if (kern_e_ != cudaSuccess)                                                            \
-            return kern_cuda_fail(kern_e_, "launch of " name, __FILE__, __LINE__);             \
+#define KERN_CUDA_LAUNCHED(name)                                                                   \
+    do {                                                                                           \
+        cudaError_t kern_e_ = cudaGetLastError();                                                  \
+        if (kern_e_ != cudaSuccess)                                                                \
+            return kern_cuda_fail(kern_e_, "launch of " name, __FILE__, __LINE__);                 \
     } while (0)
 
 /*

@@ -23,8 +23,10 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "tune_cuda.h"
 
-namespace {
+namespace
+{
 
 /* src [rows, cols] -> dst [cols, rows]. */
 __global__ void transpose_kernel(const float *__restrict__ src, float *__restrict__ dst,
@@ -63,6 +65,12 @@ __device__ __forceinline__ uint32_t load_code(const void *codes, unsigned code_b
                            : __ldg(static_cast<const uint32_t *>(codes) + t);
 }
 
+/* Byte i of a lane's packed residual words (i a compile-time constant after unrolling). */
+template <int W> __device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)[W], int i)
+{
+    return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
+}
+
 struct res_args {
     int dim, nbits, code_bytes, lq;
     const float *q;   /* [lq, dim] */
@@ -79,13 +87,13 @@ __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1,
-                                             uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 constexpr int RES_WARPS = 4;
@@ -94,22 +102,45 @@ constexpr int RES_WARPS = 4;
  * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
  * packed bytes of each token. Persistent: warps walk the documents with a grid stride.
  */
-template <int NB, int KT>
-__global__ void __launch_bounds__(RES_WARPS * 32) residual_mma_kernel(res_args a)
+template <int NB, int KT, int RNG>
+__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) : 1)
+    residual_mma_kernel(res_args a)
 {
-    constexpr int BPT = KT * NB / 2; /* packed bytes per lane per token */
-    constexpr int VPB = 8 / NB;      /* values per byte */
-    constexpr int MT = 2;            /* 32 query rows per pass */
-    /* The decode table: byte -> its VPB weights as fp16 (max 8 halves = 16 bytes). */
-    __shared__ __align__(16) __half s_lut[256][VPB];
+    constexpr int BPT = KT * NB / 2;   /* packed bytes per lane per token */
+    constexpr int VPB = 8 / NB;        /* values per byte */
+    constexpr int MT = 2;              /* 32 query rows per pass */
+    constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
+    /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
+     * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
+     * banks (a shared byte-keyed table costs several wavefronts per lookup in bank conflicts).
+     * nbits 4 and 8: byte -> its VPB weights, one shared copy. */
+    __shared__ __align__(16) __half s_lut[NB >= 4 ? 256 : 1][VPB];
+    __shared__ __align__(16) uint32_t s_nib[NB <= 2 ? 16 * 32 * (NB == 1 ? 2 : 1) : 1];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    for (int v = threadIdx.x; v < 256; v += blockDim.x)
-        for (int j = 0; j < VPB; j++) {
-            int b = 0;
-            for (int k = 0; k < NB; k++)
-                b |= ((v >> (7 - (j * NB + k))) & 1) << k;
-            s_lut[v][j] = __float2half_rn(a.w[b]);
+    if (NB >= 4) {
+        for (int v = threadIdx.x; v < 256; v += blockDim.x)
+            for (int j = 0; j < VPB; j++) {
+                int b = 0;
+                for (int k = 0; k < NB; k++)
+                    b |= ((v >> (7 - (j * NB + k))) & 1) << k;
+                s_lut[v][j] = __float2half_rn(a.w[b]);
+            }
+    } else {
+        /* Nibble bits from the most significant: nbits 2 -> dims (b3 | b2 << 1), (b1 | b0 << 1);
+         * nbits 1 -> dims b3, b2, b1, b0. */
+        for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
+            const int v = i / 32, l = i % 32;
+            if (NB == 2) {
+                const int b0 = ((v >> 3) & 1) | (((v >> 2) & 1) << 1);
+                const int b1 = ((v >> 1) & 1) | ((v & 1) << 1);
+                s_nib[v * 32 + l] = pack_h2(a.w[b0], a.w[b1]);
+            } else {
+                reinterpret_cast<uint2 *>(s_nib)[v * 32 + l] =
+                    make_uint2(pack_h2(a.w[(v >> 3) & 1], a.w[(v >> 2) & 1]),
+                               pack_h2(a.w[(v >> 1) & 1], a.w[v & 1]));
+            }
         }
+    }
     __syncthreads();
 
     const int lq = a.lq, dim = a.dim;
@@ -130,8 +161,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32) residual_mma_kernel(res_args a
                 a.scores[n] = KERN_EMPTY_SCORE;
             continue;
         }
-        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) &&
-                         (BPT % 4 == 0);
+        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
             if (units > 1 || !have_a) {
@@ -159,73 +189,108 @@ __global__ void __launch_bounds__(RES_WARPS * 32) residual_mma_kernel(res_args a
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 rmax[mt][0] = rmax[mt][1] = -INFINITY;
-            for (int tok0 = 0; tok0 < ntok; tok0 += 8) {
-                /* B: this lane's packed bytes of token g. */
-                const int tb = min(tok0 + g, ntok - 1);
-                const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
-                uint8_t bytes[BPT];
-                if (al4) {
+            for (int tok0 = 0; tok0 < ntok; tok0 += 8 * RNG) {
+                /* All loads of RNG 8-token tiles first (one round trip to memory for 8 * RNG
+                 * tokens), then the q.C gathers that depend on the codes, then the math. */
+                uint32_t wds[RNG][WPT];
+                uint32_t cd[RNG][2];
+                float nrm[RNG][2];
 #pragma unroll
-                    for (int i = 0; i < BPT / 4; i++) {
-                        uint32_t w4 = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
+                for (int j = 0; j < RNG; j++) {
+                    const int tb = min(tok0 + 8 * j + g, ntok - 1);
+                    const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
+                    if (al4) {
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            bytes[i * 4 + e] = (uint8_t)(w4 >> (8 * e));
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < BPT; i++)
-                        bytes[i] = __ldg(rp + i);
-                }
-                /* C columns of this lane: tokens tok0 + 2*t4 + {0,1}. */
-                const int tc0 = tok0 + 2 * t4, tc1 = tc0 + 1;
-                const bool v0 = tc0 < ntok, v1 = tc1 < ntok;
-                const uint32_t c0 = load_code(doc.codes, a.code_bytes, min(tc0, ntok - 1));
-                const uint32_t c1 = load_code(doc.codes, a.code_bytes, min(tc1, ntok - 1));
-                const float n0 = __ldg(doc.inv_norms + min(tc0, ntok - 1));
-                const float n1 = __ldg(doc.inv_norms + min(tc1, ntok - 1));
-                float acc[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-                    acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
-                    uint32_t b01, b23;
-                    if (NB == 1) {
-                        const uint32_t *l =
-                            reinterpret_cast<const uint32_t *>(s_lut[bytes[kt / 2]]);
-                        b01 = l[(kt & 1) * 2];
-                        b23 = l[(kt & 1) * 2 + 1];
-                    } else if (NB == 2) {
-                        const uint2 l = *reinterpret_cast<const uint2 *>(s_lut[bytes[kt]]);
-                        b01 = l.x;
-                        b23 = l.y;
-                    } else if (NB == 4) {
-                        b01 = *reinterpret_cast<const uint32_t *>(s_lut[bytes[2 * kt]]);
-                        b23 = *reinterpret_cast<const uint32_t *>(s_lut[bytes[2 * kt + 1]]);
+                        for (int i = 0; i < WPT; i++)
+                            wds[j][i] = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
                     } else {
-                        const uint16_t h0 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt]]);
-                        const uint16_t h1 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 1]]);
-                        const uint16_t h2 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 2]]);
-                        const uint16_t h3 = *reinterpret_cast<const uint16_t *>(s_lut[bytes[4 * kt + 3]]);
-                        b01 = (uint32_t)h0 | ((uint32_t)h1 << 16);
-                        b23 = (uint32_t)h2 | ((uint32_t)h3 << 16);
+#pragma unroll
+                        for (int i = 0; i < WPT; i++) {
+                            uint32_t w = 0;
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                if (i * 4 + e < BPT)
+                                    w |= (uint32_t)__ldg(rp + i * 4 + e) << (8 * e);
+                            wds[j][i] = w;
+                        }
                     }
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int tc = min(tok0 + 8 * j + 2 * t4 + e, ntok - 1);
+                        cd[j][e] = load_code(doc.codes, a.code_bytes, tc);
+                        nrm[j][e] = __ldg(doc.inv_norms + tc);
+                    }
+                }
+                float qv[RNG][MT][2][2];
+#pragma unroll
+                for (int j = 0; j < RNG; j++)
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-                        mma16816_f16(acc[mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
-                                     af[mt][kt][3], b01, b23);
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
+#pragma unroll
+                            for (int e = 0; e < 2; e++)
+                                qv[j][mt][h][e] = __ldg(a.qcT + (long long)cd[j][e] * lq + r);
+                        }
+                /* k steps outermost: the RNG * MT accumulators are independent, so
+                 * consecutive MMAs never wait on each other. */
+                float acc[RNG][MT][4];
+#pragma unroll
+                for (int j = 0; j < RNG; j++)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+#pragma unroll
+                    for (int j = 0; j < RNG; j++) {
+                        /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
+                        uint32_t b01, b23;
+                        if (NB == 1) {
+                            const uint32_t v = byte_at<WPT>(wds[j], kt / 2);
+                            const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
+                            const uint2 l = reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
+                            b01 = l.x;
+                            b23 = l.y;
+                        } else if (NB == 2) {
+                            const uint32_t v = byte_at<WPT>(wds[j], kt);
+                            b01 = s_nib[(v >> 4) * 32 + lane];
+                            b23 = s_nib[(v & 15u) * 32 + lane];
+                        } else if (NB == 4) {
+                            b01 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt)]);
+                            b23 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt + 1)]);
+                        } else {
+                            uint32_t h[4];
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                h[e] = *reinterpret_cast<const uint16_t *>(
+                                    s_lut[byte_at<WPT>(wds[j], 4 * kt + e)]);
+                            b01 = h[0] | (h[1] << 16);
+                            b23 = h[2] | (h[3] << 16);
+                        }
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+                            mma16816_f16(acc[j][mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
+                                         af[mt][kt][3], b01, b23);
+                    }
                 }
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int j = 0; j < RNG; j++) {
+                    const int tc0 = tok0 + 8 * j + 2 * t4;
+                    const bool v0 = tc0 < ntok, v1 = tc0 + 1 < ntok;
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
-                        const float s0 = (__ldg(a.qcT + (long long)c0 * lq + r) + acc[mt][2 * h]) * n0;
-                        const float s1 = (__ldg(a.qcT + (long long)c1 * lq + r) + acc[mt][2 * h + 1]) * n1;
-                        rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
-                    }
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * nrm[j][0];
+                            const float s1 = (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * nrm[j][1];
+                            rmax[mt][h] =
+                                fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
+                        }
+                }
             }
             float part = 0.f;
 #pragma unroll
@@ -288,69 +353,52 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
-template <int NB>
-int launch_residual_nb(const res_args &a, int kt, int blocks)
+/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
+int resident_blocks(const void *fn, int threads, long long want, int *blocks)
 {
-    switch (kt) {
-    case 4:
-        residual_mma_kernel<NB, 4><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    case 6:
-        residual_mma_kernel<NB, 6><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    case 8:
-        residual_mma_kernel<NB, 8><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    default:
-        residual_mma_kernel<NB, 16><<<blocks, RES_WARPS * 32>>>(a);
-        break;
-    }
+    int dev = 0, sms = 0, per_sm = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    *blocks = (int)(want < b ? want : b);
+    return KERN_OK;
+}
+
+template <int NB, int KT, int RNG> int launch_residual_k(const res_args &a)
+{
+    int blocks = 0, rc;
+    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG>, RES_WARPS * 32,
+                              (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) != KERN_OK)
+        return rc;
+    residual_mma_kernel<NB, KT, RNG><<<blocks, RES_WARPS * 32>>>(a);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
 
-/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
-int resident_blocks(const void *fn, int threads, long long want)
+template <int NB, int KT> int launch_residual_kt(const res_args &a)
 {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0) != cudaSuccess) {
-        cudaGetLastError();
-        sms = 132;
-        per_sm = 4;
-    }
-    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    return (int)(want < b ? want : b);
+    /* Tiles in flight per warp: 2 (128 registers, 4 CTAs per SM) unless overridden; 4 keeps
+     * more loads and MMAs in flight per warp but fits 3 CTAs and spills a little: measured
+     * slower (bench/NOTES-gpu.md). dim 256 always takes 2 (registers). */
+    const int t = kern_gpu_tune.residual_tiles;
+    if (KT > 8 || t != 4)
+        return launch_residual_k<NB, KT, 2>(a);
+    return launch_residual_k<NB, KT, 4>(a);
 }
 
-template <int NB, int KT>
-int blocks_for(long long nd)
+template <int NB> int launch_residual(const res_args &a)
 {
-    return resident_blocks((const void *)residual_mma_kernel<NB, KT>, RES_WARPS * 32,
-                           (nd + RES_WARPS - 1) / RES_WARPS);
-}
-
-template <int NB>
-int launch_residual(const res_args &a)
-{
-    const int kt = a.dim / 16;
-    int blocks;
-    switch (kt) {
+    switch (a.dim / 16) {
     case 4:
-        blocks = blocks_for<NB, 4>(a.nd);
-        break;
+        return launch_residual_kt<NB, 4>(a);
     case 6:
-        blocks = blocks_for<NB, 6>(a.nd);
-        break;
+        return launch_residual_kt<NB, 6>(a);
     case 8:
-        blocks = blocks_for<NB, 8>(a.nd);
-        break;
+        return launch_residual_kt<NB, 8>(a);
     default:
-        blocks = blocks_for<NB, 16>(a.nd);
-        break;
+        return launch_residual_kt<NB, 16>(a);
     }
-    return launch_residual_nb<NB>(a, kt, blocks);
 }
 
 /* Centroid interaction: a warp per document, lanes over query rows. */
@@ -400,6 +448,7 @@ __global__ void interaction_kernel(const float *__restrict__ ST, int lq, unsigne
 
 extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (a->lq > 0x7fffffff || a->dim > 0x7fffffff || a->n_centroids > 0xffffffffu) {
         kern_set_error("maxsim_residual (cuda): sizes beyond 2^31");
         return KERN_EINVAL;
@@ -424,8 +473,8 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.nd = (long long)a->nd;
         r.scores = scores;
         /* Instantiated dims; others (and the empty query) take the fp32 path. */
-        const bool fast = a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 ||
-                                        a->dim == 256);
+        const bool fast =
+            a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
         if (fast) {
             switch (a->nbits) {
             case 1:
@@ -450,9 +499,9 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
             }
             residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
             cudaError_t e = cudaGetLastError();
-            rc = e == cudaSuccess ? KERN_OK
-                                  : kern_cuda_fail(e, "launch of residual_simple_kernel",
-                                                   __FILE__, __LINE__);
+            rc = e == cudaSuccess
+                     ? KERN_OK
+                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
         }
     }
 out:
@@ -461,9 +510,10 @@ out:
 }
 
 extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
-                                             unsigned code_bytes, const kern_pdoc *docs,
-                                             size_t nd, const uint8_t *keep, float *approx)
+                                             unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                             const uint8_t *keep, float *approx)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (lq > 0x7fffffff || (nd + 3) / 4 > 0x7fffffffu) {
         kern_set_error("centroid_interaction (cuda): sizes beyond one launch");
         return KERN_EINVAL;
@@ -476,7 +526,7 @@ extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n
     if (lq > 0 && n_centroids > 0 && (rc = transpose(S, ST, lq, n_centroids)) != KERN_OK)
         goto out;
     interaction_kernel<<<(unsigned)((nd + 3) / 4), 128>>>(ST, (int)lq, code_bytes, docs,
-                                                         (long long)nd, keep, approx);
+                                                          (long long)nd, keep, approx);
     {
         cudaError_t e = cudaGetLastError();
         rc = e == cudaSuccess

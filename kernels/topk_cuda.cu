@@ -18,7 +18,8 @@
 
 #include "cuda_check.cuh"
 
-namespace {
+namespace
+{
 
 struct row_state {
     unsigned long long prefix; /* key bits fixed so far */
@@ -35,15 +36,14 @@ __device__ __forceinline__ bool key_of(float f, unsigned long long i, unsigned l
 {
     if (isnan(f) || f == -INFINITY)
         return false;
-    uint32_t u = f == 0.f ? 0u : __float_as_uint(f); /* -0 and +0 tie */
+    uint32_t u = f == 0.f ? 0u : __float_as_uint(f);                /* -0 and +0 tie */
     const uint32_t up = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* increasing in f */
     *key = ((unsigned long long)(~up) << 32) | i;
     return true;
 }
 
 __global__ void __launch_bounds__(TK_THREADS)
-    hist_kernel(const float *__restrict__ x, long long n, int pass, row_state *st,
-                unsigned *hist)
+    hist_kernel(const float *__restrict__ x, long long n, int pass, row_state *st, unsigned *hist)
 {
     const long long row = blockIdx.y;
     if (st[row].done)
@@ -159,16 +159,116 @@ __global__ void __launch_bounds__(TK_THREADS)
     }
 }
 
+/*
+ * Short rows (n <= TK_SMALL_N, k <= TK_SMALL_K), e.g. a query's tokens x centroids for the top
+ * ncells: one CTA per row runs the whole select (the same passes, the row re-read from L1/L2
+ * each pass), gathers and ranks in shared memory. One launch instead of 18: the multi-kernel
+ * path is bound by launches at this size (measured 162 us for 32 rows x 16384).
+ */
+constexpr int TK_SMALL_N = 1 << 16, TK_SMALL_K = 1024;
+
+__global__ void __launch_bounds__(TK_THREADS)
+    topk_small_kernel(const float *__restrict__ x, long long n, long long k, int64_t *idx,
+                      float *val)
+{
+    const long long row = blockIdx.x;
+    const float *xr = x + row * n;
+    __shared__ unsigned h[256];
+    __shared__ unsigned long long s_prefix, s_thresh;
+    __shared__ int s_krem, s_done, s_kk, s_count;
+    __shared__ unsigned long long cand[TK_SMALL_K];
+    if (threadIdx.x == 0) {
+        s_prefix = 0;
+        s_done = 0;
+        s_count = 0;
+    }
+    for (int pass = 0; pass < 8; pass++) {
+        h[threadIdx.x] = 0;
+        __syncthreads();
+        if (s_done)
+            break;
+        const int shift = 56 - 8 * pass;
+        const unsigned long long prefix = s_prefix;
+        for (long long i = threadIdx.x; i < n; i += TK_THREADS) {
+            unsigned long long key;
+            if (key_of(xr[i], (unsigned long long)i, &key) &&
+                (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
+                atomicAdd(&h[(key >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (pass == 0) {
+                unsigned long long total = 0;
+                for (int b = 0; b < 256; b++)
+                    total += h[b];
+                s_kk = (int)(total < (unsigned long long)k ? total : (unsigned long long)k);
+                s_krem = s_kk;
+                if (s_kk == 0)
+                    s_done = 1;
+            }
+            if (!s_done) {
+                unsigned cum = 0;
+                int b = 0;
+                for (; b < 255; b++) {
+                    if (cum + h[b] >= (unsigned)s_krem)
+                        break;
+                    cum += h[b];
+                }
+                s_krem -= (int)cum;
+                s_prefix |= (unsigned long long)b << shift;
+                if (h[b] == (unsigned)s_krem) {
+                    s_done = 1;
+                    s_thresh = shift ? s_prefix | ((1ull << shift) - 1) : s_prefix;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    const int kk = s_kk;
+    if (kk > 0) {
+        const unsigned long long t = s_thresh;
+        for (long long i = threadIdx.x; i < n; i += TK_THREADS) {
+            unsigned long long key;
+            if (key_of(xr[i], (unsigned long long)i, &key) && key <= t) {
+                const int pos = atomicAdd(&s_count, 1);
+                if (pos < kk)
+                    cand[pos] = key;
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < k; i += TK_THREADS) {
+        if (i < kk) {
+            const unsigned long long mine = cand[i];
+            int rank = 0;
+            for (int j = 0; j < kk; j++)
+                rank += cand[j] < mine;
+            const long long at = (long long)(mine & 0xffffffffu);
+            idx[row * k + rank] = at;
+            val[row * k + rank] = xr[at];
+        } else {
+            idx[row * k + i] = -1;
+            val[row * k + i] = KERN_EMPTY_SCORE;
+        }
+    }
+}
+
 } // namespace
 
 extern "C" int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
                                   float *val)
 {
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if (n > 0xffffffffu || rows > 65535 || k > 0x7fffffff ||
         (k + TK_THREADS - 1) / TK_THREADS > 0x7fffffffu) {
-        kern_set_error("topk_rows (cuda): %zu rows x %zu scores, k %zu beyond one launch", rows,
-                       n, k);
+        kern_set_error("topk_rows (cuda): %zu rows x %zu scores, k %zu beyond one launch", rows, n,
+                       k);
         return KERN_EINVAL;
+    }
+    if (n <= (size_t)TK_SMALL_N && k <= (size_t)TK_SMALL_K && rows <= 0x7fffffffu) {
+        topk_small_kernel<<<(unsigned)rows, TK_THREADS>>>(x, (long long)n, (long long)k, idx, val);
+        KERN_CUDA_LAUNCHED("topk_small_kernel");
+        return KERN_OK;
     }
     const size_t chunks = n ? (n + TK_CHUNK - 1) / TK_CHUNK : 1;
     const size_t kc = k < n ? k : (n ? n : 1); /* candidates per row */

@@ -24,8 +24,8 @@ size_t store_doc_size(uint32_t ntok, unsigned code_bytes, unsigned token_bytes)
     return (n + 3) & ~(size_t)3;
 }
 
-static void layout(uint8_t *blob, uint32_t ntok, unsigned code_bytes, float **norms,
-                   void **codes, uint8_t **res)
+static void layout(uint8_t *blob, uint32_t ntok, unsigned code_bytes, float **norms, void **codes,
+                   uint8_t **res)
 {
     *norms = (float *)(blob + DOC_HEAD);
     *codes = blob + DOC_HEAD + (size_t)ntok * 4;
@@ -75,8 +75,8 @@ int store_doc_parse(uint32_t docno, const void *blob, size_t size, unsigned code
 {
     const uint8_t *b = blob;
     if (size < DOC_HEAD)
-        return store_fail(m, TARTAN_ECORRUPT, "document %u: blob of %zu bytes is truncated",
-                          docno, size);
+        return store_fail(m, TARTAN_ECORRUPT, "document %u: blob of %zu bytes is truncated", docno,
+                          size);
     uint32_t ntok;
     memcpy(&ntok, b, 4);
     if (ntok == 0 || ntok > STORE_MAX_DOC_TOKENS ||
@@ -92,8 +92,8 @@ int store_doc_parse(uint32_t docno, const void *blob, size_t size, unsigned code
         uint32_t got = doc_crc(docno, b, size);
         if (got != want)
             return store_fail(m, TARTAN_ECORRUPT,
-                              "document %u: checksum mismatch (stored %08x, computed %08x)",
-                              docno, want, got);
+                              "document %u: checksum mismatch (stored %08x, computed %08x)", docno,
+                              want, got);
     }
     float *norms;
     void *codes;
@@ -149,8 +149,7 @@ int store_docs_first(store_txn *t, store_cursor **out, store_msg *m)
     return 0;
 }
 
-int store_docs_next(store_cursor *c, uint32_t *docno, const void **blob, size_t *size,
-                    store_msg *m)
+int store_docs_next(store_cursor *c, uint32_t *docno, const void **blob, size_t *size, store_msg *m)
 {
     MDB_val k, d;
     int rc = mdb_cursor_get(c->sc_cur, &k, &d, c->sc_started ? MDB_NEXT : MDB_FIRST);

@@ -60,8 +60,8 @@ int store_id_del(store_txn *t, const char *id, size_t len, uint32_t docno, store
     MDB_val k = {len, (void *)id};
     int rc = mdb_del(t->st_txn, t->st_env->se_ids, &k, NULL);
     if (rc == MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ECORRUPT, "id '%.*s' is not bound",
-                          (int)(len > 64 ? 64 : len), id);
+        return store_fail(m, TARTAN_ECORRUPT, "id '%.*s' is not bound", (int)(len > 64 ? 64 : len),
+                          id);
     if (rc)
         return store_map_lmdb(m, rc, "deleting an id");
     unsigned key = docno;

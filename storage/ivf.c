@@ -22,7 +22,12 @@ int store_ivf_add(store_txn *t, uint32_t docno, const uint32_t *codes, size_t n,
     for (size_t i = 0; i < n && !rc; i++) {
         unsigned key = codes[i];
         MDB_val k = {sizeof key, &key}, d = {sizeof doc, &doc};
-        rc = mdb_cursor_put(cur, &k, &d, MDB_NODUPDATA);
+        /* A new document has the highest number yet (FORMAT.md), so it goes at the end of
+         * each list: MDB_APPENDDUP makes LMDB split a full page by starting a new one rather
+         * than halving it, so that lists stay packed. */
+        rc = mdb_cursor_put(cur, &k, &d, MDB_APPENDDUP);
+        if (rc == MDB_KEYEXIST)
+            rc = mdb_cursor_put(cur, &k, &d, MDB_NODUPDATA);
         if (rc == MDB_KEYEXIST)
             rc = 0; /* listed once per distinct code; a repeated code is harmless */
     }
@@ -39,8 +44,7 @@ int store_ivf_del(store_txn *t, uint32_t docno, const uint32_t *codes, size_t n,
         int rc = mdb_del(t->st_txn, t->st_env->se_ivf, &k, &d);
         if (rc == MDB_NOTFOUND)
             return store_fail(m, TARTAN_ECORRUPT,
-                              "inverted list of centroid %u does not list document %u", key,
-                              docno);
+                              "inverted list of centroid %u does not list document %u", key, docno);
         if (rc)
             return store_map_lmdb(m, rc, "updating the inverted lists");
     }

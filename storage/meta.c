@@ -61,8 +61,8 @@ int store_header_get(store_txn *t, store_header *h, store_msg *m)
     if (rc)
         return store_map_lmdb(m, rc, "reading the index header");
     if (d.mv_size != HEADER_SIZE)
-        return store_fail(m, TARTAN_ECORRUPT, "the index header has %zu bytes, not %d",
-                          d.mv_size, HEADER_SIZE);
+        return store_fail(m, TARTAN_ECORRUPT, "the index header has %zu bytes, not %d", d.mv_size,
+                          HEADER_SIZE);
     const uint8_t *b = d.mv_data;
     h->dim = get32(b + 0);
     h->nbits = get32(b + 4);
@@ -77,9 +77,8 @@ int store_header_get(store_txn *t, store_header *h, store_msg *m)
     h->sample_docs = get32(b + 52);
     /* Every later length computation trusts these: check them once here. */
     int nb_ok = h->nbits == 1 || h->nbits == 2 || h->nbits == 4 || h->nbits == 8;
-    int cb_ok = h->n_centroids == 0
-                    ? h->code_bytes == 0
-                    : h->code_bytes == (h->n_centroids <= 65536u ? 2u : 4u);
+    int cb_ok = h->n_centroids == 0 ? h->code_bytes == 0
+                                    : h->code_bytes == (h->n_centroids <= 65536u ? 2u : 4u);
     if (!nb_ok || h->dim == 0 || h->dim > (1u << 16) || (h->dim * h->nbits) % 8 != 0 ||
         h->token_bytes != h->dim * h->nbits / 8 || !cb_ok || h->n_docs > h->next_docno)
         return store_fail(m, TARTAN_ECORRUPT,
@@ -96,8 +95,7 @@ int store_codec_put(store_txn *t, unsigned nbits, const float *cutoffs, const fl
     float buf[511];
     memcpy(buf, cutoffs, (nb - 1) * sizeof(float));
     memcpy(buf + nb - 1, weights, nb * sizeof(float));
-    MDB_val k = {strlen(STORE_KEY_CODEC), STORE_KEY_CODEC},
-            d = {(2 * nb - 1) * sizeof(float), buf};
+    MDB_val k = {strlen(STORE_KEY_CODEC), STORE_KEY_CODEC}, d = {(2 * nb - 1) * sizeof(float), buf};
     int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, 0);
     return rc ? store_map_lmdb(m, rc, "writing the codec tables") : 0;
 }
@@ -112,8 +110,8 @@ int store_codec_get(store_txn *t, unsigned nbits, float *cutoffs, float *weights
         return store_map_lmdb(m, rc, "reading the codec tables");
     size_t nb = (size_t)1 << nbits;
     if (d.mv_size != (2 * nb - 1) * sizeof(float))
-        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu",
-                          d.mv_size, (2 * nb - 1) * sizeof(float));
+        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", d.mv_size,
+                          (2 * nb - 1) * sizeof(float));
     memcpy(cutoffs, d.mv_data, (nb - 1) * sizeof(float));
     memcpy(weights, (const float *)d.mv_data + nb - 1, nb * sizeof(float));
     return 0;
@@ -141,8 +139,8 @@ int store_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float **c,
     if (rc)
         return store_map_lmdb(m, rc, "reading the centroids");
     if (d.mv_size != (size_t)k * dim * sizeof(float))
-        return store_fail(m, TARTAN_ECORRUPT, "the centroids have %zu bytes, not %zu",
-                          d.mv_size, (size_t)k * dim * sizeof(float));
+        return store_fail(m, TARTAN_ECORRUPT, "the centroids have %zu bytes, not %zu", d.mv_size,
+                          (size_t)k * dim * sizeof(float));
     /* A value this large lives on its own overflow pages, which start 16 bytes into a page:
      * aligned. A small one (a handful of centroids) sits in a leaf and may not be. */
     if ((uintptr_t)d.mv_data % sizeof(float) != 0)

@@ -42,8 +42,7 @@ typedef struct store_msg {
 } store_msg;
 
 /* Formats msg (printf-style) and returns code: `return store_fail(m, TARTAN_EDIM, ...)`. */
-int store_fail(store_msg *m, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int store_fail(store_msg *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 typedef struct store_env store_env;
 typedef struct store_txn store_txn; /* an MDB_txn, opaque to the layers above */
@@ -123,8 +122,7 @@ int store_header_put(store_txn *txn, const store_header *h, store_msg *m);
  * Codec tables (meta "codec"): cutoffs [2^nbits - 1] then weights [2^nbits], fp32.
  * store_codec_get: TARTAN_ENOTTRAINED if the index has none yet.
  */
-int store_codec_get(store_txn *txn, unsigned nbits, float *cutoffs, float *weights,
-                    store_msg *m);
+int store_codec_get(store_txn *txn, unsigned nbits, float *cutoffs, float *weights, store_msg *m);
 int store_codec_put(store_txn *txn, unsigned nbits, const float *cutoffs, const float *weights,
                     store_msg *m);
 
@@ -132,8 +130,7 @@ int store_codec_put(store_txn *txn, unsigned nbits, const float *cutoffs, const 
  * Centroids [k, dim] fp32 as one value. store_centroids_get points into the map (valid for the
  * transaction's life, 4-byte aligned) and checks the size against k * dim.
  */
-int store_centroids_get(store_txn *txn, uint32_t k, uint32_t dim, const float **c,
-                        store_msg *m);
+int store_centroids_get(store_txn *txn, uint32_t k, uint32_t dim, const float **c, store_msg *m);
 int store_centroids_put(store_txn *txn, uint32_t k, uint32_t dim, const float *c, store_msg *m);
 
 /* ---- documents ------------------------------------------------------------------------ */
@@ -198,10 +195,8 @@ uint32_t store_crc32c_portable(uint32_t crc, const void *data, size_t n);
 /* ---- inverted lists ------------------------------------------------------------------- */
 
 /* Adds / removes docno under each of the n (distinct, any order) centroids in codes. */
-int store_ivf_add(store_txn *txn, uint32_t docno, const uint32_t *codes, size_t n,
-                  store_msg *m);
-int store_ivf_del(store_txn *txn, uint32_t docno, const uint32_t *codes, size_t n,
-                  store_msg *m);
+int store_ivf_add(store_txn *txn, uint32_t docno, const uint32_t *codes, size_t n, store_msg *m);
+int store_ivf_del(store_txn *txn, uint32_t docno, const uint32_t *codes, size_t n, store_msg *m);
 
 /*
  * Iterates centroid c's inverted list in ascending document number, a run at a time straight
@@ -232,8 +227,8 @@ int store_id_del(store_txn *txn, const char *id, size_t len, uint32_t docno, sto
 /* Bytes in use per named database (pages times page size) and in the file. */
 typedef struct store_usage {
     uint64_t meta, centroids, docs, ivf, ids, names;
-    uint64_t file;     /* data.mdb's size */
-    uint64_t free;     /* pages in the file that hold nothing live (free list, unused tail) */
+    uint64_t file; /* data.mdb's size */
+    uint64_t free; /* pages in the file that hold nothing live (free list, unused tail) */
     uint64_t ivf_entries;
     uint64_t page_size;
 } store_usage;

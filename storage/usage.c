@@ -16,8 +16,32 @@
 
 static uint64_t pages(const MDB_stat *s)
 {
-    return (uint64_t)(s->ms_branch_pages + s->ms_leaf_pages + s->ms_overflow_pages) *
-           s->ms_psize;
+    return (uint64_t)(s->ms_branch_pages + s->ms_leaf_pages + s->ms_overflow_pages) * s->ms_psize;
+}
+
+/* LMDB's free list is database 0 (FREE_DBI): keys are transaction ids, values lists of page
+ * numbers, each a size_t count followed by that many size_t page numbers (LMDB's MDB_IDL). */
+#define FREE_DBI 0
+
+static int free_pages(store_txn *t, uint64_t *n, store_msg *m)
+{
+    MDB_cursor *cur;
+    *n = 0;
+    int rc = mdb_cursor_open(t->st_txn, FREE_DBI, &cur);
+    if (rc)
+        return store_map_lmdb(m, rc, "reading the free list");
+    MDB_val k, d;
+    MDB_cursor_op op = MDB_FIRST;
+    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+        op = MDB_NEXT;
+        size_t cnt;
+        if (d.mv_size < sizeof cnt)
+            continue;
+        memcpy(&cnt, d.mv_data, sizeof cnt);
+        *n += cnt;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : store_map_lmdb(m, rc, "reading the free list");
 }
 
 int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
@@ -30,23 +54,34 @@ int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
         {env->se_meta, &u->meta}, {env->se_centroids, &u->centroids}, {env->se_docs, &u->docs},
         {env->se_ivf, &u->ivf},   {env->se_ids, &u->ids},             {env->se_names, &u->names},
     };
-    uint64_t used = 0;
+    uint64_t named = 0;
     MDB_stat s;
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         int rc = mdb_stat(t->st_txn, dbs[i].dbi, &s);
         if (rc)
             return store_map_lmdb(m, rc, "measuring the index");
         *dbs[i].out = pages(&s);
-        used += pages(&s);
+        named += pages(&s);
         if (dbs[i].dbi == env->se_ivf)
             u->ivf_entries = s.ms_entries;
     }
     u->page_size = s.ms_psize;
-    /* LMDB's own: the two meta pages and the main database that names the others. */
+    /* LMDB's own pages: the two meta pages, the main database that names the others, and the
+     * free list's tree. */
+    uint64_t own = 2 * u->page_size;
     MDB_dbi main_dbi;
-    if (mdb_dbi_open(t->st_txn, NULL, 0, &main_dbi) == 0 && mdb_stat(t->st_txn, main_dbi, &s) == 0)
-        used += pages(&s);
-    used += 2 * (uint64_t)u->page_size;
+    if (mdb_dbi_open(t->st_txn, NULL, 0, &main_dbi) == 0 &&
+        mdb_stat(t->st_txn, main_dbi, &s) == 0)
+        own += pages(&s);
+    if (mdb_stat(t->st_txn, FREE_DBI, &s) == 0)
+        own += pages(&s);
+    uint64_t nfree;
+    int rc = free_pages(t, &nfree, m);
+    if (rc)
+        return rc;
+    MDB_envinfo info;
+    mdb_env_info(env->se_env, &info);
+    uint64_t used = ((uint64_t)info.me_last_pgno + 1) * u->page_size;
     char *data = NULL;
     if (asprintf(&data, "%s/data.mdb", env->se_path) < 0)
         return store_fail(m, ENOMEM, "out of memory");
@@ -57,7 +92,13 @@ int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
     if (!ok)
         return store_fail(m, err, "'%s/data.mdb': %s", env->se_path, strerror(err));
     u->file = (uint64_t)st.st_size;
-    u->free = u->file > used ? u->file - used : 0;
+    /* Free: listed in the free list, or past the last page ever used. */
+    u->free = nfree * u->page_size + (u->file > used ? u->file - used : 0);
+    /* mdb_stat counts only a DUPSORT database's main tree, not the trees of its duplicates:
+     * the inverted lists take every page that nothing else accounts for. */
+    uint64_t accounted = named + own + nfree * u->page_size;
+    if (used > accounted)
+        u->ivf += used - accounted;
     return 0;
 }
 
@@ -68,8 +109,9 @@ int store_dump(store_txn *t, store_dump_fn fn, void *ctx, store_msg *m)
         const char *name;
         MDB_dbi dbi;
     } dbs[] = {
-        {"meta", env->se_meta}, {"centroids", env->se_centroids}, {"docs", env->se_docs},
-        {"ivf", env->se_ivf},   {"ids", env->se_ids},             {"names", env->se_names},
+        {"meta", env->se_meta}, {"centroids", env->se_centroids},
+        {"docs", env->se_docs}, {"ivf", env->se_ivf},
+        {"ids", env->se_ids},   {"names", env->se_names},
     };
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         MDB_cursor *cur;

@@ -8,8 +8,10 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "kmeans.h"
@@ -230,6 +232,47 @@ START_TEST(test_index_kmeans_rejects_bad_arguments)
     ck_assert_int_eq(idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 1, cen, NULL, 0), -1);
     ck_assert_int_eq(idx_flat_ip_search(x, N, D, x, 1, 0, NULL, NULL, err, sizeof err), -1);
     ck_assert_int_eq(idx_flat_ip_search(x, 0, D, x, 1, 1, NULL, NULL, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_prints_nothing)
+{
+    /* FAISS warns on stderr below 39 points per centroid and reports progress on stdout when
+     * verbose; the library must print nothing. 2 points per centroid, and a cap of 1 point per
+     * centroid so that the subsampling path runs too. */
+    enum { N = 256, D = 16, K = 128 };
+    float *centers = xmalloc(sizeof(float) * 8 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    clustered(131, N, D, 8, 0.1, centers, x);
+    char path[] = "/tmp/check_index_outXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    int save1 = dup(1), save2 = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    char err[256] = "";
+    int rc1 = idx_kmeans_spherical(x, N, D, K, 4, 256, 5, cen, err, sizeof err);
+    int rc2 = idx_kmeans_spherical(x, N, D, K / 2, 4, 1, 5, cen, err, sizeof err);
+    int rc3 = idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 5, cen, err, sizeof err);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(save1, 1);
+    dup2(save2, 2);
+    close(save1);
+    close(save2);
+    off_t size = lseek(fd, 0, SEEK_END);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(rc1, 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_int_eq(rc3, -1);
+    ck_assert_msg(size == 0, "k-means wrote %lld bytes to stdout/stderr", (long long)size);
+    free(centers);
+    free(x);
+    free(cen);
 }
 END_TEST
 
@@ -773,6 +816,32 @@ START_TEST(test_index_codec_rejects_invalid_shapes)
     ck_assert_int_eq(idx_codec_train(&c, 16, 2, r, 4), -1);
     ck_assert(memcmp(&c, &before, sizeof c) == 0); /* untouched by every failure */
     r[17] = 0.0f;
+    /* A codec of an invalid shape (damaged, since training refuses them) makes the other
+     * functions write nothing, rather than divide by zero or run off the buffers. */
+    const unsigned bad[] = {0, 3, 16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] + 1; i++) {
+        idx_codec z;
+        memset(&z, 0, sizeof z);
+        z.dim = i < sizeof bad / sizeof bad[0] ? 16 : 3;
+        z.nbits = i < sizeof bad / sizeof bad[0] ? bad[i] : 2;
+        uint8_t bk[16] = {0}, pk[64];
+        float emb[16] = {0}, cen[16] = {0}, out[16], inv = NAN;
+        uint32_t code = 0;
+        memset(pk, 0xab, sizeof pk);
+        poison_f(out, 16);
+        idx_codec_pack(&z, bk, pk);
+        idx_codec_compress(&z, cen, emb, &code, 1, pk, &inv);
+        for (size_t j = 0; j < sizeof pk; j++)
+            ck_assert_uint_eq(pk[j], 0xab);
+        ck_assert(isnan(inv));
+        memset(bk, 0xcd, sizeof bk);
+        idx_codec_unpack(&z, pk, bk);
+        idx_codec_decompress(&z, cen, &code, pk, 1, out);
+        for (size_t j = 0; j < 16; j++) {
+            ck_assert_uint_eq(bk[j], 0xcd);
+            ck_assert(isnan(out[j]));
+        }
+    }
     /* The smallest valid shapes are accepted. */
     ck_assert_int_eq(idx_codec_train(&c, 4, 2, r, 4), 0);
     ck_assert_int_eq(idx_codec_train(&c, 2, 4, r, 4), 0);
@@ -797,6 +866,7 @@ int main(void)
     add(s, "kmeans_centroids_normalised", test_index_kmeans_centroids_normalised);
     add(s, "kmeans_reproducible", test_index_kmeans_reproducible);
     add(s, "kmeans_rejects_bad_arguments", test_index_kmeans_rejects_bad_arguments);
+    add(s, "kmeans_prints_nothing", test_index_kmeans_prints_nothing);
     add(s, "flat_search_matches_bruteforce", test_index_flat_search_matches_bruteforce);
     add(s, "flat_search_pads_beyond_k", test_index_flat_search_pads_beyond_k);
     add(s, "plan_sample_docs", test_index_plan_sample_docs);

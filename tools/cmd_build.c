@@ -16,21 +16,20 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tartan build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
-            "                    [--nbits 2] [--centroids K] [--batch N] [--seed S]\n"
-            "                    [--sample N] [--kmeans-iters N]\n\n"
-            "Creates the index directory INDEX (it must not hold an index yet) from\n"
-            "embeddings E.npy [tokens, dim] (float32, float16 or bfloat16 as uint16) and\n"
-            "document lengths L.npy [documents] (int32 or int64). Ids come from ids.txt, one\n"
-            "a line, else they are the row numbers of L.npy (\"0\", \"1\", ...).\n\n"
-            "  --nbits B         residual bits per dimension: 1, 2 (default), 4 or 8\n"
-            "  --centroids K     centroids (default 2^floor(log2(16 sqrt(tokens))))\n"
-            "  --batch N         documents per transaction (default 1000)\n"
-            "  --seed S          sampling and k-means seed (default 42)\n"
-            "  --sample N        documents sampled for training (default\n"
-            "                    min(1 + 16 sqrt(120 N), N))\n"
-            "  --kmeans-iters N  k-means iterations (default 4)\n");
+    fprintf(f, "usage: tartan build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
+               "                    [--nbits 2] [--centroids K] [--batch N] [--seed S]\n"
+               "                    [--sample N] [--kmeans-iters N]\n\n"
+               "Creates the index directory INDEX (it must not hold an index yet) from\n"
+               "embeddings E.npy [tokens, dim] (float32, float16 or bfloat16 as uint16) and\n"
+               "document lengths L.npy [documents] (int32 or int64). Ids come from ids.txt, one\n"
+               "a line, else they are the row numbers of L.npy (\"0\", \"1\", ...).\n\n"
+               "  --nbits B         residual bits per dimension: 1, 2 (default), 4 or 8\n"
+               "  --centroids K     centroids (default 2^floor(log2(16 sqrt(tokens))))\n"
+               "  --batch N         documents per transaction (default 1000)\n"
+               "  --seed S          sampling and k-means seed (default 42)\n"
+               "  --sample N        documents sampled for training (default\n"
+               "                    min(1 + 16 sqrt(120 N), N))\n"
+               "  --kmeans-iters N  k-means iterations (default 4)\n");
 }
 
 int tool_cmd_build(int argc, char **argv)
@@ -91,8 +90,13 @@ int tool_cmd_build(int argc, char **argv)
         }
         if (v && tool_parse_size(optarg, v)) {
             fprintf(stderr, "tartan build: --%s wants a number, not '%s'\n",
-                    opts[c == 'b' ? 3 : c == 'k' ? 4 : c == 'n' ? 5 : c == 's' ? 6
-                                                 : c == 'S' ? 7 : 8].name,
+                    opts[c == 'b'   ? 3
+                         : c == 'k' ? 4
+                         : c == 'n' ? 5
+                         : c == 's' ? 6
+                         : c == 'S' ? 7
+                                    : 8]
+                        .name,
                     optarg);
             return 2;
         }

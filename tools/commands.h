@@ -24,4 +24,9 @@ int tool_cmd_add(int argc, char **argv);
 int tool_cmd_delete(int argc, char **argv);
 int tool_cmd_info(int argc, char **argv);
 
+/* tools/cmd_search.c: searches an index for the queries of a .npy file. */
+int tool_cmd_search(int argc, char **argv);
+/* tools/cmd_check.c: verifies a whole index (reliability). */
+int tool_cmd_check(int argc, char **argv);
+
 #endif

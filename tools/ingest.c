@@ -47,8 +47,8 @@ void tool_corpus_close(tool_corpus *c)
     memset(c, 0, sizeof *c);
 }
 
-int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids,
-                     char *err, size_t errlen)
+int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids, char *err,
+                     size_t errlen)
 {
     memset(c, 0, sizeof *c);
     c->emb_path = emb;
@@ -78,8 +78,8 @@ int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const ch
     for (size_t i = 0; i < c->n_docs; i++) {
         int64_t l = raw_len(c, i);
         if (l <= 0) {
-            rc = tool_fail(err, errlen, TARTAN_EEMPTY, "%s: document %zu has length %lld", lens,
-                           i, (long long)l);
+            rc = tool_fail(err, errlen, TARTAN_EEMPTY, "%s: document %zu has length %lld", lens, i,
+                           (long long)l);
             goto fail;
         }
         sum += (size_t)l;
@@ -146,8 +146,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     if (!lens || !pick) {
         free(lens);
         free(pick);
-        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu documents",
-                         want);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu documents", want);
     }
     /* Selection sampling (each document kept with probability needed / remaining): uniform
      * over the whole file, in file order, in O(sample) memory. */
@@ -165,8 +164,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     if (!buf) {
         free(lens);
         free(pick);
-        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens",
-                         tokens);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens", tokens);
     }
     size_t row = 0, at = 0, k = 0;
     for (size_t i = 0; i < c->n_docs && k < n; i++) {
@@ -190,8 +188,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     b.dtype = c->dtype;
     int rc = tartan_train(db, &b, c->n_rows);
     if (rc)
-        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n,
-                  tartan_errmsg(db));
+        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, tartan_errmsg(db));
     free(buf);
     free(lens);
     free(pick);

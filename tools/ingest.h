@@ -34,8 +34,8 @@ typedef struct tool_corpus {
  * document (TARTAN_ETRUNC / TARTAN_EFORMAT likewise). ids may be NULL (ids are then the
  * document's row numbers, "0" .. "N-1"). Messages name the file.
  */
-int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids,
-                     char *err, size_t errlen);
+int tool_corpus_open(tool_corpus *c, const char *emb, const char *lens, const char *ids, char *err,
+                     size_t errlen);
 void tool_corpus_close(tool_corpus *c);
 
 /* Length of document i. */

@@ -1,0 +1,424 @@
+/*
+ * search_plaid.c: PLAID's four stages for one query (DESIGN.md section 4), on the CPU, reading
+ * codes and residuals straight from LMDB's map through the thread's own reader.
+ *
+ *   1. S = Q C^T, the whole [lq, K] table; each token's top ncells centroids; the union of
+ *      their inverted lists (deduplicated with a bitmap over document numbers; filtered by the
+ *      subset) is the candidate set, in ascending document number.
+ *   2. Centroid interaction over the candidates' codes, counting only centroids whose best
+ *      score over the query's tokens reaches the threshold; keep the best ndocs.
+ *   3. The same without pruning over those; keep the best ndocs_exact.
+ *   4. Exact residual-fused MaxSim of the survivors (checksums verified); top k.
+ *
+ * Stages 2 and 3 read only the codes of each candidate and skip the per-document checksum
+ * (it would read every residual byte of thousands of documents); a damaged code cannot
+ * mislead them beyond a ranking, since the kernels refuse codes past K, and every document
+ * whose score is returned went through stage 4's verified read.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "search.h"
+
+struct eng_plaid_ws {
+    float *S; /* [lq, K] */
+    size_t S_cap;
+    int64_t *tix; /* [lq * ncells] probed centroids (then reused for top-k indices) */
+    float *tval;
+    size_t t_cap;
+    uint8_t *keep; /* [K] */
+    float *colmax; /* [K] */
+    size_t K_cap;
+    uint64_t *seen; /* [words] bitmap over document numbers, all zero between queries */
+    size_t seen_words;
+    uint32_t *cand; /* candidate document numbers */
+    kern_pdoc *pd;  /* their documents */
+    float *score;
+    size_t c_cap;
+    uint32_t *surv; /* survivors of stage 3 */
+    kern_pdoc *spd;
+    size_t s_cap;
+};
+
+double eng_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int eng_kern_fail(int krc, store_msg *m, const char *what)
+{
+    if (krc == KERN_ENOMEM)
+        return store_fail(m, ENOMEM, "%s: out of memory", what);
+    /* The engine passes only sound arguments; a refusal means a document's codes point past
+     * the centroid table, i.e. damaged data. */
+    if (krc == KERN_EINVAL)
+        return store_fail(m, TARTAN_ECORRUPT, "%s: %s", what, kern_last_error());
+    return store_fail(m, TARTAN_EINTERNAL, "%s: %s", what, kern_last_error());
+}
+
+eng_plaid_ws *eng_plaid_ws_new(void)
+{
+    return calloc(1, sizeof(eng_plaid_ws));
+}
+
+void eng_plaid_ws_free(eng_plaid_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->S);
+    free(ws->tix);
+    free(ws->tval);
+    free(ws->keep);
+    free(ws->colmax);
+    free(ws->seen);
+    free(ws->cand);
+    free(ws->pd);
+    free(ws->score);
+    free(ws->surv);
+    free(ws->spd);
+    free(ws);
+}
+
+/* Grows *p to hold n elements of size sz (contents kept). */
+static int grow(void **p, size_t *cap, size_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c * sz);
+    if (!q)
+        return ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* The three candidate arrays grow together. */
+static int grow_cand(eng_plaid_ws *ws, size_t n)
+{
+    if (n <= ws->c_cap)
+        return 0;
+    size_t c = ws->c_cap ? ws->c_cap : 1024;
+    while (c < n)
+        c *= 2;
+    uint32_t *a = realloc(ws->cand, c * sizeof *a);
+    if (a)
+        ws->cand = a;
+    kern_pdoc *b = realloc(ws->pd, c * sizeof *b);
+    if (b)
+        ws->pd = b;
+    float *s = realloc(ws->score, c * sizeof *s);
+    if (s)
+        ws->score = s;
+    if (!a || !b || !s)
+        return ENOMEM;
+    ws->c_cap = c;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, size_t lq,
+                 store_msg *m)
+{
+    size_t K = r->h.n_centroids, words = ((size_t)s->n_docnos + 63) / 64;
+    size_t nt = lq * s->ncells;
+    if (nt < s->ndocs)
+        nt = s->ndocs;
+    if (nt < s->ndocs_exact)
+        nt = s->ndocs_exact;
+    if (grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
+        goto oom;
+    if (ws->t_cap < nt) {
+        size_t cap = ws->t_cap;
+        if (grow((void **)&ws->tix, &cap, nt, sizeof(int64_t)))
+            goto oom;
+        cap = ws->t_cap;
+        if (grow((void **)&ws->tval, &cap, nt, sizeof(float)))
+            goto oom;
+        ws->t_cap = cap;
+    }
+    if (ws->K_cap < K) {
+        size_t cap = ws->K_cap;
+        if (grow((void **)&ws->keep, &cap, K, 1))
+            goto oom;
+        cap = ws->K_cap;
+        if (grow((void **)&ws->colmax, &cap, K, sizeof(float)))
+            goto oom;
+        ws->K_cap = cap;
+    }
+    if (ws->seen_words < words) {
+        free(ws->seen);
+        ws->seen = calloc(words, sizeof(uint64_t));
+        ws->seen_words = ws->seen ? words : 0;
+        if (!ws->seen)
+            goto oom;
+    }
+    return 0;
+oom:
+    return store_fail(m, ENOMEM, "search: out of memory for query workspace");
+}
+
+/*
+ * Stage 1's union: every document in the probed centroids' lists, once, allowed by the
+ * subset, into ws->cand in ascending order (*n_out of them). Leaves ws->seen all zero and
+ * ws->keep as it found it (all below 2).
+ */
+static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t nprobe,
+                       size_t *n_out, store_msg *m)
+{
+    size_t n = 0;
+    int rc = 0;
+    uint64_t *seen = ws->seen;
+    for (size_t p = 0; p < nprobe && !rc; p++) {
+        if (ws->tix[p] < 0)
+            continue;
+        uint32_t c = (uint32_t)ws->tix[p];
+        if (ws->keep[c] == 2)
+            continue; /* probed already by another token */
+        ws->keep[c] = 2;
+        store_ivf_iter *it;
+        if ((rc = idx_reader_ivf_open(r, c, &it, m)))
+            break;
+        const uint32_t *docs;
+        size_t nd;
+        int more;
+        while ((more = store_ivf_next(it, &docs, &nd, m)) == 1) {
+            if (grow_cand(ws, n + nd)) {
+                rc = store_fail(m, ENOMEM, "search: out of memory for candidates");
+                break;
+            }
+            for (size_t i = 0; i < nd; i++) {
+                uint32_t d = docs[i];
+                if (d >= s->n_docnos) {
+                    rc = store_fail(m, TARTAN_ECORRUPT,
+                                    "inverted list of centroid %u lists document %u, past the "
+                                    "last number handed out (%u)",
+                                    c, d, s->n_docnos);
+                    break;
+                }
+                uint64_t bit = (uint64_t)1 << (d & 63);
+                if (seen[d >> 6] & bit)
+                    continue;
+                if (s->allowed && !(s->allowed[d >> 6] & bit))
+                    continue;
+                seen[d >> 6] |= bit;
+                ws->cand[n++] = d;
+            }
+            if (rc)
+                break;
+        }
+        store_ivf_close(it);
+        if (!rc && more != 0 && more != 1)
+            rc = more;
+    }
+    /* The bitmap is left all zero for the next query: clear the bits set, or the words in
+     * one sweep when that is shorter; the sweep also yields the candidates sorted. */
+    size_t words = ((size_t)s->n_docnos + 63) / 64;
+    if (!rc && n > words / 4) {
+        size_t j = 0;
+        for (size_t w = 0; w < words; w++) {
+            uint64_t x = seen[w];
+            seen[w] = 0;
+            while (x) {
+                ws->cand[j++] = (uint32_t)(w * 64 + (unsigned)__builtin_ctzll(x));
+                x &= x - 1;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            seen[ws->cand[i] >> 6] = 0;
+        if (!rc)
+            qsort(ws->cand, n, sizeof *ws->cand, cmp_u32);
+    }
+    for (size_t p = 0; p < nprobe; p++)
+        if (ws->tix[p] >= 0)
+            ws->keep[ws->tix[p]] = 0;
+    *n_out = n;
+    return rc;
+}
+
+/* Documents of n numbers through r (pointers into the map). */
+static int lookup(idx_reader *r, const uint32_t *docnos, size_t n, kern_pdoc *pd, int verify,
+                  store_msg *m)
+{
+    r->verify = verify;
+    for (size_t i = 0; i < n; i++) {
+        int rc = idx_reader_doc(r, docnos[i], &pd[i], m);
+        if (rc == TARTAN_ENOTFOUND)
+            return store_fail(m, TARTAN_ECORRUPT,
+                              "document %u is listed but missing from the documents", docnos[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. */
+static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                      const uint32_t *docnos, kern_pdoc *pd, float *score, size_t n,
+                      eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    size_t lq = q->off[qi + 1] - q->off[qi];
+    int rc = lookup(r, docnos, n, pd, 1, m);
+    if (rc)
+        return rc;
+    kern_residual a = {
+        .dim = q->dim,
+        .nbits = r->h.nbits,
+        .code_bytes = r->h.code_bytes,
+        .q = q->emb + q->off[qi] * q->dim,
+        .lq = lq,
+        .qc = ws->S,
+        .n_centroids = r->h.n_centroids,
+        .bucket_weights = r->codec.weights,
+        .docs = pd,
+        .nd = n,
+    };
+    int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, score);
+    if (krc)
+        return eng_kern_fail(krc, m, "exact scoring");
+    size_t k = s->k < n ? s->k : n;
+    if (k && (krc = kern_topk_rows(KERN_DEV_CPU, score, 1, n, k, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
+    size_t h = 0;
+    uint32_t *hd = s->hit_doc + qi * s->k;
+    float *hs = s->hit_score + qi * s->k;
+    for (size_t i = 0; i < k && ws->tix[i] >= 0; i++, h++) {
+        hd[h] = docnos[ws->tix[i]];
+        hs[h] = ws->tval[i];
+    }
+    s->hit_n[qi] = h;
+    st->n_exact += n;
+    return 0;
+}
+
+int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                    eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    size_t lq = q->off[qi + 1] - q->off[qi], K = r->h.n_centroids;
+    const float *qe = q->emb + q->off[qi] * q->dim;
+    s->hit_n[qi] = 0;
+    int rc = setup(ws, r, s, lq, m);
+    if (rc)
+        return rc;
+
+    /* Stage 1. */
+    double t0 = eng_now();
+    int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S);
+    if (krc)
+        return eng_kern_fail(krc, m, "centroid scores");
+    if (s->allowed && s->n_allowed <= s->ndocs) {
+        /* A small subset: score all of it exactly. */
+        size_t n = s->n_allowed;
+        if ((rc = grow_cand(ws, n)))
+            return store_fail(m, ENOMEM, "search: out of memory for candidates");
+        double t1 = eng_now();
+        st->cand += t1 - t0;
+        st->n_cand += n;
+        rc = exact_topk(r, s, qi, ws, s->allowed_list, ws->pd, ws->score, n, st, m);
+        st->exact += eng_now() - t1;
+        return rc;
+    }
+    size_t nc = s->ncells;
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "probing centroids");
+    size_t n = 0;
+    if ((rc = union_lists(r, s, ws, lq * nc, &n, m)))
+        return rc;
+    double t1 = eng_now();
+    st->cand += t1 - t0;
+    st->n_cand += n;
+    if (n == 0)
+        return 0;
+
+    /* Few candidates: score them all exactly, as stage 3 would have kept them all. */
+    if (n <= s->ndocs_exact) {
+        rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, ws->score, n, st, m);
+        st->exact += eng_now() - t1;
+        return rc;
+    }
+
+    /* Stage 2: pruned centroid interaction. A centroid counts when its best score over the
+     * query's tokens reaches the threshold. */
+    for (size_t c = 0; c < K; c++)
+        ws->colmax[c] = ws->S[c];
+    for (size_t i = 1; i < lq; i++) {
+        const float *row = ws->S + i * K;
+        for (size_t c = 0; c < K; c++)
+            ws->colmax[c] = row[c] > ws->colmax[c] ? row[c] : ws->colmax[c];
+    }
+    for (size_t c = 0; c < K; c++)
+        ws->keep[c] = ws->colmax[c] >= s->threshold;
+    if ((rc = lookup(r, ws->cand, n, ws->pd, 0, m)))
+        goto done;
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, ws->pd, n,
+                                         ws->keep, ws->score))) {
+        rc = eng_kern_fail(krc, m, "centroid interaction");
+        goto done;
+    }
+    memset(ws->keep, 0, K);
+    size_t n2 = s->ndocs < n ? s->ndocs : n;
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval))) {
+        rc = eng_kern_fail(krc, m, "top-k");
+        goto done;
+    }
+    if (grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv)) {
+        rc = store_fail(m, ENOMEM, "search: out of memory");
+        goto done;
+    }
+    kern_pdoc *spd = realloc(ws->spd, (n2 ? n2 : 1) * sizeof *spd);
+    if (!spd) {
+        rc = store_fail(m, ENOMEM, "search: out of memory");
+        goto done;
+    }
+    ws->spd = spd;
+    size_t m2 = 0;
+    for (size_t i = 0; i < n2 && ws->tix[i] >= 0; i++, m2++) {
+        ws->surv[m2] = ws->cand[ws->tix[i]];
+        spd[m2] = ws->pd[ws->tix[i]];
+    }
+
+    /* Stage 3: the same without pruning, over stage 2's survivors. */
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S, lq, K, r->h.code_bytes, spd, m2, NULL,
+                                         ws->score))) {
+        rc = eng_kern_fail(krc, m, "centroid interaction");
+        goto done;
+    }
+    size_t n3 = s->ndocs_exact < m2 ? s->ndocs_exact : m2;
+    if (n3 && (krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, m2, n3, ws->tix, ws->tval))) {
+        rc = eng_kern_fail(krc, m, "top-k");
+        goto done;
+    }
+    /* Survivors in ascending number, so that exact ties go to the older document. */
+    size_t m3 = 0;
+    for (size_t i = 0; i < n3 && ws->tix[i] >= 0; i++)
+        ws->cand[m3++] = ws->surv[ws->tix[i]];
+    qsort(ws->cand, m3, sizeof *ws->cand, cmp_u32);
+    double t2 = eng_now();
+    st->prune += t2 - t1;
+
+    /* Stage 4. */
+    rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, ws->score, m3, st, m);
+    st->exact += eng_now() - t2;
+    return rc;
+done:
+    memset(ws->keep, 0, K);
+    return rc;
+}

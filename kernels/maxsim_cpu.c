@@ -4,8 +4,9 @@
  * Queries are packed once into fp32 panels (valid tokens only, see microkernel_cpu.h). Threads
  * take documents (and, when documents are too few to keep every thread busy, groups of
  * queries). A thread walks its document in chunks of about 128 KiB of fp32 rows: fp32 rows are
- * read where they lie, 16-bit rows are converted into a per-thread buffer; every query panel
- * then runs over the chunk while it is in L2, folding into per-query-token running maxima.
+ * read where they lie, 16-bit rows are converted into a per-thread buffer (bf16 rows on CPUs
+ * with AVX512_BF16 are multiplied as they lie); every query panel then runs over the chunk
+ * while it is in L2, folding into per-query-token running maxima.
  * Per-thread memory is one chunk plus the running maxima: nothing grows with nq * nd * lq * ld
  * and no ragged document is ever padded.
  */
@@ -158,6 +159,13 @@ static void score_doc(const qpack *qp, size_t q0, size_t q1, const dsrc *ds, siz
         for (size_t i = 0, e = kern_npanels(mk, qp->nval[q]) * P; i < e; i++)
             rm[i] = -INFINITY;
     }
+    /* The first query with a valid token makes the first pass over each chunk. */
+    size_t qfirst = q0;
+    while (qfirst < q1 && qp->nval[qfirst] == 0)
+        qfirst++;
+    /* 16-bit rows multiplied as fp32 are converted group by group during the first pass,
+     * just after the previous group's computation fetched them into cache. */
+    const int convert = ds->t != KERN_F32 && !qp->bf16dot;
     size_t t = 0, valid = 0;
     const size_t rowbytes = dim * ds->esize;
     while (t < count) {
@@ -168,43 +176,39 @@ static void score_doc(const qpack *qp, size_t q0, size_t q1, const dsrc *ds, siz
             const char *src = ds->base + (first + t) * rowbytes;
             if (ds->t == KERN_F32) {
                 s->rows[m] = (const float *)src;
-            } else if (qp->bf16dot) {
-                s->rows16[m] = (const uint16_t *)src;
             } else {
-                kern_to_f32(mk, ds->t, src, s->conv + m * dim, dim);
-                s->rows[m] = s->conv + m * dim;
+                s->rows16[m] = (const uint16_t *)src;
+                s->rows[m] = s->conv + m * dim; /* filled in the first pass (convert) */
             }
             m++;
         }
         if (m == 0)
             break;
         valid += m;
+        if (qfirst == q1)
+            continue; /* no query has a valid token: only emptiness matters */
         /* Fill the last group with copies of the last row: a repeat cannot change a max. */
         for (size_t g = m; g % J; g++) {
-            if (qp->bf16dot)
-                s->rows16[g] = s->rows16[m - 1];
-            else
-                s->rows[g] = s->rows[m - 1];
+            s->rows16[g] = s->rows16[m - 1];
+            s->rows[g] = s->rows[m - 1];
         }
-        for (size_t q = q0; q < q1; q++) {
+        for (size_t q = qfirst; q < q1; q++) {
             size_t nv = qp->nval[q];
             for (size_t p = 0; p * P < nv; p++) {
                 const float *qt = qp->panels + qp->poff[q] + p * kern_panel_floats(mk, dim);
                 float *mx = s->rm + qp->roff[q] + p * P;
                 unsigned lanes = (unsigned)(nv - p * P < P ? nv - p * P : P);
+                int first_pass = q == qfirst && p == 0;
                 for (size_t g = 0; g < m; g += J) {
-                    /* The first pass over a chunk is the one that reads from memory: it
-                     * fetches ahead, fp32 rows the next group, 16-bit ones the next chunk. */
+                    /* The first pass reads the chunk from memory: it fetches the next
+                     * group's rows while this group computes. */
                     const char *pf = NULL;
-                    if (q == q0 && p == 0) {
-                        if (qp->bf16dot && g + J < m)
-                            pf = (const char *)s->rows16[g + J];
-                        else if (ds->t == KERN_F32 && g + J < m)
-                            pf = (const char *)s->rows[g + J];
-                        else if (ds->t != KERN_F32 && !qp->bf16dot &&
-                                 t + (g / J + 1) * 2 * J <= count)
-                            pf = ds->base + (first + t + (g / J) * 2 * J) * rowbytes;
-                    }
+                    if (first_pass && g + J < m)
+                        pf = ds->t == KERN_F32 ? (const char *)s->rows[g + J]
+                                               : (const char *)s->rows16[g + J];
+                    if (first_pass && convert)
+                        for (size_t r = g; r < g + J && r < m; r++)
+                            kern_to_f32(mk, ds->t, s->rows16[r], s->conv + r * dim, dim);
                     if (qp->bf16dot)
                         mk->max_bf16((const uint16_t *)qt, dim, s->rows16 + g, lanes, mx, pf);
                     else

@@ -192,6 +192,17 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
                                 add[j] = cols + j * P;
                             }
                         }
+                        /* The next group's centroid-score rows: random reads in a table
+                         * larger than L2, fetched while this group computes. */
+                        if (qcT)
+                            for (size_t t = t0 + g + J; t < t0 + g + 2 * J && t < t0 + m; t++) {
+                                const char *row =
+                                    (const char *)(qcT +
+                                                   code_at(d->codes, a->code_bytes, t) * lq_pad +
+                                                   p * P);
+                                __builtin_prefetch(row);
+                                __builtin_prefetch(row + 64);
+                            }
                         mk->max_affine(qt, dim, rows + g, (unsigned)lanes, rm + p * P, add, scale);
                     }
                 }

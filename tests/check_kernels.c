@@ -243,6 +243,10 @@ START_TEST(test_kernels_dense_query_mask)
 {
     rng_init();
     check_dense(KERN_F32, 128, 4, 32, 6, 20, 0.6, 1.0);
+    /* Two-token queries, a third of their tokens valid: many queries have none at all, the
+     * first of a call included, and the next query makes the first pass over a chunk. */
+    for (size_t k = 0; k < 3; k++)
+        check_dense(dtypes[k], 64, 9, 2, 5, 20, 0.3, 1.0);
 }
 END_TEST
 

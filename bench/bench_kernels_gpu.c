@@ -417,8 +417,8 @@ static void quant_call(void *p, int rep)
 static float normal_at(uint64_t i)
 {
     uint64_t r = mix(i);
-    double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) +
-               (double)((r >> 32) & 0xffff) + (double)(r >> 48);
+    double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) + (double)((r >> 32) & 0xffff) +
+               (double)(r >> 48);
     return (float)((s / 65536.0 - 2.0) * 1.7320508);
 }
 
@@ -560,7 +560,8 @@ static void bench_i8(const char *name, size_t nq, size_t nd, size_t ld, size_t l
     const int same = memcmp(s8, s8b, nq * nd * 4) == 0;
     char tname[64];
     snprintf(tname, sizeof tname, "%s_t4", name);
-    snprintf(desc, sizeof desc, "the same, 4 tiles per warp; scores %s", same ? "identical" : "DIFFER");
+    snprintf(desc, sizeof desc, "the same, 4 tiles per warp; scores %s",
+             same ? "identical" : "DIFFER");
     record(tname, desc, us, spread,
            tot * (dim + 4.0) + tq * (dim + 4.0) + (nd + nq + 2) * 8.0 + nq * nd * 4.0,
            2.0 * lq * tot * dim * nq);
@@ -608,7 +609,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--noise") && i + 1 < argc)
             g_noise = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--json FILE] [--reps N] [--only NAME] [--noise X]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json FILE] [--reps N] [--only NAME] [--noise X]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -682,8 +684,8 @@ int main(int argc, char **argv)
                     "\"bytes\": %.0f, \"flops\": %.0f, \"tbps\": %.4f, \"tflops\": %.2f, "
                     "\"recall_at_10\": %.4f}%s\n",
                     r->name, r->desc, r->us, r->spread, r->bytes, r->flops,
-                    r->bytes / (r->us * 1e-6) / 1e12, r->flops / (r->us * 1e-6) / 1e12,
-                    r->recall, i + 1 < nresults ? "," : "");
+                    r->bytes / (r->us * 1e-6) / 1e12, r->flops / (r->us * 1e-6) / 1e12, r->recall,
+                    i + 1 < nresults ? "," : "");
         }
         fprintf(f, "  ]\n}\n");
         fclose(f);

@@ -65,8 +65,7 @@ int kern_maxsim_varlen_i8(kern_dev dev, const kern_varlen_i8 *a, float *scores)
                     kern_gpu_maxsim_varlen_i8(a, scores));
 }
 
-int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q,
-                     float *scales)
+int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q, float *scales)
 {
     if (!x || !q || !scales || dim == 0)
         return bad("quantize_i8: NULL argument or zero dim");

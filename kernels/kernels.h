@@ -125,8 +125,7 @@ int kern_maxsim_varlen_i8(kern_dev dev, const kern_varlen_i8 *a, float *scores);
  * fp32 rounding). A zero row, or one holding NaN or inf, gets scale 0 and q 0. q [n, dim],
  * scales [n].
  */
-int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q,
-                     float *scales);
+int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q, float *scales);
 
 /* ---------------------------------------------------------------------------------------
  * Centroid scores: S = Q C^T. q [lq, dim] fp32, centroids [n_centroids, dim] fp32,

@@ -39,8 +39,8 @@ int kern_cpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores)
                 const int8_t *qr = a->q + (size_t)i * dim;
                 float m = -INFINITY;
                 for (int64_t t = d0; t < d1; t++) {
-                    const float s =
-                        (a->q_scale[i] * a->d_scale[t]) * (float)dot_i8(qr, a->d + (size_t)t * dim, dim);
+                    const float s = (a->q_scale[i] * a->d_scale[t]) *
+                                    (float)dot_i8(qr, a->d + (size_t)t * dim, dim);
                     m = fmaxf(m, s);
                 }
                 sum += m;

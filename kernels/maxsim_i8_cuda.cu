@@ -79,8 +79,8 @@ __device__ __forceinline__ uint4 ldg16(const int8_t *p)
 
 template <int MT, int NCH>
 __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], float (&qsc)[MT][2],
-                                       const i8_args &a, long long qstart, int r0, int qlen,
-                                       int g, int t4)
+                                       const i8_args &a, long long qstart, int r0, int qlen, int g,
+                                       int t4)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -97,9 +97,8 @@ __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], float (&qsc)[MT]
 /* B fragments of NG 8-token tiles from tok0, and the scales of the two token columns each lane
  * accumulates (tokens clamped to the last; masked when folded). */
 template <int NG, int NCH>
-__device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], float (&bsc)[NG][2],
-                                       const i8_args &a, long long dstart, int tok0, int dlen,
-                                       int g, int t4)
+__device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], float (&bsc)[NG][2], const i8_args &a,
+                                       long long dstart, int tok0, int dlen, int g, int t4)
 {
 #pragma unroll
     for (int j = 0; j < NG; j++) {
@@ -123,14 +122,14 @@ __device__ __forceinline__ void mma_chunks(int (&acc)[MT][NG][4], const uint4 (&
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int j = 0; j < NG; j++)
-                mma_s8(acc[mt][j], af[mt][c][0].x, af[mt][c][1].x, af[mt][c][0].y,
-                       af[mt][c][1].y, bf[j][c].x, bf[j][c].y);
+                mma_s8(acc[mt][j], af[mt][c][0].x, af[mt][c][1].x, af[mt][c][0].y, af[mt][c][1].y,
+                       bf[j][c].x, bf[j][c].y);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int j = 0; j < NG; j++)
-                mma_s8(acc[mt][j], af[mt][c][0].z, af[mt][c][1].z, af[mt][c][0].w,
-                       af[mt][c][1].w, bf[j][c].z, bf[j][c].w);
+                mma_s8(acc[mt][j], af[mt][c][0].z, af[mt][c][1].z, af[mt][c][0].w, af[mt][c][1].w,
+                       bf[j][c].z, bf[j][c].w);
     }
 }
 

@@ -1437,8 +1437,9 @@ START_TEST(test_kernels_i8_quantize_round_trip)
             ck_assert(v >= -127 && v <= 127);
             hit |= v == 127 || v == -127;
             const double err = fabs((double)x[r * dim + k] - (double)sc[r] * v);
-            ck_assert_msg(err <= 0.5 * sc[r] * (1 + 1e-4), "row %zu dim %zu: error %g > scale/2 %g (seed %llu)",
-                          r, k, err, 0.5 * sc[r], (unsigned long long)seed);
+            ck_assert_msg(err <= 0.5 * sc[r] * (1 + 1e-4),
+                          "row %zu dim %zu: error %g > scale/2 %g (seed %llu)", r, k, err,
+                          0.5 * sc[r], (unsigned long long)seed);
         }
         ck_assert_msg(hit, "row %zu: its absmax does not map to +-127", r);
     }

@@ -2,7 +2,7 @@
  * bench_kernels_gpu.c: the CUDA kernels on the issue's shapes, against the device's own
  * ceilings.
  *
- *   bench/bench_kernels_gpu [--json FILE] [--reps N] [--only NAME]
+ *   bench/bench_kernels_gpu [--json FILE] [--reps N] [--only NAME] [--noise X]
  *
  * Measures the device-to-device copy bandwidth (bytes read + written), then for each shape the
  * median time of many calls (CUDA events around each call, after warm-up; inputs rotate among
@@ -10,7 +10,9 @@
  * read once, every output written once), its FLOPs, and so the achieved TB/s against the copy
  * ceiling and TFLOP/s. The bf16 GEMM ceiling is not measured here (cuBLAS is linked nowhere):
  * bench/peers_maxsim.py measures it with PyTorch in the same run and reads this program's JSON.
- * Prints a table; --json writes the same numbers.
+ * The int8 shapes (i8_*) run on clustered data (--noise sets its spread), quantised on the
+ * GPU, side by side with the bf16 kernel on the same data, each reporting recall@10 against
+ * exact fp32 MaxSim. Prints a table; --json writes the same numbers.
  */
 #include "config.h"
 
@@ -98,6 +100,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 static int g_reps = 50;
+static double g_noise = 0.6; /* int8 shapes: noise of the clustered data (--noise) */
 
 /* Median microseconds of one call, each timed with events after warm-up. */
 static double time_call(call_fn f, void *ctx, double *spread)
@@ -202,8 +205,9 @@ static void topk_call(void *p, int rep)
 /* ---- results ---------------------------------------------------------------------------- */
 typedef struct result {
     char name[64];
-    char desc[128];
+    char desc[160];
     double us, spread, bytes, flops;
+    double recall; /* recall@10 against exact fp32 MaxSim, or 0 where not measured */
 } result;
 
 static result results[32];
@@ -216,7 +220,7 @@ static void record(const char *name, const char *desc, double us, double spread,
     result *r = &results[nresults++];
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->desc, sizeof r->desc, "%s", desc);
-    r->us = us, r->spread = spread, r->bytes = bytes, r->flops = flops;
+    r->us = us, r->spread = spread, r->bytes = bytes, r->flops = flops, r->recall = 0;
     double tbps = bytes / (us * 1e-6) / 1e12, tf = flops / (us * 1e-6) / 1e12;
     printf("%-16s %10.1f us (+-%5.1f)  %6.3f TB/s %5.1f%% of copy  %7.1f TFLOP/s  %s\n", name, us,
            spread / 2, tbps, 100 * tbps / copy_tbps, tf, desc);
@@ -382,6 +386,216 @@ static void bench_topk(const char *name, size_t rows, size_t n, size_t k)
     kern_gpu_free(c.x), kern_gpu_free(c.idx), kern_gpu_free(c.val);
 }
 
+/* ---- INT8 MaxSim ------------------------------------------------------------------------ */
+typedef struct i8_ctx {
+    kern_varlen_i8 a[MAXSETS];
+    int nsets;
+    float *scores;
+} i8_ctx;
+
+static void i8_call(void *p, int rep)
+{
+    i8_ctx *c = p;
+    KK(kern_gpu_maxsim_varlen_i8(&c->a[rep % c->nsets], c->scores));
+}
+
+typedef struct quant_ctx {
+    const float *x;
+    size_t n, dim;
+    int8_t *q;
+    float *s;
+} quant_ctx;
+
+static void quant_call(void *p, int rep)
+{
+    quant_ctx *c = p;
+    (void)rep;
+    KK(kern_gpu_quantize_i8(c->x, c->n, c->dim, c->q, c->s));
+}
+
+/* Approximately normal (sum of four uniforms) from a counter. */
+static float normal_at(uint64_t i)
+{
+    uint64_t r = mix(i);
+    double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) + (double)((r >> 32) & 0xffff) +
+               (double)(r >> 48);
+    return (float)((s / 65536.0 - 2.0) * 1.7320508);
+}
+
+/* Clustered unit vectors: row r is centroid (mix(r) mod K) plus noise, normalised, so that
+ * rankings have structure (near-ties of pure noise would make any agreement figure moot). */
+static void fill_clustered(float *x, size_t rows, size_t dim, const float *cent, size_t K,
+                           uint64_t seed)
+{
+#pragma omp parallel for schedule(static)
+    for (long long r = 0; r < (long long)rows; r++) {
+        const float *c = cent + (mix(seed * 131 + (uint64_t)r) % K) * dim;
+        float *xr = x + (size_t)r * dim;
+        double nn = 0;
+        for (size_t k = 0; k < dim; k++) {
+            xr[k] = c[k] + (float)g_noise * normal_at((seed << 40) ^ ((uint64_t)r * dim + k));
+            nn += (double)xr[k] * xr[k];
+        }
+        const float inv = (float)(1.0 / sqrt(nn));
+        for (size_t k = 0; k < dim; k++)
+            xr[k] *= inv;
+    }
+}
+
+/* Mean over queries of (documents in both the approx and the exact top k) / k. */
+static double mean_recall(const float *exact, const float *approx, size_t nq, size_t nd, size_t k)
+{
+    int64_t *ie = malloc(nq * k * 8), *ia = malloc(nq * k * 8);
+    float *ve = malloc(nq * k * 4), *va = malloc(nq * k * 4);
+    KK(kern_cpu_topk_rows(exact, nq, nd, k, ie, ve));
+    KK(kern_cpu_topk_rows(approx, nq, nd, k, ia, va));
+    size_t hit = 0;
+    for (size_t q = 0; q < nq; q++)
+        for (size_t i = 0; i < k; i++)
+            for (size_t j = 0; j < k; j++)
+                hit += ie[q * k + i] == ia[q * k + j];
+    free(ie), free(ia), free(ve), free(va);
+    return (double)hit / (double)(nq * k);
+}
+
+static float *download_scores(const float *d, size_t n)
+{
+    float *h = malloc(n * 4);
+    KK(kern_gpu_sync());
+    KK(kern_gpu_copy(h, d, n * 4, 0));
+    return h;
+}
+
+/*
+ * INT8 against bf16 on the same clustered data: nq queries of Lq 32 x nd documents (fixed Ld,
+ * or ragged 26-300 when ld == 0), d 128. Times the int8 kernel and the bf16 kernel side by
+ * side, and reports recall@10 of each ranking against exact fp32 MaxSim (the fp32 CUDA-core
+ * path on the unquantised vectors).
+ */
+static void bench_i8(const char *name, size_t nq, size_t nd, size_t ld, size_t l2_bytes)
+{
+    const size_t dim = 128, lq = 32, K = 1024, k = 10;
+    int64_t *off = ld ? malloc((nd + 1) * 8) : ragged_offsets(nd, 1);
+    if (ld)
+        for (size_t n = 0; n <= nd; n++)
+            off[n] = (int64_t)(n * ld);
+    const size_t tot = (size_t)off[nd], tq = nq * lq;
+    int64_t *qoff = malloc((nq + 1) * 8);
+    for (size_t i = 0; i <= nq; i++)
+        qoff[i] = (int64_t)(i * lq);
+    float *cent = malloc(K * dim * 4);
+    for (size_t i = 0; i < K * dim; i++)
+        cent[i] = normal_at(0xC0FFEEull + i);
+    float *dh = malloc(tot * dim * 4), *qh = malloc(tq * dim * 4);
+    fill_clustered(dh, tot, dim, cent, K, 1);
+    fill_clustered(qh, tq, dim, cent, K, 2);
+    uint16_t *db = malloc(tot * dim * 2), *qb = malloc(tq * dim * 2);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)(tot * dim); i++)
+        db[i] = kern_f32_to_bf16(dh[i]);
+    for (size_t i = 0; i < tq * dim; i++)
+        qb[i] = kern_f32_to_bf16(qh[i]);
+
+    float *dd = upload(dh, tot * dim * 4), *qd = upload(qh, tq * dim * 4);
+    int64_t *offd = upload(off, (nd + 1) * 8), *qoffd = upload(qoff, (nq + 1) * 8);
+    float *scores;
+    KK(kern_gpu_malloc((void **)&scores, nq * nd * 4));
+
+    /* Exact fp32 scores. */
+    kern_varlen ex = {KERN_F32, dim, qd, qoffd, nq, dd, offd, nd};
+    KK(kern_gpu_maxsim_varlen(&ex, scores));
+    float *exact = download_scores(scores, nq * nd);
+
+    /* Quantise on the GPU (timed: one pass over the fp32 tokens). */
+    int8_t *dq, *qq;
+    float *ds, *qs;
+    KK(kern_gpu_malloc((void **)&dq, tot * dim));
+    KK(kern_gpu_malloc((void **)&ds, tot * 4));
+    KK(kern_gpu_malloc((void **)&qq, tq * dim));
+    KK(kern_gpu_malloc((void **)&qs, tq * 4));
+    KK(kern_gpu_quantize_i8(qd, tq, dim, qq, qs));
+    quant_ctx qc = {dd, tot, dim, dq, ds};
+    double spread, us;
+    char desc[160];
+    if (nq == 1 && ld) {
+        us = time_call(quant_call, &qc, &spread);
+        snprintf(desc, sizeof desc, "quantise %zu fp32 tokens of d %zu to int8 + scale", tot, dim);
+        record("quantize_i8", desc, us, spread, tot * (dim * 5.0 + 4.0), 0);
+    } else {
+        KK(kern_gpu_quantize_i8(dd, tot, dim, dq, ds));
+    }
+    kern_gpu_free(dd);
+
+    /* Rotating copies where one set would sit in L2. */
+    i8_ctx c = {0};
+    c.nsets = tot * dim > 4 * l2_bytes ? 1 : MAXSETS;
+    c.scores = scores;
+    for (int s = 0; s < c.nsets; s++) {
+        int8_t *d8 = dq;
+        float *d8s = ds;
+        if (s > 0) {
+            KK(kern_gpu_malloc((void **)&d8, tot * dim));
+            KK(kern_gpu_malloc((void **)&d8s, tot * 4));
+            CK(cudaMemcpy(d8, dq, tot * dim, cudaMemcpyDeviceToDevice));
+            CK(cudaMemcpy(d8s, ds, tot * 4, cudaMemcpyDeviceToDevice));
+        }
+        c.a[s] = (kern_varlen_i8){dim, qq, qs, qoffd, nq, d8, d8s, offd, nd};
+    }
+    us = time_call(i8_call, &c, &spread);
+    KK(kern_gpu_maxsim_varlen_i8(&c.a[0], scores));
+    float *s8 = download_scores(scores, nq * nd);
+    const double r8 = mean_recall(exact, s8, nq, nd, k);
+    snprintf(desc, sizeof desc, "int8 %zu q x %zu docs, Lq %zu, %s Ld %.1f, d %zu; recall@10 %.3f",
+             nq, nd, lq, ld ? "" : "avg", (double)tot / nd, dim, r8);
+    record(name, desc, us, spread,
+           tot * (dim + 4.0) + tq * (dim + 4.0) + (nd + nq + 2) * 8.0 + nq * nd * 4.0,
+           2.0 * lq * tot * dim * nq);
+    results[nresults - 1].recall = r8;
+    /* Variant: 4 tiles in flight per warp (more bytes in flight, more registers). */
+    kern_gpu_tune.i8_tiles = 4;
+    us = time_call(i8_call, &c, &spread);
+    KK(kern_gpu_maxsim_varlen_i8(&c.a[0], scores));
+    kern_gpu_tune.i8_tiles = 0;
+    float *s8b = download_scores(scores, nq * nd);
+    const int same = memcmp(s8, s8b, nq * nd * 4) == 0;
+    char tname[64];
+    snprintf(tname, sizeof tname, "%s_t4", name);
+    snprintf(desc, sizeof desc, "the same, 4 tiles per warp; scores %s",
+             same ? "identical" : "DIFFER");
+    record(tname, desc, us, spread,
+           tot * (dim + 4.0) + tq * (dim + 4.0) + (nd + nq + 2) * 8.0 + nq * nd * 4.0,
+           2.0 * lq * tot * dim * nq);
+    free(s8b);
+    for (int s = 1; s < c.nsets; s++)
+        kern_gpu_free((void *)c.a[s].d), kern_gpu_free((void *)c.a[s].d_scale);
+    kern_gpu_free(dq), kern_gpu_free(ds), kern_gpu_free(qq), kern_gpu_free(qs);
+
+    /* bf16 on the same data, same run. */
+    varlen_ctx v = {0};
+    v.nsets = tot * dim * 2 > 4 * l2_bytes ? 1 : MAXSETS;
+    v.scores = scores;
+    void *qbd = upload(qb, tq * dim * 2);
+    for (int s = 0; s < v.nsets; s++)
+        v.a[s] = (kern_varlen){KERN_BF16, dim, qbd, qoffd, nq, upload(db, tot * dim * 2), offd, nd};
+    us = time_call(varlen_call, &v, &spread);
+    KK(kern_gpu_maxsim_varlen(&v.a[0], scores));
+    float *sb = download_scores(scores, nq * nd);
+    const double rb = mean_recall(exact, sb, nq, nd, k);
+    char bname[64];
+    snprintf(bname, sizeof bname, "%s_bf16", name);
+    snprintf(desc, sizeof desc, "bf16 (same data) %zu q x %zu docs; recall@10 %.3f", nq, nd, rb);
+    record(bname, desc, us, spread,
+           tot * dim * 2.0 + tq * dim * 2.0 + (nd + nq + 2) * 8.0 + nq * nd * 4.0,
+           2.0 * lq * tot * dim * nq);
+    results[nresults - 1].recall = rb;
+    for (int s = 0; s < v.nsets; s++)
+        kern_gpu_free((void *)v.a[s].d);
+    kern_gpu_free(qbd), kern_gpu_free(qd), kern_gpu_free(offd), kern_gpu_free(qoffd);
+    kern_gpu_free(scores);
+    free(off), free(qoff), free(cent), free(dh), free(qh), free(db), free(qb);
+    free(exact), free(s8), free(sb);
+}
+
 int main(int argc, char **argv)
 {
     const char *json = NULL, *only = NULL;
@@ -392,8 +606,11 @@ int main(int argc, char **argv)
             g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--noise") && i + 1 < argc)
+            g_noise = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--json FILE] [--reps N] [--only NAME]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json FILE] [--reps N] [--only NAME] [--noise X]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -444,6 +661,12 @@ int main(int argc, char **argv)
         bench_topk("topk_10m", 1, 10000000, 1000);
     if (want(only, "topk_ncells"))
         bench_topk("topk_ncells", 32, 16384, 4);
+    if (want(only, "i8_rerank_10k"))
+        bench_i8("i8_rerank_10k", 1, 10000, 300, l2);
+    if (want(only, "i8_ragged_10k"))
+        bench_i8("i8_ragged_10k", 1, 10000, 0, l2);
+    if (want(only, "i8_multi_32x10k"))
+        bench_i8("i8_multi_32x10k", 32, 10000, 300, l2);
 
     if (json) {
         FILE *f = fopen(json, "w");
@@ -458,9 +681,10 @@ int main(int argc, char **argv)
             result *r = &results[i];
             fprintf(f,
                     "    {\"name\": \"%s\", \"desc\": \"%s\", \"us\": %.2f, \"spread_us\": %.2f, "
-                    "\"bytes\": %.0f, \"flops\": %.0f, \"tbps\": %.4f, \"tflops\": %.2f}%s\n",
+                    "\"bytes\": %.0f, \"flops\": %.0f, \"tbps\": %.4f, \"tflops\": %.2f, "
+                    "\"recall_at_10\": %.4f}%s\n",
                     r->name, r->desc, r->us, r->spread, r->bytes, r->flops,
-                    r->bytes / (r->us * 1e-6) / 1e12, r->flops / (r->us * 1e-6) / 1e12,
+                    r->bytes / (r->us * 1e-6) / 1e12, r->flops / (r->us * 1e-6) / 1e12, r->recall,
                     i + 1 < nresults ? "," : "");
         }
         fprintf(f, "  ]\n}\n");

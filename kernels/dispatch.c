@@ -53,6 +53,28 @@ int kern_maxsim_varlen(kern_dev dev, const kern_varlen *a, float *scores)
     return DISPATCH(dev, kern_cpu_maxsim_varlen(a, scores), kern_gpu_maxsim_varlen(a, scores));
 }
 
+int kern_maxsim_varlen_i8(kern_dev dev, const kern_varlen_i8 *a, float *scores)
+{
+    if (!a || !scores || a->dim == 0 || !a->q_off || !a->d_off)
+        return bad("maxsim_varlen_i8: NULL argument or zero dim");
+    if (a->nq == 0 || a->nd == 0)
+        return KERN_OK;
+    if (!a->q || !a->d || !a->q_scale || !a->d_scale)
+        return bad("maxsim_varlen_i8: NULL embeddings or scales");
+    return DISPATCH(dev, kern_cpu_maxsim_varlen_i8(a, scores),
+                    kern_gpu_maxsim_varlen_i8(a, scores));
+}
+
+int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q, float *scales)
+{
+    if (!x || !q || !scales || dim == 0)
+        return bad("quantize_i8: NULL argument or zero dim");
+    if (n == 0)
+        return KERN_OK;
+    return DISPATCH(dev, kern_cpu_quantize_i8(x, n, dim, q, scales),
+                    kern_gpu_quantize_i8(x, n, dim, q, scales));
+}
+
 int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *centroids,
                          size_t n_centroids, size_t dim, float *S)
 {

@@ -98,6 +98,36 @@ typedef struct kern_varlen {
 int kern_maxsim_varlen(kern_dev dev, const kern_varlen *a, float *scores);
 
 /* ---------------------------------------------------------------------------------------
+ * MaxSim on INT8 tokens with per-token scales (deferred dequantisation): token t stands for
+ * scale[t] * x[t, :] with x int8 in [-127, 127]. Queries and documents packed and offset as in
+ * kern_varlen, both int8 with an fp32 scale per token (q_scale [q_off[nq]], d_scale
+ * [d_off[nd]]). <q_i, d_t> = (q_scale[i] * d_scale[t]) * dot_int32(q_i, d_t): the integer dot
+ * is exact (dim <= 1040 keeps it exact in fp32 too), the product of the scales is rounded to
+ * fp32 once; then max over t and the fp32 sum over i as for every MaxSim. scores [nq, nd].
+ * ------------------------------------------------------------------------------------- */
+typedef struct kern_varlen_i8 {
+    size_t dim;
+    const int8_t *q;
+    const float *q_scale;
+    const int64_t *q_off;
+    size_t nq;
+    const int8_t *d;
+    const float *d_scale;
+    const int64_t *d_off;
+    size_t nd;
+} kern_varlen_i8;
+
+int kern_maxsim_varlen_i8(kern_dev dev, const kern_varlen_i8 *a, float *scores);
+
+/*
+ * Symmetric per-token quantiser: for each of n rows of x [n, dim] fp32, scale = max|x| / 127
+ * and q = round-to-nearest-even(x * (127 / max|x|)), so |x - scale * q| <= scale / 2 (up to
+ * fp32 rounding). A zero row, or one holding NaN or inf, gets scale 0 and q 0. q [n, dim],
+ * scales [n].
+ */
+int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t *q, float *scales);
+
+/* ---------------------------------------------------------------------------------------
  * Centroid scores: S = Q C^T. q [lq, dim] fp32, centroids [n_centroids, dim] fp32,
  * S [lq, n_centroids]. (PLAID stage 1; also the q . C[code] table the residual kernel reads.)
  * ------------------------------------------------------------------------------------- */

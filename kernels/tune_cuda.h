@@ -12,6 +12,7 @@ extern "C" {
 
 typedef struct kern_gpu_tuning {
     int residual_tiles; /* residual kernel: 8-token tiles in flight per warp, 2 or 4 */
+    int i8_tiles;       /* int8 MaxSim kernel: 8-token tiles in flight per warp, 2 or 4 */
 } kern_gpu_tuning;
 
 extern kern_gpu_tuning kern_gpu_tune;

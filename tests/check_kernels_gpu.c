@@ -21,6 +21,7 @@
 
 #include "kernels_impl.h"
 #include "scratch_cuda.h"
+#include "tune_cuda.h"
 
 /* ---- random numbers (splitmix64), seeded per run ---------------------------------------- */
 static uint64_t rng_state;
@@ -800,6 +801,142 @@ START_TEST(test_kernels_gpu_memory_stays_within_inputs)
 }
 END_TEST
 
+/* ---- INT8 MaxSim and the quantiser ------------------------------------------------------ */
+/* Ragged int8 MaxSim: GPU against the CPU int8 kernel and the double reference on the
+ * dequantised values. doff_bytes shifts the document array off 16-byte alignment. */
+static void run_i8(size_t dim, size_t nq, size_t nd, int maxq, int maxd, int with_long,
+                   size_t doff_bytes)
+{
+    int64_t *qo = malloc((nq + 1) * sizeof(int64_t)), *dof = malloc((nd + 1) * sizeof(int64_t));
+    qo[0] = dof[0] = 0;
+    for (size_t i = 0; i < nq; i++)
+        qo[i + 1] = qo[i] + (i == 0 ? 1 : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
+    for (size_t i = 0; i < nd; i++) {
+        int len = i == 0 ? 0 : i == 1 ? 1 : rng_int(0, maxd);
+        if (with_long && i == nd - 1)
+            len = 8192;
+        dof[i + 1] = dof[i] + len;
+    }
+    const size_t tq = (size_t)qo[nq], td = (size_t)dof[nd];
+    int8_t *qh = malloc(tq * dim + 1), *dh = malloc(td * dim + doff_bytes + 1);
+    float *qs = malloc((tq + 1) * sizeof(float)), *ds = malloc((td + 1) * sizeof(float));
+    for (size_t i = 0; i < tq * dim; i++)
+        qh[i] = (int8_t)rng_int(-127, 127);
+    for (size_t i = 0; i < td * dim; i++)
+        dh[doff_bytes + i] = (int8_t)rng_int(-127, 127);
+    for (size_t i = 0; i < tq; i++)
+        qs[i] = (float)(rng_unit() * 0.02);
+    for (size_t i = 0; i < td; i++)
+        ds[i] = (float)((rng_unit() - 0.25) * 0.02); /* a quarter negative: any sign works */
+    int8_t *dbase = dev_put(dh, td * dim + doff_bytes + 1);
+    kern_varlen_i8 a = {dim,
+                        dev_put(qh, tq * dim + 1),
+                        dev_put(qs, (tq + 1) * sizeof(float)),
+                        dev_put(qo, (nq + 1) * 8),
+                        nq,
+                        dbase + doff_bytes,
+                        dev_put(ds, (td + 1) * sizeof(float)),
+                        dev_put(dof, (nd + 1) * 8),
+                        nd};
+    float *sd = dev_poisoned(nq * nd);
+    expect_ok(kern_maxsim_varlen_i8(KERN_DEV_CUDA, &a, sd));
+    float *got = dev_get_floats(sd, nq * nd);
+    kern_varlen_i8 h = {dim, qh, qs, qo, nq, dh + doff_bytes, ds, dof, nd};
+    float *cpu = host_poisoned(nq * nd);
+    expect_ok(kern_maxsim_varlen_i8(KERN_DEV_CPU, &h, cpu));
+    double *ref = malloc(nq * nd * sizeof(double)), *mag = malloc(nq * nd * sizeof(double));
+    for (size_t q = 0; q < nq; q++)
+        for (size_t n = 0; n < nd; n++) {
+            double s = 0, mb = 0;
+            if (dof[n + 1] == dof[n]) {
+                ref[q * nd + n] = -INFINITY;
+                mag[q * nd + n] = 0;
+                continue;
+            }
+            for (int64_t i = qo[q]; i < qo[q + 1]; i++) {
+                double mx = -INFINITY, mm = 0;
+                for (int64_t t = dof[n]; t < dof[n + 1]; t++) {
+                    double dot = 0, am = 0;
+                    for (size_t k = 0; k < dim; k++) {
+                        const double p = ((double)qs[i] * qh[i * dim + k]) *
+                                         ((double)ds[t] * dh[doff_bytes + t * dim + k]);
+                        dot += p;
+                        am += fabs(p);
+                    }
+                    mx = fmax(mx, dot);
+                    mm = fmax(mm, am);
+                }
+                s += mx;
+                mb += mm;
+            }
+            ref[q * nd + n] = s;
+            mag[q * nd + n] = mb;
+            if (qo[q + 1] == qo[q])
+                ck_assert_msg(got[q * nd + n] == 0.f, "empty query scored %g", got[q * nd + n]);
+        }
+    char what[128];
+    snprintf(what, sizeof what, "i8 dim %zu nq %zu nd %zu shift %zu", dim, nq, nd, doff_bytes);
+    compare(what, got, ref, mag, nq * nd, REL_TOL, 1e-6, AGG_TOL);
+    compare_cpu(what, got, cpu, mag, nq * nd, 2 * REL_TOL, 2e-6);
+    free(cpu);
+    kern_gpu_free((void *)a.q), kern_gpu_free((void *)a.q_scale), kern_gpu_free((void *)a.q_off);
+    kern_gpu_free(dbase), kern_gpu_free((void *)a.d_scale), kern_gpu_free((void *)a.d_off);
+    kern_gpu_free(sd);
+    free(qo), free(dof), free(qh), free(dh), free(qs), free(ds), free(got), free(ref), free(mag);
+}
+
+START_TEST(test_kernels_gpu_i8_matches_reference)
+{
+    static const size_t dims[] = {64, 128, 256, 96, 1024};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        run_i8(dims[i], (size_t)rng_int(1, 6), (size_t)rng_int(3, 40), dims[i] >= 1024 ? 20 : 60,
+               dims[i] >= 1024 ? 40 : 300, 0, 0);
+    run_i8(128, 3, 5, 32, 100, 1, 0);   /* one document of 8192 tokens */
+    run_i8(128, 9, 300, 40, 20, 0, 0);  /* 9 queries: units over several rounds */
+    run_i8(64, 2, 50, 100, 60, 0, 0);   /* queries of up to 100 tokens: several units each */
+    run_i8(128, 1, 3000, 32, 40, 0, 0); /* more documents than resident CTAs */
+    run_i8(128, 2, 30, 32, 60, 0, 3);   /* misaligned documents: the simple path */
+    /* The variant with 4 tiles in flight per warp. */
+    kern_gpu_tune.i8_tiles = 4;
+    run_i8(64, 3, 40, 60, 300, 0, 0);
+    run_i8(256, 9, 200, 40, 50, 0, 0);
+    run_i8(128, 1, 3000, 32, 40, 0, 0);
+    kern_gpu_tune.i8_tiles = 0;
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_i8_quantize_matches_cpu)
+{
+    /* The same bytes and scales as the CPU quantiser (IEEE division and rounding on both). */
+    static const size_t dims[] = {128, 96, 7};
+    for (size_t di = 0; di < 3; di++) {
+        const size_t n = 1001, dim = dims[di];
+        float *x = malloc(n * dim * sizeof(float));
+        for (size_t i = 0; i < n * dim; i++)
+            x[i] = rng_normal() * (float)(1 + (i / dim) % 7);
+        for (size_t k = 0; k < dim; k++) {
+            x[k] = 0.f;
+            x[dim + k] = k == 3 ? INFINITY : 1.f;
+        }
+        float *xd = dev_put(x, n * dim * sizeof(float));
+        int8_t *qd = NULL;
+        ck_assert_int_eq(kern_gpu_malloc((void **)&qd, n * dim), KERN_OK);
+        float *sd = dev_poisoned(n);
+        expect_ok(kern_quantize_i8(KERN_DEV_CUDA, xd, n, dim, qd, sd));
+        float *sg = dev_get_floats(sd, n);
+        int8_t *qg = malloc(n * dim), *qc = malloc(n * dim);
+        ck_assert_int_eq(kern_gpu_copy(qg, qd, n * dim, 0), KERN_OK);
+        float *sc = host_poisoned(n);
+        expect_ok(kern_quantize_i8(KERN_DEV_CPU, x, n, dim, qc, sc));
+        ck_assert_msg(memcmp(qg, qc, n * dim) == 0, "quantised bytes differ (dim %zu)", dim);
+        ck_assert_msg(memcmp(sg, sc, n * sizeof(float)) == 0, "scales differ (dim %zu)", dim);
+        ck_assert(sg[0] == 0.f && sg[1] == 0.f);
+        kern_gpu_free(xd), kern_gpu_free(qd), kern_gpu_free(sd);
+        free(x), free(sg), free(qg), free(qc), free(sc);
+    }
+}
+END_TEST
+
 /* ---- errors become codes ---------------------------------------------------------------- */
 START_TEST(test_kernels_gpu_errors_become_codes)
 {
@@ -830,6 +967,8 @@ static Suite *suite(void)
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"memory", test_kernels_gpu_memory_stays_within_inputs, 120},
         {"errors", test_kernels_gpu_errors_become_codes, 60},
+        {"i8", test_kernels_gpu_i8_matches_reference, 120},
+        {"i8_quantize", test_kernels_gpu_i8_quantize_matches_cpu, 60},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

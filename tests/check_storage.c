@@ -414,6 +414,21 @@ static void check_ivf_consistent(tartan_db *db)
     (void)listed;
 }
 
+/* The parts of tartan_info add up to the file, less LMDB's own few pages (meta pages,
+ * catalogue, free-list tree), and every inverted-list entry takes at least its 4 bytes. */
+static void check_info_adds_up(tartan_db *db)
+{
+    tartan_index_info info;
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    uint64_t parts = info.bytes_docs + info.bytes_ivf + info.bytes_ids + info.bytes_centroids +
+                     info.bytes_meta + info.bytes_free;
+    ck_assert_uint_le(parts, info.bytes_file);
+    ck_assert_uint_le(info.bytes_file - parts, 8 * 4096);
+    ck_assert_uint_ge(info.bytes_ivf, info.ivf_entries * 4);
+    ck_assert_uint_ge(info.bytes_docs,
+                      info.bytes_residuals + info.bytes_codes + info.bytes_norms + 8 * info.n_docs);
+}
+
 /* ---- tests ------------------------------------------------------------------------------ */
 
 START_TEST(test_storage_create_reopen_info)
@@ -447,6 +462,7 @@ START_TEST(test_storage_create_reopen_info)
     ck_assert_uint_gt(info.ivf_entries, 59);
     ck_assert_uint_gt(info.bytes_ids, 0);
     ck_assert_uint_gt(info.bytes_file, info.bytes_docs);
+    check_info_adds_up(db);
     /* Created exclusively again: refused; without EXCL: opened. */
     tartan_close(db);
     tartan_options o;
@@ -1167,6 +1183,7 @@ START_TEST(test_storage_map_growth)
     ck_assert_uint_eq(info.n_docs, 600);
     ck_assert_uint_gt(info.map_size, 256 << 10);
     ck_assert_uint_ge(info.map_size, info.bytes_file);
+    check_info_adds_up(db);
     check_ivf_consistent(db);
     ck_assert(check_docs(db, &b) > 0.97);
     /* A reopen with the small size asked again adopts the file's size. */
@@ -1332,6 +1349,7 @@ START_TEST(test_storage_long_inverted_lists)
         ck_assert_int_eq(store_ivf_count(r.txn, c, &cnt, &m), 0);
     }
     ck_assert_uint_ge(total, 3000);
+    check_info_adds_up(db);
     ck_assert_uint_gt(runs, 2); /* more than a page per list: several runs */
     idx_reader_close(&r);
     tartan_close(db);

@@ -233,8 +233,15 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
                        size_t *added, char *err, size_t errlen)
 {
     *added = 0;
-    if (batch_docs == 0)
-        batch_docs = 1;
+    if (batch_docs == 0) {
+        /* Every batch rewrites the last page of most inverted lists, so small batches
+         * multiply the bytes written; large ones cost memory (about 1 KiB per token at dim
+         * 128 while a batch is encoded). 2^18 tokens balance the two. */
+        size_t avg = c->n_rows / c->n_docs;
+        batch_docs = TOOL_BATCH_TOKENS / (avg ? avg : 1);
+        if (batch_docs == 0)
+            batch_docs = 1;
+    }
     size_t *lens = malloc(batch_docs * sizeof *lens);
     const char **ids = malloc(batch_docs * sizeof *ids);
     char *names = malloc(batch_docs * 21); /* row numbers as text: up to 20 digits */

@@ -315,6 +315,176 @@ typedef struct tartan_index_info {
  */
 TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
 
+/* ---------------------------------------------------------------------------------------
+ * Search
+ *
+ * A search scores queries (late-interaction query embeddings: a few tokens of the index's
+ * dimension each) against the index's documents with MaxSim and returns each query's best k
+ * documents by external id. The default is PLAID's pipeline (DESIGN.md section 4): candidates
+ * from each query token's nearest ncells centroids, two rounds of centroid interaction that
+ * keep ndocs then max(ndocs / 4, k) documents, then exact scoring of those from the stored
+ * codes and residuals (when stage 1 finds no more candidates than that, all are scored
+ * exactly). Exhaustive mode scores every live document exactly (the reference PLAID's recall
+ * is measured against). With a subset, PLAID's candidates are only the subset's documents; a
+ * subset of at most ndocs live documents is scored exactly instead, all of it (as cheap as
+ * the pruning stages, and exact). Scores are sums over query tokens of cosines (tokens of
+ * queries and documents are L2-normalised); ties go to the document added first.
+ *
+ * Lifecycle of a search:
+ *   1. tartan_search_params_init(&p, k): the defaults for k; set what differs;
+ *   2. fill a tartan_queries describing your query embeddings;
+ *   3. tartan_search(db, &queries, &p, &results);
+ *   4. read results->hits; tartan_results_free(results).
+ *
+ * Snapshots and threads: one call sees one consistent snapshot of the index (every query of
+ * the batch sees the same documents), taken when the call starts; documents added or deleted
+ * meanwhile by this or another process are not seen, and the search never waits for a writer.
+ * Any number of threads may search one handle at once, also while another adds or deletes.
+ * A batch of queries runs over OpenMP threads (params.threads).
+ * ------------------------------------------------------------------------------------- */
+
+/* Largest k a search accepts: catches a negative int converted to size_t. */
+#define TARTAN_MAX_K ((size_t)1 << 24)
+
+/*
+ * Parameters of tartan_search. Always start from tartan_search_params_init(): fields may be
+ * added at the end in later versions, and the initialiser gives each its default.
+ */
+typedef struct tartan_search_params {
+    size_t k;      /* results per query, 1 .. TARTAN_MAX_K (else TARTAN_ERANGE). Fewer come
+                      back when fewer documents qualify */
+    size_t ncells; /* centroids each query token probes for candidates, >= 1; more than the
+                      index has means all. Defaults: 1 (k <= 10), 2 (k <= 100), 4 */
+    float centroid_score_threshold; /* stage 2 ignores centroids whose best score over the
+                      query's tokens is below this (finite). Defaults 0.5, 0.45, 0.4 */
+    size_t ndocs;  /* documents kept after stage 2 (stage 3 keeps max(ndocs / 4, k) of them
+                      for exact scoring), >= 1. Defaults 256, 1024, max(4 k, 4096) */
+    int exhaustive; /* nonzero: score every live document exactly (ignores ncells,
+                      threshold and ndocs); slow, the reference for recall. Default 0 */
+    const char *const *subset; /* allowed external ids, or NULL (default) for all documents:
+                      only documents whose ids are listed can be returned. Ids the index does
+                      not have are ignored; an id may repeat. See n_subset */
+    size_t n_subset; /* entries of subset (0 with subset non-NULL: nothing is allowed) */
+    int threads;   /* OpenMP threads for this call, 0 (default): OpenMP's default */
+} tartan_search_params;
+
+/*
+ * Fills *p with the defaults for k (ColBERT's, above): ncells, centroid_score_threshold and
+ * ndocs by k; exhaustive 0, subset NULL, threads 0. p: out, not NULL. Any thread.
+ */
+TARTAN_API void tartan_search_params_init(tartan_search_params *p, size_t k);
+
+/*
+ * A batch of queries: n_queries queries whose tokens lie one after another in embeddings.
+ * Either every query has qlen tokens (qlens NULL: the [n_queries, qlen, dim] array of
+ * ColBERT's fixed-length queries) or query i has qlens[i] tokens (ragged). Every token
+ * counts (there is no mask: leave padding out with qlens). All memory is the caller's; the
+ * library only reads it during the call.
+ */
+typedef struct tartan_queries {
+    size_t n_queries;       /* >= 1 */
+    const size_t *qlens;    /* [n_queries] tokens per query, each 1 .. 65,536; or NULL */
+    size_t qlen;            /* tokens of every query when qlens is NULL (1 .. 65,536) */
+    const void *embeddings; /* [n_rows, dim] row-major, of dtype */
+    size_t n_rows;          /* must equal the sum of qlens (or n_queries * qlen) */
+    size_t dim;             /* must equal the index's dimension */
+    tartan_dtype dtype;
+} tartan_queries;
+
+/* One result: a document's external id and its MaxSim score. */
+typedef struct tartan_hit {
+    const char *id; /* NUL-terminated, inside the results' allocation */
+    float score;
+} tartan_hit;
+
+/* Where a search spent its time and how many documents each stage saw, summed over the
+ * batch's queries (seconds are thread time, so they may add up to more than the call took). */
+typedef struct tartan_search_stats {
+    double seconds_candidates; /* stage 1: centroid scores, probing, inverted-list union */
+    double seconds_prune;      /* stages 2 and 3: centroid interaction */
+    double seconds_exact;      /* stage 4 (or exhaustive scoring): exact MaxSim, top-k */
+    double seconds_total;      /* wall time of the whole call */
+    uint64_t n_candidates;     /* documents stage 2 scored (or exhaustive mode scored) */
+    uint64_t n_exact;          /* documents scored exactly */
+} tartan_search_stats;
+
+/*
+ * A search's results, one allocation: query i's hits are hits[offsets[i]] to
+ * hits[offsets[i] + counts[i] - 1], best first (counts[i] <= k; 0 when nothing qualifies).
+ * Read-only for the caller; free it with tartan_results_free().
+ */
+typedef struct tartan_results {
+    size_t n_queries;
+    const size_t *counts;  /* [n_queries] */
+    const size_t *offsets; /* [n_queries + 1]; offsets[n_queries] = total hits */
+    const tartan_hit *hits;
+    tartan_search_stats stats;
+} tartan_results;
+
+/*
+ * tartan_search: the best k documents of each query.
+ *   db: in, an open index (read-only or read-write).
+ *   queries: in, the query batch.
+ *   params: in, NULL for tartan_search_params_init(&p, 10).
+ *   results: out, the results on success (the caller frees them with tartan_results_free),
+ *   NULL on failure.
+ * Queries are L2-normalised token by token, as documents are. Every query and parameter is
+ * checked before the index is read. An index with no documents (also one never trained)
+ * gives every query zero hits; so does an empty subset. Returns 0, or:
+ *   TARTAN_EINVAL      NULL db, queries or results; embeddings NULL; n_rows not the sum of
+ *                      the query lengths;
+ *   TARTAN_EEMPTY      no queries (n_queries 0), or a query with no tokens;
+ *   TARTAN_ETOOBIG     a query above 65,536 tokens;
+ *   TARTAN_EDIM        queries->dim is not the index's dimension;
+ *   TARTAN_EDTYPE      unknown dtype;
+ *   TARTAN_ENONFINITE  a NaN or infinity (the message names query, token and dimension);
+ *   TARTAN_ERANGE      a token of all zeros; k of 0 or above TARTAN_MAX_K; ncells or ndocs
+ *                      of 0; a threshold that is NaN or infinite; threads < 0;
+ *   TARTAN_EBADID      a NULL, empty or malformed id in params->subset (or subset NULL
+ *                      with n_subset > 0 is TARTAN_EINVAL);
+ *   TARTAN_ECORRUPT    damaged index data (a document whose checksum fails);
+ *   TARTAN_ESTORAGE, ENOMEM.
+ * The index is never changed. Any thread, any number at once (see above).
+ */
+TARTAN_API int tartan_search(tartan_db *db, const tartan_queries *queries,
+                             const tartan_search_params *params, tartan_results **results);
+
+/* Frees results from tartan_search; NULL is fine. */
+TARTAN_API void tartan_results_free(tartan_results *results);
+
+/* ---------------------------------------------------------------------------------------
+ * Checking an index (reliability)
+ * ------------------------------------------------------------------------------------- */
+
+/*
+ * Called by tartan_check once per problem found.
+ *   ctx: tartan_check's ctx.
+ *   kind: a short stable tag of the problem ("checksum", "ivf-missing", "ivf-stale", "count",
+ *     "id-map", ...; the full list is in storage/verify.c); message: what and where
+ *     ("document 17 (id 'abc'): checksum mismatch ..."). Both valid during the call only.
+ * Returning nonzero stops the check (tartan_check then returns TARTAN_ECORRUPT).
+ */
+typedef int (*tartan_check_fn)(void *ctx, const char *kind, const char *message);
+
+/*
+ * tartan_check: verifies the whole index in one read snapshot, against storage/FORMAT.md:
+ * the header and its counts against the documents, codec and centroids, every document blob
+ * (size, checksum, codes below the number of centroids, inverse norms), the inverted lists
+ * against the documents' codes in both directions (missing and stale entries), and external
+ * ids <-> documents in both directions. It reads everything and reports every problem rather
+ * than stopping at the first.
+ *   db: in, open (read-only is enough).   report: in, may be NULL.   ctx: passed to report.
+ *   n_problems: out (may be NULL): problems found.
+ * Returns 0 when the index is sound; TARTAN_ECORRUPT when problems were found (each went to
+ * report; tartan_errmsg(db) counts them); TARTAN_EINVAL (db NULL), ENOMEM, TARTAN_ESTORAGE
+ * when the check could not run. Damage inside LMDB's own page structure that LMDB detects is
+ * a problem of kind "lmdb"; LMDB trusts its pages, so other damage to them may go unseen or
+ * stop the process (README "Guarantees"). It takes time and memory of one pass over the
+ * index (a bit per document number). Any thread; it does not block writers.
+ */
+TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
+                            size_t *n_problems);
+
 #ifdef __cplusplus
 }
 #endif

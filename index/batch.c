@@ -178,9 +178,11 @@ int idx_batch_prepare(const idx_input *in, size_t dim, idx_batch *b, store_msg *
                                 label(lb, sizeof lb, in, i), t - offsets[i]);
                 goto fail;
             }
-            float inv = (float)(1.0 / sqrt(ss));
+            /* In double: for a token of tiny (subnormal) values 1/norm exceeds FLT_MAX, and
+             * a float factor would turn it into infinities and NaNs (found by fuzzing). */
+            double inv = 1.0 / sqrt(ss);
             for (size_t j = 0; j < dim; j++)
-                row[j] *= inv;
+                row[j] = (float)(row[j] * inv);
         }
     }
     b->n_docs = in->n_docs;

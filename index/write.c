@@ -53,8 +53,17 @@ static int encode(const idx_model *mod, const idx_batch *b, encoded *e, store_ms
         encoded_free(e);
         return store_fail(m, TARTAN_ETRAIN, "assigning tokens to centroids: %s", err);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* FAISS answers -1 for a token it cannot place (NaN); the codec would then read
+         * outside the centroid table. Batches are checked finite and normalised, so this
+         * only guards against a bug upstream. */
+        if (lab[i] < 0 || lab[i] >= (int64_t)mod->k) {
+            free(lab);
+            encoded_free(e);
+            return store_fail(m, TARTAN_EINTERNAL, "token %zu was assigned to no centroid", i);
+        }
         e->codes[i] = (uint32_t)lab[i];
+    }
     free(lab);
     idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
     return 0;
@@ -391,12 +400,13 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
         return store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         if (idx_id_check(ids[i], &lens[i])) {
+            size_t len = ids[i] ? lens[i] : 0; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
-                              !ids[i]                  ? "NULL"
-                              : lens[i] == 0           ? "empty"
-                              : lens[i] > STORE_MAX_ID ? "longer than 511 bytes"
-                                                       : "malformed (a control character)");
+                              !ids[i]           ? "NULL"
+                              : len == 0        ? "empty"
+                              : len > STORE_MAX_ID ? "longer than 511 bytes"
+                                                : "malformed (a control character)");
         }
     }
     if (store_is_readonly(env)) {

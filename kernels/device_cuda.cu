@@ -22,6 +22,7 @@ extern "C" int kern_gpu_malloc(void **p, size_t bytes)
 {
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* a failed allocation must not be reported by the next launch */
         kern_set_error("cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
         *p = NULL;
         return e == cudaErrorMemoryAllocation ? KERN_ENOMEM : KERN_EDEVICE;
@@ -37,9 +38,10 @@ extern "C" void kern_gpu_free(void *p)
 
 extern "C" int kern_gpu_copy(void *dst, const void *src, size_t bytes, int to_device)
 {
-    cudaError_t e = cudaMemcpy(dst, src, bytes,
-                               to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    cudaError_t e =
+        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         kern_set_error("cudaMemcpy(%zu bytes): %s", bytes, cudaGetErrorString(e));
         return KERN_EDEVICE;
     }

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 #include "store_internal.h"
@@ -331,6 +333,33 @@ static int adopt_map(store_env *env, store_msg *m)
     return rc ? store_map_lmdb(m, rc, "adopting the map size") : 0;
 }
 
+/*
+ * LMDB reports a short write at commit as EIO (mdb_page_flush), which is what a full disk or
+ * a file size limit gives once part of the pages went out. Tell those apart from a real I/O
+ * error by looking: less than 64 KiB free on the file system, or the data file within 64 KiB
+ * of RLIMIT_FSIZE. The commit failed either way and the index is as it was.
+ */
+static int short_write_cause(store_env *env, store_msg *m)
+{
+    const uint64_t slack = 64 << 10;
+    struct statvfs vfs;
+    if (statvfs(env->se_path, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < slack)
+        return store_fail(m, ENOSPC, "committing: no space left on the device holding '%s'",
+                          env->se_path);
+    struct rlimit rl;
+    char *data = NULL;
+    struct stat st;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        asprintf(&data, "%s/data.mdb", env->se_path) >= 0 && stat(data, &st) == 0 &&
+        (uint64_t)st.st_size + slack >= (uint64_t)rl.rlim_cur) {
+        free(data);
+        return store_fail(m, EFBIG, "committing: '%s' reached the process's file size limit",
+                          env->se_path);
+    }
+    free(data);
+    return store_fail(m, EIO, "committing: input/output error writing '%s'", env->se_path);
+}
+
 /* Each change retries at most this often: every retry at least doubles the map, so more means
  * the change cannot fit the address space anyway. */
 #define STORE_MAX_RETRIES 40
@@ -361,6 +390,8 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
             int c = mdb_txn_commit(txn);
             if (c == MDB_MAP_FULL)
                 full = 1;
+            else if (c == EIO)
+                rc = short_write_cause(env, m);
             else if (c)
                 rc = store_map_lmdb(m, c, "committing");
         } else {

@@ -397,6 +397,26 @@ static int read_at(int fd, void *buf, size_t n, size_t off)
     return 0;
 }
 
+int64_t tool_npy_int(const tool_npy *a, size_t i)
+{
+    switch (a->dtype) {
+    case TOOL_I32: {
+        int32_t v;
+        memcpy(&v, (const char *)a->data + 4 * i, 4);
+        return v;
+    }
+    case TOOL_I64: {
+        int64_t v;
+        memcpy(&v, (const char *)a->data + 8 * i, 8);
+        return v;
+    }
+    case TOOL_U8:
+        return ((const uint8_t *)a->data)[i];
+    default:
+        return 0;
+    }
+}
+
 /* Keeps data pointers of empty arrays non-NULL without allocating. */
 static const int64_t empty_data[1];
 

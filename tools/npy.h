@@ -77,6 +77,10 @@ int tool_npy_open(tool_npy *a, const char *path, unsigned dtypes, int min_rank, 
 /* Data of at least this many bytes is memory-mapped rather than read. */
 #define TOOL_NPY_MAP_MIN ((size_t)1 << 20)
 
+/* tool_npy_int: element i (flat, C order; i < count) of an int32, int64 or uint8 array, as
+ * int64: doclens and lengths come in either width. 0 for other dtypes. */
+int64_t tool_npy_int(const tool_npy *a, size_t i);
+
 /* tool_npy_close: unmaps or frees. Accepts a zeroed or already closed array. */
 void tool_npy_close(tool_npy *a);
 

@@ -14,6 +14,10 @@ static const tool_cmd commands[] = {
     {"add", tool_cmd_add, "add documents to an index"},
     {"delete", tool_cmd_delete, "delete documents by id"},
     {"info", tool_cmd_info, "counts, dimensions and space of an index"},
+    {"search", tool_cmd_search, "search an index: TREC run or JSON lines of the top k"},
+    {"check", tool_cmd_check, "verify a whole index; exit status 1 if damaged"},
+    {"gen", tool_cmd_gen, "write a synthetic ColBERT-like corpus, queries and qrels"},
+    {"eval", tool_cmd_eval, "score a TREC run against qrels (trec_eval's measures)"},
     {NULL, NULL, NULL},
 };
 

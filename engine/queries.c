@@ -1,0 +1,115 @@
+/*
+ * queries.c: checking a batch of query embeddings at the API boundary and making its
+ * L2-normalised fp32 copy, the form every search stage reads. Queries are normalised as
+ * documents are (index/batch.c), so that a score is a sum of cosines.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "search.h"
+
+static float load(const void *p, tartan_dtype t, size_t i)
+{
+    switch (t) {
+    case TARTAN_FLOAT16:
+        return kern_f16_to_f32(((const uint16_t *)p)[i]);
+    case TARTAN_BFLOAT16:
+        return kern_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, store_msg *m)
+{
+    memset(out, 0, sizeof *out);
+    if (q->n_queries == 0)
+        return store_fail(m, TARTAN_EEMPTY, "no queries (n_queries is 0)");
+    if (q->dtype != TARTAN_FLOAT32 && q->dtype != TARTAN_FLOAT16 && q->dtype != TARTAN_BFLOAT16)
+        return store_fail(m, TARTAN_EDTYPE, "queries: unknown dtype %d", (int)q->dtype);
+    if (q->dim != dim)
+        return store_fail(m, TARTAN_EDIM, "queries have dimension %zu, the index %zu", q->dim, dim);
+    if (!q->qlens) {
+        if (q->qlen == 0)
+            return store_fail(m, TARTAN_EEMPTY, "queries: qlen is 0 (queries without tokens)");
+        if (q->qlen > ENG_MAX_QLEN)
+            return store_fail(m, TARTAN_ETOOBIG, "queries: qlen %zu is above %u tokens", q->qlen,
+                              ENG_MAX_QLEN);
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < q->n_queries; i++) {
+        size_t len = q->qlens ? q->qlens[i] : q->qlen;
+        if (len == 0)
+            return store_fail(m, TARTAN_EEMPTY, "query %zu has no tokens", i);
+        if (len > ENG_MAX_QLEN)
+            return store_fail(m, TARTAN_ETOOBIG, "query %zu has %zu tokens, above %u", i, len,
+                              ENG_MAX_QLEN);
+        total += len; /* no overflow: each term is at most 2^16 and n_queries fits memory */
+    }
+    if (total != q->n_rows)
+        return store_fail(m, TARTAN_EINVAL,
+                          "queries: n_rows is %zu but the query lengths sum to %zu", q->n_rows,
+                          total);
+    if (!q->embeddings)
+        return store_fail(m, TARTAN_EINVAL, "queries: embeddings is NULL");
+    if (total > SIZE_MAX / sizeof(float) / (dim ? dim : 1))
+        return store_fail(m, TARTAN_ETOOBIG, "queries: %zu rows of dimension %zu are too many",
+                          total, dim);
+    out->n = q->n_queries;
+    out->dim = dim;
+    out->off = malloc((q->n_queries + 1) * sizeof *out->off);
+    out->emb = malloc(total * dim * sizeof(float));
+    if (!out->off || !out->emb) {
+        eng_queries_free(out);
+        return store_fail(m, ENOMEM, "out of memory for %zu query tokens", total);
+    }
+    out->off[0] = 0;
+    for (size_t i = 0; i < q->n_queries; i++) {
+        size_t len = q->qlens ? q->qlens[i] : q->qlen;
+        out->off[i + 1] = out->off[i] + len;
+        if (len > out->max_len)
+            out->max_len = len;
+        for (size_t t = out->off[i]; t < out->off[i + 1]; t++) {
+            float *row = out->emb + t * dim;
+            double ss = 0.0;
+            for (size_t j = 0; j < dim; j++) {
+                float v = load(q->embeddings, q->dtype, t * dim + j);
+                if (!isfinite(v)) {
+                    int rc = store_fail(m, TARTAN_ENONFINITE,
+                                        "query %zu: token %zu has %s at dimension %zu", i,
+                                        t - out->off[i], isnan(v) ? "NaN" : "infinity", j);
+                    eng_queries_free(out);
+                    return rc;
+                }
+                row[j] = v;
+                ss += (double)v * v;
+            }
+            if (!(ss > 0.0)) {
+                int rc = store_fail(m, TARTAN_ERANGE,
+                                    "query %zu: token %zu is all zeros (it has no direction)", i,
+                                    t - out->off[i]);
+                eng_queries_free(out);
+                return rc;
+            }
+            float inv = (float)(1.0 / sqrt(ss));
+            for (size_t j = 0; j < dim; j++)
+                row[j] *= inv;
+        }
+    }
+    return 0;
+}
+
+void eng_queries_free(eng_queries *q)
+{
+    if (!q)
+        return;
+    free(q->off);
+    free(q->emb);
+    q->off = NULL;
+    q->emb = NULL;
+}

@@ -1,0 +1,89 @@
+/*
+ * search.h: the search pipeline's internal interface (layer prefix eng_). tartan_search
+ * (engine/search.c) checks a call, prepares its queries (engine/queries.c), takes one snapshot
+ * and runs either PLAID's four stages per query (engine/search_plaid.c) or exact scoring of
+ * every live document (engine/search_exact.c); both leave each query's best documents as
+ * (document number, score) pairs that search.c turns into external ids.
+ */
+#ifndef TARTAN_ENGINE_SEARCH_H
+#define TARTAN_ENGINE_SEARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "tartan.h"
+
+/* Most tokens in one query (tartan.h). */
+#define ENG_MAX_QLEN 65536u
+
+/* Queries checked, converted to fp32 and L2-normalised token by token. */
+typedef struct eng_queries {
+    size_t n; /* queries */
+    size_t dim;
+    size_t *off;    /* [n + 1] token offsets, owned */
+    float *emb;     /* [off[n], dim], owned */
+    size_t max_len; /* longest query */
+} eng_queries;
+
+/* Checks q against an index of dimension dim (see tartan_search's errors) and fills out. */
+int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, store_msg *m);
+void eng_queries_free(eng_queries *q);
+
+/* What every worker of one call reads (read-only while they run). */
+typedef struct eng_search {
+    const eng_queries *q;
+    size_t k;      /* results per query (already at most the live documents) */
+    size_t ncells; /* at most n_centroids */
+    float threshold;
+    size_t ndocs;       /* stage 2 keeps this many */
+    size_t ndocs_exact; /* stage 3 keeps this many: max(ndocs / 4, k) */
+    uint32_t n_docnos;  /* document numbers are below this (the snapshot's next_docno) */
+    /* Subset mode: allowed[docno / 64] bit docno % 64, over n_docnos; NULL: all allowed.
+     * allowed_list: the allowed live documents in ascending order (n_allowed of them). */
+    const uint64_t *allowed;
+    const uint32_t *allowed_list;
+    size_t n_allowed;
+    /* Score the subset's list exactly instead of running PLAID's stages: a subset of at most
+     * ndocs documents, or in exhaustive mode one of at most an eighth of the index (cheaper
+     * to look up than to walk the whole index past). */
+    int subset_exact;
+    /* Results: query i's hits at hit_doc / hit_score [i * k ...], hit_n[i] of them. */
+    uint32_t *hit_doc;
+    float *hit_score;
+    size_t *hit_n;
+} eng_search;
+
+/* Time and work per stage, one per thread, summed at the end. */
+typedef struct eng_stage_stats {
+    double cand, prune, exact;
+    uint64_t n_cand, n_exact;
+} eng_stage_stats;
+
+/* Monotonic seconds. */
+double eng_now(void);
+
+/*
+ * PLAID (DESIGN.md section 4) for query qi through reader r, which the calling thread alone
+ * uses; ws is the thread's workspace (zeroed before the first use, freed with
+ * eng_plaid_ws_free), reused across queries so that a batch allocates once per thread. With
+ * s->subset_exact the subset's documents are scored exactly instead.
+ */
+typedef struct eng_plaid_ws eng_plaid_ws;
+eng_plaid_ws *eng_plaid_ws_new(void);
+void eng_plaid_ws_free(eng_plaid_ws *ws);
+int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                    eng_stage_stats *st, store_msg *m);
+
+/*
+ * Exhaustive: exact scores of every live (and allowed) document for every query, by one pass
+ * over the documents per group of queries, read by reader r in the calling thread; scoring
+ * runs on threads OpenMP threads.
+ */
+int eng_exact_scan(idx_reader *r, const eng_search *s, int threads, eng_stage_stats *st,
+                   store_msg *m);
+
+/* Maps a kernel status to an engine code, with the kernel's message. */
+int eng_kern_fail(int krc, store_msg *m, const char *what);
+
+#endif

@@ -1,0 +1,538 @@
+/*
+ * search_plaid.c: PLAID's four stages for one query (DESIGN.md section 4), on the CPU, reading
+ * codes and residuals straight from LMDB's map through the thread's own reader.
+ *
+ *   1. S = Q C^T, the whole [lq, K] table; each token's top ncells centroids; the union of
+ *      their inverted lists (deduplicated with a bitmap over document numbers; filtered by the
+ *      subset) is the candidate set, in ascending document number.
+ *   2. Centroid interaction over the candidates' codes, counting only centroids whose best
+ *      score over the query's tokens reaches the threshold; keep the best ndocs.
+ *   3. The same without pruning over those; keep the best ndocs_exact.
+ *   4. Exact residual-fused MaxSim of the survivors (checksums verified); top k.
+ *
+ * Stages 2 and 3 read only the codes of each candidate and skip the per-document checksum
+ * (it would read every residual byte of thousands of documents); a damaged code cannot
+ * mislead them beyond a ranking, since the kernels refuse codes past K, and every document
+ * whose score is returned went through stage 4's verified read.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "search.h"
+
+struct eng_plaid_ws {
+    float *S; /* [lq, K] */
+    size_t S_cap;
+    int64_t *tix; /* [lq * ncells] probed centroids (then reused for top-k indices) */
+    float *tval;
+    size_t t_cap;
+    uint8_t *probed; /* [K] centroids probed by this query's tokens, all 0 between */
+    float *colmax;   /* [K'] */
+    size_t K_cap;
+    uint64_t *seen; /* [words] bitmap over document numbers, all zero between queries */
+    size_t seen_words;
+    uint32_t *cand; /* candidate document numbers */
+    kern_pdoc *pd;  /* their documents */
+    float *score;
+    size_t c_cap;
+    uint32_t *surv; /* survivors of stage 3 */
+    kern_pdoc *spd;
+    size_t s_cap;
+    /* The candidates' centroids renumbered densely (see compact()). */
+    int32_t *cmap;   /* [K] new number of a centroid, -1 between queries */
+    uint32_t *ulist; /* [K] centroid of each new number */
+    size_t cm_cap;
+    float *S2; /* [lq, K'] */
+    size_t S2_cap;
+    uint32_t *codes2; /* the candidates' renumbered codes */
+    size_t c2_cap;
+    uint8_t *keep2; /* [K'] */
+};
+
+double eng_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int eng_kern_fail(int krc, store_msg *m, const char *what)
+{
+    if (krc == KERN_ENOMEM)
+        return store_fail(m, ENOMEM, "%s: out of memory", what);
+    /* The engine passes only sound arguments; a refusal means a document's codes point past
+     * the centroid table, i.e. damaged data. */
+    if (krc == KERN_EINVAL)
+        return store_fail(m, TARTAN_ECORRUPT, "%s: %s", what, kern_last_error());
+    return store_fail(m, TARTAN_EINTERNAL, "%s: %s", what, kern_last_error());
+}
+
+eng_plaid_ws *eng_plaid_ws_new(void)
+{
+    return calloc(1, sizeof(eng_plaid_ws));
+}
+
+void eng_plaid_ws_free(eng_plaid_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->S);
+    free(ws->tix);
+    free(ws->tval);
+    free(ws->probed);
+    free(ws->colmax);
+    free(ws->seen);
+    free(ws->cand);
+    free(ws->pd);
+    free(ws->score);
+    free(ws->surv);
+    free(ws->spd);
+    free(ws->cmap);
+    free(ws->ulist);
+    free(ws->S2);
+    free(ws->codes2);
+    free(ws->keep2);
+    free(ws);
+}
+
+/* Grows *p to hold n elements of size sz (contents kept). */
+static int grow(void **p, size_t *cap, size_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c * sz);
+    if (!q)
+        return ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* The three candidate arrays grow together. */
+static int grow_cand(eng_plaid_ws *ws, size_t n)
+{
+    if (n <= ws->c_cap)
+        return 0;
+    size_t c = ws->c_cap ? ws->c_cap : 1024;
+    while (c < n)
+        c *= 2;
+    uint32_t *a = realloc(ws->cand, c * sizeof *a);
+    if (a)
+        ws->cand = a;
+    kern_pdoc *b = realloc(ws->pd, c * sizeof *b);
+    if (b)
+        ws->pd = b;
+    float *s = realloc(ws->score, c * sizeof *s);
+    if (s)
+        ws->score = s;
+    if (!a || !b || !s)
+        return ENOMEM;
+    ws->c_cap = c;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, size_t lq,
+                 store_msg *m)
+{
+    size_t K = r->h.n_centroids, words = ((size_t)s->n_docnos + 63) / 64;
+    size_t nt = s->subset_exact ? s->k : lq * s->ncells;
+    if (nt < s->ndocs)
+        nt = s->ndocs;
+    if (nt < s->ndocs_exact)
+        nt = s->ndocs_exact;
+    if (grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
+        goto oom;
+    if (ws->t_cap < nt) {
+        size_t cap = ws->t_cap;
+        if (grow((void **)&ws->tix, &cap, nt, sizeof(int64_t)))
+            goto oom;
+        cap = ws->t_cap;
+        if (grow((void **)&ws->tval, &cap, nt, sizeof(float)))
+            goto oom;
+        ws->t_cap = cap;
+    }
+    if (ws->K_cap < K) {
+        /* probed starts all zero (union_lists keeps it so). */
+        free(ws->probed);
+        free(ws->colmax);
+        ws->probed = calloc(K, 1);
+        ws->colmax = malloc(K * sizeof *ws->colmax);
+        ws->K_cap = ws->probed && ws->colmax ? K : 0;
+        if (!ws->K_cap)
+            goto oom;
+    }
+    if (ws->cm_cap < K) {
+        free(ws->cmap);
+        free(ws->ulist);
+        free(ws->keep2);
+        ws->cmap = malloc(K * sizeof *ws->cmap);
+        ws->ulist = malloc(K * sizeof *ws->ulist);
+        ws->keep2 = malloc(K);
+        ws->cm_cap = ws->cmap && ws->ulist && ws->keep2 ? K : 0;
+        if (!ws->cm_cap)
+            goto oom;
+        for (size_t c = 0; c < K; c++)
+            ws->cmap[c] = -1;
+    }
+    if (ws->seen_words < words) {
+        free(ws->seen);
+        ws->seen = calloc(words, sizeof(uint64_t));
+        ws->seen_words = ws->seen ? words : 0;
+        if (!ws->seen)
+            goto oom;
+    }
+    return 0;
+oom:
+    return store_fail(m, ENOMEM, "search: out of memory for query workspace");
+}
+
+/*
+ * Stage 1's union: every document in the probed centroids' lists, once, allowed by the
+ * subset, into ws->cand in ascending order (*n_out of them). Leaves ws->seen all zero and
+ * ws->probed all zero.
+ */
+static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t nprobe,
+                       size_t *n_out, store_msg *m)
+{
+    size_t n = 0;
+    int rc = 0;
+    uint64_t *seen = ws->seen;
+    for (size_t p = 0; p < nprobe && !rc; p++) {
+        if (ws->tix[p] < 0)
+            continue;
+        uint32_t c = (uint32_t)ws->tix[p];
+        if (ws->probed[c])
+            continue; /* probed already by another token */
+        ws->probed[c] = 1;
+        store_ivf_iter *it;
+        if ((rc = idx_reader_ivf_open(r, c, &it, m)))
+            break;
+        const uint32_t *docs;
+        size_t nd;
+        int more;
+        while ((more = store_ivf_next(it, &docs, &nd, m)) == 1) {
+            if (grow_cand(ws, n + nd)) {
+                rc = store_fail(m, ENOMEM, "search: out of memory for candidates");
+                break;
+            }
+            for (size_t i = 0; i < nd; i++) {
+                uint32_t d = docs[i];
+                if (d >= s->n_docnos) {
+                    rc = store_fail(m, TARTAN_ECORRUPT,
+                                    "inverted list of centroid %u lists document %u, past the "
+                                    "last number handed out (%u)",
+                                    c, d, s->n_docnos);
+                    break;
+                }
+                uint64_t bit = (uint64_t)1 << (d & 63);
+                if (seen[d >> 6] & bit)
+                    continue;
+                if (s->allowed && !(s->allowed[d >> 6] & bit))
+                    continue;
+                seen[d >> 6] |= bit;
+                ws->cand[n++] = d;
+            }
+            if (rc)
+                break;
+        }
+        store_ivf_close(it);
+        if (!rc && more != 0 && more != 1)
+            rc = more;
+    }
+    /* The bitmap is left all zero for the next query: clear the bits set, or the words in
+     * one sweep when that is shorter; the sweep also yields the candidates sorted. */
+    size_t words = ((size_t)s->n_docnos + 63) / 64;
+    if (!rc && n > words / 4) {
+        size_t j = 0;
+        for (size_t w = 0; w < words; w++) {
+            uint64_t x = seen[w];
+            seen[w] = 0;
+            while (x) {
+                ws->cand[j++] = (uint32_t)(w * 64 + (unsigned)__builtin_ctzll(x));
+                x &= x - 1;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            seen[ws->cand[i] >> 6] = 0;
+        if (!rc)
+            qsort(ws->cand, n, sizeof *ws->cand, cmp_u32);
+    }
+    for (size_t p = 0; p < nprobe; p++)
+        if (ws->tix[p] >= 0)
+            ws->probed[ws->tix[p]] = 0;
+    *n_out = n;
+    return rc;
+}
+
+/* Documents of n numbers through r (pointers into the map). */
+static int lookup(idx_reader *r, const uint32_t *docnos, size_t n, kern_pdoc *pd, int verify,
+                  store_msg *m)
+{
+    r->verify = verify;
+    for (size_t i = 0; i < n; i++) {
+        int rc = idx_reader_doc(r, docnos[i], &pd[i], m);
+        if (rc == TARTAN_ENOTFOUND)
+            return store_fail(m, TARTAN_ECORRUPT,
+                              "document %u is listed but missing from the documents", docnos[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The score table and code width stage 4 reads: the index's, or the renumbered ones. */
+typedef struct qc_table {
+    const float *S;
+    size_t n;
+    unsigned code_bytes;
+} qc_table;
+
+/*
+ * Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. With
+ * pd_given, pd already holds the documents (codes renumbered for t) and the map is read again
+ * only to verify their checksums; otherwise pd is filled by verified reads.
+ */
+static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                      const uint32_t *docnos, kern_pdoc *pd, int pd_given, const qc_table *t,
+                      float *score, size_t n, eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    size_t lq = q->off[qi + 1] - q->off[qi];
+    int rc;
+    if (pd_given) {
+        r->verify = 1;
+        for (size_t i = 0; i < n; i++) {
+            kern_pdoc check;
+            if ((rc = idx_reader_doc(r, docnos[i], &check, m)))
+                return rc == TARTAN_ENOTFOUND
+                           ? store_fail(m, TARTAN_ECORRUPT, "document %u vanished", docnos[i])
+                           : rc;
+        }
+    } else if ((rc = lookup(r, docnos, n, pd, 1, m))) {
+        return rc;
+    }
+    kern_residual a = {
+        .dim = q->dim,
+        .nbits = r->h.nbits,
+        .code_bytes = t->code_bytes,
+        .q = q->emb + q->off[qi] * q->dim,
+        .lq = lq,
+        .qc = t->S,
+        .n_centroids = t->n,
+        .bucket_weights = r->codec.weights,
+        .docs = pd,
+        .nd = n,
+    };
+    int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, score);
+    if (krc)
+        return eng_kern_fail(krc, m, "exact scoring");
+    size_t k = s->k < n ? s->k : n;
+    if (k && (krc = kern_topk_rows(KERN_DEV_CPU, score, 1, n, k, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
+    size_t h = 0;
+    uint32_t *hd = s->hit_doc + qi * s->k;
+    float *hs = s->hit_score + qi * s->k;
+    for (size_t i = 0; i < k && ws->tix[i] >= 0; i++, h++) {
+        hd[h] = docnos[ws->tix[i]];
+        hs[h] = ws->tval[i];
+    }
+    s->hit_n[qi] = h;
+    st->n_exact += n;
+    return 0;
+}
+
+/*
+ * Renumbers the centroids the n candidates use densely (K' of them, in order of first use)
+ * and points pd's codes at a renumbered copy (uint32), so that stages 2 to 4 read a score
+ * table of K' columns: the kernels transpose and scan their table on every call, and the
+ * whole [lq, K] table is megabytes where the candidates use a few thousand centroids.
+ * Fills S2 [lq, K'] and keep2 [K'] (the threshold's verdict); *kk = K'.
+ */
+static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t lq,
+                   kern_pdoc *pd, size_t n, size_t *kk_out, store_msg *m)
+{
+    size_t K = r->h.n_centroids, ntok = 0, kk = 0;
+    unsigned cb = r->h.code_bytes;
+    for (size_t i = 0; i < n; i++)
+        ntok += pd[i].ntok;
+    if (grow((void **)&ws->codes2, &ws->c2_cap, ntok, sizeof *ws->codes2))
+        return store_fail(m, ENOMEM, "search: out of memory for candidate codes");
+    int rc = 0;
+    uint32_t *dst = ws->codes2;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const kern_pdoc *d = &pd[i];
+        for (uint32_t t = 0; t < d->ntok; t++) {
+            uint32_t c =
+                cb == 2 ? ((const uint16_t *)d->codes)[t] : ((const uint32_t *)d->codes)[t];
+            if (c >= K) {
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "document %u: token %u has code %u, past %zu centroids",
+                                ws->cand[i], t, c, K);
+                break;
+            }
+            int32_t j = ws->cmap[c];
+            if (j < 0) {
+                j = ws->cmap[c] = (int32_t)kk;
+                ws->ulist[kk++] = c;
+            }
+            dst[t] = (uint32_t)j;
+        }
+        pd[i].codes = dst;
+        dst += d->ntok;
+    }
+    for (size_t j = 0; j < kk; j++)
+        ws->cmap[ws->ulist[j]] = -1;
+    if (rc)
+        return rc;
+    if (grow((void **)&ws->S2, &ws->S2_cap, lq * kk, sizeof(float)))
+        return store_fail(m, ENOMEM, "search: out of memory for scores");
+    for (size_t i = 0; i < lq; i++) {
+        const float *row = ws->S + i * K;
+        float *out = ws->S2 + i * kk;
+        for (size_t j = 0; j < kk; j++)
+            out[j] = row[ws->ulist[j]];
+    }
+    /* A centroid counts in stage 2 when its best score over the query's tokens reaches the
+     * threshold. */
+    float *colmax = ws->colmax;
+    memcpy(colmax, ws->S2, kk * sizeof(float));
+    for (size_t i = 1; i < lq; i++) {
+        const float *row = ws->S2 + i * kk;
+        for (size_t j = 0; j < kk; j++)
+            colmax[j] = row[j] > colmax[j] ? row[j] : colmax[j];
+    }
+    for (size_t j = 0; j < kk; j++)
+        ws->keep2[j] = colmax[j] >= s->threshold;
+    *kk_out = kk;
+    return 0;
+}
+
+typedef struct survivor {
+    uint32_t docno;
+    uint32_t at;
+} survivor;
+
+static int cmp_survivor(const void *a, const void *b)
+{
+    uint32_t x = ((const survivor *)a)->docno, y = ((const survivor *)b)->docno;
+    return (x > y) - (x < y);
+}
+
+int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                    eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    size_t lq = q->off[qi + 1] - q->off[qi], K = r->h.n_centroids;
+    const float *qe = q->emb + q->off[qi] * q->dim;
+    s->hit_n[qi] = 0;
+    int rc = setup(ws, r, s, lq, m);
+    if (rc)
+        return rc;
+    qc_table full = {ws->S, K, r->h.code_bytes};
+
+    /* Stage 1. */
+    double t0 = eng_now();
+    int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S);
+    if (krc)
+        return eng_kern_fail(krc, m, "centroid scores");
+    if (s->subset_exact) {
+        /* A small subset: score all of it exactly. */
+        size_t n = s->n_allowed;
+        if ((rc = grow_cand(ws, n)))
+            return store_fail(m, ENOMEM, "search: out of memory for candidates");
+        double t1 = eng_now();
+        st->cand += t1 - t0;
+        st->n_cand += n;
+        rc = exact_topk(r, s, qi, ws, s->allowed_list, ws->pd, 0, &full, ws->score, n, st, m);
+        st->exact += eng_now() - t1;
+        return rc;
+    }
+    size_t nc = s->ncells;
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "probing centroids");
+    size_t n = 0;
+    if ((rc = union_lists(r, s, ws, lq * nc, &n, m)))
+        return rc;
+    double t1 = eng_now();
+    st->cand += t1 - t0;
+    st->n_cand += n;
+    if (n == 0)
+        return 0;
+
+    /* Few candidates: score them all exactly, as stage 3 would have kept them all. */
+    if (n <= s->ndocs_exact) {
+        rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 0, &full, ws->score, n, st, m);
+        st->exact += eng_now() - t1;
+        return rc;
+    }
+
+    /* Stage 2: pruned centroid interaction over the candidates' codes. */
+    size_t kk = 0;
+    if ((rc = lookup(r, ws->cand, n, ws->pd, 0, m)) ||
+        (rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
+        return rc;
+    qc_table small = {ws->S2, kk, 4};
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n, ws->keep2,
+                                         ws->score)))
+        return eng_kern_fail(krc, m, "centroid interaction");
+    size_t n2 = s->ndocs < n ? s->ndocs : n;
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
+    if (grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv))
+        return store_fail(m, ENOMEM, "search: out of memory");
+    kern_pdoc *spd = realloc(ws->spd, (n2 ? n2 : 1) * sizeof *spd);
+    if (!spd)
+        return store_fail(m, ENOMEM, "search: out of memory");
+    ws->spd = spd;
+    size_t m2 = 0;
+    for (size_t i = 0; i < n2 && ws->tix[i] >= 0; i++, m2++) {
+        ws->surv[m2] = ws->cand[ws->tix[i]];
+        spd[m2] = ws->pd[ws->tix[i]];
+    }
+
+    /* Stage 3: the same without pruning, over stage 2's survivors. */
+    if ((krc =
+             kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, spd, m2, NULL, ws->score)))
+        return eng_kern_fail(krc, m, "centroid interaction");
+    size_t n3 = s->ndocs_exact < m2 ? s->ndocs_exact : m2;
+    if (n3 && (krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, m2, n3, ws->tix, ws->tval)))
+        return eng_kern_fail(krc, m, "top-k");
+    /* Survivors in ascending number, so that exact ties go to the older document. */
+    size_t m3 = 0;
+    survivor *sv = malloc((n3 ? n3 : 1) * sizeof *sv);
+    if (!sv)
+        return store_fail(m, ENOMEM, "search: out of memory");
+    for (size_t i = 0; i < n3 && ws->tix[i] >= 0; i++, m3++) {
+        sv[m3].docno = ws->surv[ws->tix[i]];
+        sv[m3].at = (uint32_t)ws->tix[i];
+    }
+    qsort(sv, m3, sizeof *sv, cmp_survivor);
+    for (size_t i = 0; i < m3; i++) {
+        ws->cand[i] = sv[i].docno;
+        ws->pd[i] = spd[sv[i].at];
+    }
+    free(sv);
+    double t2 = eng_now();
+    st->prune += t2 - t1;
+
+    /* Stage 4. */
+    rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 1, &small, ws->score, m3, st, m);
+    st->exact += eng_now() - t2;
+    return rc;
+}

@@ -1,0 +1,539 @@
+/*
+ * residual_cuda.cu: PLAID scoring straight from the index's compressed form, on CUDA GPUs.
+ *
+ * kern_gpu_maxsim_residual: exact MaxSim of one query against PLAID documents given as codes +
+ * packed residuals + inverse norms, with no decompressed vector ever written anywhere:
+ *   <q_i, d_t> = (qc[i, code_t] + sum_j q_ij * w[bucket_tj]) * inv_norm_t.
+ * The residual sum runs on the tensor cores (mma.sync m16n8k16, fp16 operands, fp32
+ * accumulation): A is the query (fp16, in registers for the whole call), B the residual decoded
+ * in registers through a 256-entry table in shared memory that turns one packed byte into its
+ * 8 / nbits fp16 weights. The K dimension is permuted as in maxsim_cuda.cu: lane (g, t4) decodes
+ * the dims [t4 * dim/4, (t4+1) * dim/4) of token g, which are its own contiguous packed bytes.
+ * The centroid term qc[i, code] is gathered from a transposed copy [n_centroids, lq] so that a
+ * token's lq scores are one contiguous run (4 sectors instead of 32).
+ * Precision: the query and the bucket weights are rounded to fp16 (relative 2^-12) inside the
+ * residual term only, which is small next to the centroid term; qc, norms, the max and the sum
+ * stay fp32. Other shapes (dim not a multiple of 32, dim > 256) take an exact fp32 path.
+ *
+ * kern_gpu_centroid_interaction: PLAID stages 2 and 3, a gather-max over the same transposed
+ * table; one warp per document, a lane per query row.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.cuh"
+#include "tune_cuda.h"
+
+namespace
+{
+
+/* src [rows, cols] -> dst [cols, rows]. */
+__global__ void transpose_kernel(const float *__restrict__ src, float *__restrict__ dst,
+                                 long long rows, long long cols)
+{
+    __shared__ float tile[32][33];
+    const long long c0 = (long long)blockIdx.x * 32, r0 = (long long)blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        long long r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols)
+            tile[i][threadIdx.x] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        long long c = c0 + i, r = r0 + threadIdx.x;
+        if (r < rows && c < cols)
+            dst[c * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+int transpose(const float *src, float *dst, size_t rows, size_t cols)
+{
+    if ((cols + 31) / 32 > 0x7fffffffu || (rows + 31) / 32 > 65535) {
+        kern_set_error("transpose (cuda): %zu x %zu table too large", rows, cols);
+        return KERN_EINVAL;
+    }
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32));
+    transpose_kernel<<<grid, dim3(32, 8)>>>(src, dst, (long long)rows, (long long)cols);
+    KERN_CUDA_LAUNCHED("transpose_kernel");
+    return KERN_OK;
+}
+
+__device__ __forceinline__ uint32_t load_code(const void *codes, unsigned code_bytes, long long t)
+{
+    return code_bytes == 2 ? (uint32_t)__ldg(static_cast<const uint16_t *>(codes) + t)
+                           : __ldg(static_cast<const uint32_t *>(codes) + t);
+}
+
+/* Byte i of a lane's packed residual words (i a compile-time constant after unrolling). */
+template <int W> __device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)[W], int i)
+{
+    return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
+}
+
+struct res_args {
+    int dim, nbits, code_bytes, lq;
+    const float *q;   /* [lq, dim] */
+    const float *qcT; /* [n_centroids, lq] */
+    const float *w;   /* [1 << nbits] */
+    const kern_pdoc *docs;
+    long long nd;
+    float *scores;
+};
+
+__device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+constexpr int RES_WARPS = 4;
+
+/*
+ * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
+ * packed bytes of each token. Persistent: warps walk the documents with a grid stride.
+ */
+template <int NB, int KT, int RNG>
+__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) : 1)
+    residual_mma_kernel(res_args a)
+{
+    constexpr int BPT = KT * NB / 2;   /* packed bytes per lane per token */
+    constexpr int VPB = 8 / NB;        /* values per byte */
+    constexpr int MT = 2;              /* 32 query rows per pass */
+    constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
+    /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
+     * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
+     * banks (a shared byte-keyed table costs several wavefronts per lookup in bank conflicts).
+     * nbits 4 and 8: byte -> its VPB weights, one shared copy. */
+    __shared__ __align__(16) __half s_lut[NB >= 4 ? 256 : 1][VPB];
+    __shared__ __align__(16) uint32_t s_nib[NB <= 2 ? 16 * 32 * (NB == 1 ? 2 : 1) : 1];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    if (NB >= 4) {
+        for (int v = threadIdx.x; v < 256; v += blockDim.x)
+            for (int j = 0; j < VPB; j++) {
+                int b = 0;
+                for (int k = 0; k < NB; k++)
+                    b |= ((v >> (7 - (j * NB + k))) & 1) << k;
+                s_lut[v][j] = __float2half_rn(a.w[b]);
+            }
+    } else {
+        /* Nibble bits from the most significant: nbits 2 -> dims (b3 | b2 << 1), (b1 | b0 << 1);
+         * nbits 1 -> dims b3, b2, b1, b0. */
+        for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
+            const int v = i / 32, l = i % 32;
+            if (NB == 2) {
+                const int b0 = ((v >> 3) & 1) | (((v >> 2) & 1) << 1);
+                const int b1 = ((v >> 1) & 1) | ((v & 1) << 1);
+                s_nib[v * 32 + l] = pack_h2(a.w[b0], a.w[b1]);
+            } else {
+                reinterpret_cast<uint2 *>(s_nib)[v * 32 + l] =
+                    make_uint2(pack_h2(a.w[(v >> 3) & 1], a.w[(v >> 2) & 1]),
+                               pack_h2(a.w[(v >> 1) & 1], a.w[v & 1]));
+            }
+        }
+    }
+    __syncthreads();
+
+    const int lq = a.lq, dim = a.dim;
+    const int dpl = dim / 4; /* dims per lane */
+    const int rbytes = dim * NB / 8;
+    const int units = (lq + 16 * MT - 1) / (16 * MT);
+    const long long warps = (long long)gridDim.x * RES_WARPS;
+    uint32_t af[MT][KT][4];
+    bool have_a = false; /* A fragments of unit 0 already in registers */
+
+    for (long long n = (long long)blockIdx.x * RES_WARPS + (threadIdx.x >> 5); n < a.nd;
+         n += warps) {
+        const kern_pdoc doc = a.docs[n];
+        const int ntok = (int)doc.ntok;
+        float total = 0.f;
+        if (ntok == 0) {
+            if (lane == 0)
+                a.scores[n] = KERN_EMPTY_SCORE;
+            continue;
+        }
+        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
+        for (int u = 0; u < units; u++) {
+            const int r0 = u * 16 * MT;
+            if (units > 1 || !have_a) {
+                have_a = true;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++) {
+                        const int dj = t4 * dpl + kt * 4;
+                        float x[2][4];
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = r0 + mt * 16 + g + 8 * h;
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                x[h][e] = r < lq ? a.q[(long long)r * dim + dj + e] : 0.f;
+                        }
+                        af[mt][kt][0] = pack_h2(x[0][0], x[0][1]);
+                        af[mt][kt][1] = pack_h2(x[1][0], x[1][1]);
+                        af[mt][kt][2] = pack_h2(x[0][2], x[0][3]);
+                        af[mt][kt][3] = pack_h2(x[1][2], x[1][3]);
+                    }
+            }
+            float rmax[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                rmax[mt][0] = rmax[mt][1] = -INFINITY;
+            for (int tok0 = 0; tok0 < ntok; tok0 += 8 * RNG) {
+                /* All loads of RNG 8-token tiles first (one round trip to memory for 8 * RNG
+                 * tokens), then the q.C gathers that depend on the codes, then the math. */
+                uint32_t wds[RNG][WPT];
+                uint32_t cd[RNG][2];
+                float nrm[RNG][2];
+#pragma unroll
+                for (int j = 0; j < RNG; j++) {
+                    const int tb = min(tok0 + 8 * j + g, ntok - 1);
+                    const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
+                    if (al4) {
+#pragma unroll
+                        for (int i = 0; i < WPT; i++)
+                            wds[j][i] = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < WPT; i++) {
+                            uint32_t w = 0;
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                if (i * 4 + e < BPT)
+                                    w |= (uint32_t)__ldg(rp + i * 4 + e) << (8 * e);
+                            wds[j][i] = w;
+                        }
+                    }
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int tc = min(tok0 + 8 * j + 2 * t4 + e, ntok - 1);
+                        cd[j][e] = load_code(doc.codes, a.code_bytes, tc);
+                        nrm[j][e] = __ldg(doc.inv_norms + tc);
+                    }
+                }
+                float qv[RNG][MT][2][2];
+#pragma unroll
+                for (int j = 0; j < RNG; j++)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
+#pragma unroll
+                            for (int e = 0; e < 2; e++)
+                                qv[j][mt][h][e] = __ldg(a.qcT + (long long)cd[j][e] * lq + r);
+                        }
+                /* k steps outermost: the RNG * MT accumulators are independent, so
+                 * consecutive MMAs never wait on each other. */
+                float acc[RNG][MT][4];
+#pragma unroll
+                for (int j = 0; j < RNG; j++)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
+#pragma unroll
+                for (int kt = 0; kt < KT; kt++) {
+#pragma unroll
+                    for (int j = 0; j < RNG; j++) {
+                        /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
+                        uint32_t b01, b23;
+                        if (NB == 1) {
+                            const uint32_t v = byte_at<WPT>(wds[j], kt / 2);
+                            const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
+                            const uint2 l = reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
+                            b01 = l.x;
+                            b23 = l.y;
+                        } else if (NB == 2) {
+                            const uint32_t v = byte_at<WPT>(wds[j], kt);
+                            b01 = s_nib[(v >> 4) * 32 + lane];
+                            b23 = s_nib[(v & 15u) * 32 + lane];
+                        } else if (NB == 4) {
+                            b01 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt)]);
+                            b23 = *reinterpret_cast<const uint32_t *>(
+                                s_lut[byte_at<WPT>(wds[j], 2 * kt + 1)]);
+                        } else {
+                            uint32_t h[4];
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                h[e] = *reinterpret_cast<const uint16_t *>(
+                                    s_lut[byte_at<WPT>(wds[j], 4 * kt + e)]);
+                            b01 = h[0] | (h[1] << 16);
+                            b23 = h[2] | (h[3] << 16);
+                        }
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+                            mma16816_f16(acc[j][mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
+                                         af[mt][kt][3], b01, b23);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < RNG; j++) {
+                    const int tc0 = tok0 + 8 * j + 2 * t4;
+                    const bool v0 = tc0 < ntok, v1 = tc0 + 1 < ntok;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * nrm[j][0];
+                            const float s1 = (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * nrm[j][1];
+                            rmax[mt][h] =
+                                fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
+                        }
+                }
+            }
+            float part = 0.f;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float m = rmax[mt][h];
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    if (t4 == 0 && r0 + mt * 16 + g + 8 * h < lq)
+                        part += m;
+                }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                part += __shfl_xor_sync(0xffffffffu, part, o);
+            total += part;
+        }
+        if (lane == 0)
+            a.scores[n] = total;
+    }
+}
+
+/* Exact fp32 path: one warp per document, a lane per token, the query row loop outside. */
+__global__ void residual_simple_kernel(res_args a)
+{
+    const int lane = threadIdx.x & 31;
+    const long long n = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= a.nd)
+        return;
+    const kern_pdoc doc = a.docs[n];
+    const int ntok = (int)doc.ntok, dim = a.dim, nb = a.nbits;
+    const int rbytes = dim * nb / 8;
+    if (ntok == 0) {
+        if (lane == 0)
+            a.scores[n] = KERN_EMPTY_SCORE;
+        return;
+    }
+    float total = 0.f;
+    for (int i = 0; i < a.lq; i++) {
+        float m = -INFINITY;
+        for (int t = lane; t < ntok; t += 32) {
+            const uint8_t *rp = doc.residuals + (long long)t * rbytes;
+            float s = 0.f;
+            for (int j = 0; j < dim; j++) {
+                int b = 0;
+                for (int k = 0; k < nb; k++) {
+                    const int bit = j * nb + k;
+                    b |= ((rp[bit >> 3] >> (7 - (bit & 7))) & 1) << k;
+                }
+                s = fmaf(a.q[(long long)i * dim + j], a.w[b], s);
+            }
+            const uint32_t c = load_code(doc.codes, a.code_bytes, t);
+            m = fmaxf(m, (a.qcT[(long long)c * a.lq + i] + s) * doc.inv_norms[t]);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        total += m;
+    }
+    if (lane == 0)
+        a.scores[n] = total;
+}
+
+/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
+int resident_blocks(const void *fn, int threads, long long want, int *blocks)
+{
+    int dev = 0, sms = 0, per_sm = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    *blocks = (int)(want < b ? want : b);
+    return KERN_OK;
+}
+
+template <int NB, int KT, int RNG> int launch_residual_k(const res_args &a)
+{
+    int blocks = 0, rc;
+    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG>, RES_WARPS * 32,
+                              (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) != KERN_OK)
+        return rc;
+    residual_mma_kernel<NB, KT, RNG><<<blocks, RES_WARPS * 32>>>(a);
+    KERN_CUDA_LAUNCHED("residual_mma_kernel");
+    return KERN_OK;
+}
+
+template <int NB, int KT> int launch_residual_kt(const res_args &a)
+{
+    /* Tiles in flight per warp: 2 (128 registers, 4 CTAs per SM) unless overridden; 4 keeps
+     * more loads and MMAs in flight per warp but fits 3 CTAs and spills a little: measured
+     * slower (bench/NOTES-gpu.md). dim 256 always takes 2 (registers). */
+    const int t = kern_gpu_tune.residual_tiles;
+    if (KT > 8 || t != 4)
+        return launch_residual_k<NB, KT, 2>(a);
+    return launch_residual_k<NB, KT, 4>(a);
+}
+
+template <int NB> int launch_residual(const res_args &a)
+{
+    switch (a.dim / 16) {
+    case 4:
+        return launch_residual_kt<NB, 4>(a);
+    case 6:
+        return launch_residual_kt<NB, 6>(a);
+    case 8:
+        return launch_residual_kt<NB, 8>(a);
+    default:
+        return launch_residual_kt<NB, 16>(a);
+    }
+}
+
+/* Centroid interaction: a warp per document, lanes over query rows. */
+__global__ void interaction_kernel(const float *__restrict__ ST, int lq, unsigned code_bytes,
+                                   const kern_pdoc *__restrict__ docs, long long nd,
+                                   const uint8_t *__restrict__ keep, float *__restrict__ approx)
+{
+    const int lane = threadIdx.x & 31;
+    const long long n = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= nd)
+        return;
+    const kern_pdoc doc = docs[n];
+    const int ntok = (int)doc.ntok;
+    float total = 0.f;
+    int any = 0;
+    for (int r0 = 0; r0 < lq || (r0 == 0 && lq == 0); r0 += 32) {
+        const int r = min(r0 + lane, lq > 0 ? lq - 1 : 0);
+        float m = -INFINITY;
+        for (int t0 = 0; t0 < ntok; t0 += 32) {
+            /* Lanes fetch 32 codes at once; then each token's code is broadcast. */
+            const int t = t0 + lane;
+            uint32_t c = t < ntok ? load_code(doc.codes, code_bytes, t) : 0;
+            int kept = t < ntok && (!keep || keep[c]);
+            const unsigned mask = __ballot_sync(0xffffffffu, kept);
+            any |= mask != 0;
+            unsigned left = mask;
+            while (left) {
+                const int j = __ffs(left) - 1;
+                left &= left - 1;
+                const uint32_t cj = __shfl_sync(0xffffffffu, c, j);
+                if (lq > 0)
+                    m = fmaxf(m, __ldg(ST + (long long)cj * lq + r));
+            }
+        }
+        if (r0 + lane < lq)
+            total += m;
+        if (lq == 0)
+            break;
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        total += __shfl_xor_sync(0xffffffffu, total, o);
+    if (lane == 0)
+        approx[n] = any ? total : KERN_EMPTY_SCORE;
+}
+
+} // namespace
+
+extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
+{
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
+    if (a->lq > 0x7fffffff || a->dim > 0x7fffffff || a->n_centroids > 0xffffffffu) {
+        kern_set_error("maxsim_residual (cuda): sizes beyond 2^31");
+        return KERN_EINVAL;
+    }
+    float *qcT = NULL;
+    int rc;
+    const size_t qc_bytes = a->n_centroids * (a->lq ? a->lq : 1) * sizeof(float);
+    if ((rc = kern_scratch((void **)&qcT, qc_bytes)) != KERN_OK)
+        return rc;
+    if (a->lq > 0 && (rc = transpose(a->qc, qcT, a->lq, a->n_centroids)) != KERN_OK)
+        goto out;
+    {
+        res_args r;
+        r.dim = (int)a->dim;
+        r.nbits = (int)a->nbits;
+        r.code_bytes = (int)a->code_bytes;
+        r.lq = (int)a->lq;
+        r.q = a->q;
+        r.qcT = qcT;
+        r.w = a->bucket_weights;
+        r.docs = a->docs;
+        r.nd = (long long)a->nd;
+        r.scores = scores;
+        /* Instantiated dims; others (and the empty query) take the fp32 path. */
+        const bool fast =
+            a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
+        if (fast) {
+            switch (a->nbits) {
+            case 1:
+                rc = launch_residual<1>(r);
+                break;
+            case 2:
+                rc = launch_residual<2>(r);
+                break;
+            case 4:
+                rc = launch_residual<4>(r);
+                break;
+            default:
+                rc = launch_residual<8>(r);
+                break;
+            }
+        } else {
+            const long long blocks = (r.nd + 3) / 4;
+            if (blocks > 0x7fffffffLL) {
+                kern_set_error("maxsim_residual (cuda): too many documents");
+                rc = KERN_EINVAL;
+                goto out;
+            }
+            residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
+            cudaError_t e = cudaGetLastError();
+            rc = e == cudaSuccess
+                     ? KERN_OK
+                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
+        }
+    }
+out:
+    kern_scratch_free(qcT, qc_bytes);
+    return rc;
+}
+
+extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
+                                             unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                             const uint8_t *keep, float *approx)
+{
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
+    if (lq > 0x7fffffff || (nd + 3) / 4 > 0x7fffffffu) {
+        kern_set_error("centroid_interaction (cuda): sizes beyond one launch");
+        return KERN_EINVAL;
+    }
+    float *ST = NULL;
+    int rc;
+    const size_t st_bytes = (n_centroids ? n_centroids : 1) * (lq ? lq : 1) * sizeof(float);
+    if ((rc = kern_scratch((void **)&ST, st_bytes)) != KERN_OK)
+        return rc;
+    if (lq > 0 && n_centroids > 0 && (rc = transpose(S, ST, lq, n_centroids)) != KERN_OK)
+        goto out;
+    interaction_kernel<<<(unsigned)((nd + 3) / 4), 128>>>(ST, (int)lq, code_bytes, docs,
+                                                          (long long)nd, keep, approx);
+    {
+        cudaError_t e = cudaGetLastError();
+        rc = e == cudaSuccess
+                 ? KERN_OK
+                 : kern_cuda_fail(e, "launch of interaction_kernel", __FILE__, __LINE__);
+    }
+out:
+    kern_scratch_free(ST, st_bytes);
+    return rc;
+}

@@ -1,0 +1,23 @@
+/*
+ * tune_cuda.h: overrides of the CUDA kernels' launch choices, for benchmarks that compare the
+ * variants in one run (private to kernels/, its tests and bench/). 0 everywhere means
+ * automatic, which is what the library uses; nothing else sets them.
+ */
+#ifndef TARTAN_TUNE_CUDA_H
+#define TARTAN_TUNE_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kern_gpu_tuning {
+    int residual_tiles; /* residual kernel: 8-token tiles in flight per warp, 2 or 4 */
+} kern_gpu_tuning;
+
+extern kern_gpu_tuning kern_gpu_tune;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,256 @@
+/* synth.c: the synthetic corpus model described in synth.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synth.h"
+#include "tartan.h"
+
+/* The most frequent terms play function words (the, of, [CLS], punctuation). */
+#define FUNCTION_TERMS 64
+
+struct tool_synth {
+    tool_synth_params p;
+    float *centres; /* [n_terms, dim], unit norm */
+    double *cdf;    /* [n_terms], Zipf cumulative frequencies, cdf[n_terms - 1] == 1 */
+};
+
+/* splitmix64: a tiny, well-mixed generator; one stream per (seed, item, purpose). */
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t next_u64(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static rng stream(uint64_t seed, uint64_t kind, uint64_t item)
+{
+    rng r = {seed ^ (kind * 0xd1b54a32d192ed03ull)};
+    r.s = next_u64(&r) ^ (item * 0x8cb92ba72f3d8dd7ull);
+    next_u64(&r);
+    return r;
+}
+
+static double uniform(rng *r) /* [0, 1) */
+{
+    return (double)(next_u64(r) >> 11) * 0x1.0p-53;
+}
+
+static double normal(rng *r)
+{
+    /* Box-Muller; 1 - u keeps the log's argument in (0, 1]. */
+    double u = 1.0 - uniform(r), v = uniform(r);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static void add_noise(rng *r, float *x, size_t dim, float norm)
+{
+    float s = norm / sqrtf((float)dim);
+    for (size_t j = 0; j < dim; j++)
+        x[j] += s * (float)normal(r);
+}
+
+static void normalise(float *x, size_t dim)
+{
+    double n = 0;
+    for (size_t j = 0; j < dim; j++)
+        n += (double)x[j] * x[j];
+    float inv = n > 0 ? (float)(1.0 / sqrt(n)) : 0.f;
+    for (size_t j = 0; j < dim; j++)
+        x[j] *= inv;
+}
+
+/* A term drawn by Zipf frequency among ranks [lo, hi). */
+static size_t draw_term(const tool_synth *s, rng *r, size_t lo, size_t hi)
+{
+    double base = lo ? s->cdf[lo - 1] : 0.0;
+    double u = base + uniform(r) * (s->cdf[hi - 1] - base);
+    size_t a = lo, b = hi - 1;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (s->cdf[m] < u)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
+void tool_synth_params_init(tool_synth_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->dim = 128;
+    p->zipf = 1.0;
+    p->len_mean = 100;
+    p->len_min = 8;
+    p->topics = 12;
+    p->noise = 0.45f;
+    p->context = 0.3f;
+    p->function_frac = 0.2f;
+    p->qlen = 32;
+    p->seed = 42;
+}
+
+int tool_synth_new(const tool_synth_params *in, tool_synth **out)
+{
+    *out = NULL;
+    tool_synth_params p = *in;
+    if (p.dim == 0 || p.dim > 65536 || p.len_mean == 0 || p.qlen == 0 || p.topics == 0)
+        return TARTAN_EINVAL;
+    if (p.len_min == 0)
+        p.len_min = 1;
+    if (p.len_max == 0)
+        p.len_max = 4 * p.len_mean;
+    if (p.len_max < p.len_min || p.len_mean < p.len_min || p.len_mean > p.len_max)
+        return TARTAN_EINVAL;
+    if (p.n_terms == 0) {
+        double tokens = (double)(p.n_docs ? p.n_docs : 1) * (double)p.len_mean;
+        p.n_terms = (size_t)(4.0 * sqrt(tokens));
+        if (p.n_terms < 4 * FUNCTION_TERMS)
+            p.n_terms = 4 * FUNCTION_TERMS;
+    }
+    if (p.n_terms <= FUNCTION_TERMS || p.n_terms > ((size_t)1 << 26))
+        return TARTAN_EINVAL;
+
+    tool_synth *s = calloc(1, sizeof *s);
+    if (!s)
+        return ENOMEM;
+    s->p = p;
+    s->centres = malloc(p.n_terms * p.dim * sizeof(float));
+    s->cdf = malloc(p.n_terms * sizeof(double));
+    if (!s->centres || !s->cdf) {
+        tool_synth_free(s);
+        return ENOMEM;
+    }
+    double total = 0;
+    for (size_t t = 0; t < p.n_terms; t++) {
+        total += pow((double)(t + 1), -p.zipf);
+        s->cdf[t] = total;
+    }
+    for (size_t t = 0; t < p.n_terms; t++)
+        s->cdf[t] /= total;
+    s->cdf[p.n_terms - 1] = 1.0;
+    for (size_t t = 0; t < p.n_terms; t++) {
+        rng r = stream(p.seed, 1, t);
+        float *c = s->centres + t * p.dim;
+        for (size_t j = 0; j < p.dim; j++)
+            c[j] = (float)normal(&r);
+        normalise(c, p.dim);
+    }
+    *out = s;
+    return 0;
+}
+
+void tool_synth_free(tool_synth *s)
+{
+    if (!s)
+        return;
+    free(s->centres);
+    free(s->cdf);
+    free(s);
+}
+
+size_t tool_synth_doclen(const tool_synth *s, size_t i)
+{
+    /* Log-normal lengths (sigma 0.5, mean-preserving), clipped: ColBERT passage lengths are
+     * skewed with a long tail. */
+    rng r = stream(s->p.seed, 2, i);
+    double len = (double)s->p.len_mean * exp(0.5 * normal(&r) - 0.125);
+    size_t n = (size_t)(len + 0.5);
+    if (n < s->p.len_min)
+        n = s->p.len_min;
+    if (n > s->p.len_max)
+        n = s->p.len_max;
+    return n;
+}
+
+void tool_synth_doc(const tool_synth *s, size_t i, float *out)
+{
+    const size_t dim = s->p.dim, len = tool_synth_doclen(s, i);
+    rng r = stream(s->p.seed, 3, i);
+    size_t topics[64];
+    size_t nt = s->p.topics < 64 ? s->p.topics : 64;
+    for (size_t k = 0; k < nt; k++)
+        topics[k] = draw_term(s, &r, FUNCTION_TERMS, s->p.n_terms);
+    /* The document's context, shared by its tokens. */
+    float ctx_buf[1024];
+    float *ctx = dim <= 1024 ? ctx_buf : NULL;
+    float *ctx_heap = NULL;
+    if (!ctx)
+        ctx = ctx_heap = malloc(dim * sizeof(float));
+    if (!ctx) { /* no memory: fall back to no context, still a valid document */
+        memset(out, 0, len * dim * sizeof(float));
+    } else {
+        memset(ctx, 0, dim * sizeof(float));
+        add_noise(&r, ctx, dim, s->p.context);
+    }
+    for (size_t t = 0; t < len; t++) {
+        size_t term = uniform(&r) < s->p.function_frac ? draw_term(s, &r, 0, FUNCTION_TERMS)
+                                                      : topics[next_u64(&r) % nt];
+        float *x = out + t * dim;
+        memcpy(x, s->centres + term * dim, dim * sizeof(float));
+        if (ctx)
+            for (size_t j = 0; j < dim; j++)
+                x[j] += ctx[j];
+        add_noise(&r, x, dim, s->p.noise);
+        normalise(x, dim);
+    }
+    free(ctx_heap);
+}
+
+void tool_synth_query(const tool_synth *s, size_t j, float *out, size_t *relevant)
+{
+    const size_t dim = s->p.dim, qlen = s->p.qlen;
+    rng r = stream(s->p.seed, 4, j);
+    size_t doc = (size_t)(next_u64(&r) % (s->p.n_docs ? s->p.n_docs : 1));
+    if (relevant)
+        *relevant = doc;
+    /* The relevant document's topic terms, drawn from its own stream exactly as
+     * tool_synth_doc draws them. */
+    rng dr = stream(s->p.seed, 3, doc);
+    size_t topics[64];
+    size_t nt = s->p.topics < 64 ? s->p.topics : 64;
+    for (size_t k = 0; k < nt; k++)
+        topics[k] = draw_term(s, &dr, FUNCTION_TERMS, s->p.n_terms);
+    /* Content tokens, a third to a half of the query: mostly the document's terms in the
+     * query's own context, some terms the document lacks (users ask in other words). */
+    size_t content = qlen / 3 + (size_t)(next_u64(&r) % (qlen / 6 + 1));
+    if (content == 0)
+        content = 1;
+    float ctx_buf[1024];
+    float *ctx = dim <= 1024 ? ctx_buf : malloc(dim * sizeof(float));
+    if (ctx) {
+        memset(ctx, 0, dim * sizeof(float));
+        add_noise(&r, ctx, dim, s->p.context);
+    }
+    for (size_t t = 0; t < content; t++) {
+        float *x = out + t * dim;
+        size_t term = uniform(&r) < 0.7 ? topics[next_u64(&r) % nt]
+                                        : draw_term(s, &r, FUNCTION_TERMS, s->p.n_terms);
+        memcpy(x, s->centres + term * dim, dim * sizeof(float));
+        if (ctx)
+            for (size_t k = 0; k < dim; k++)
+                x[k] += ctx[k];
+        add_noise(&r, x, dim, s->p.noise);
+        normalise(x, dim);
+    }
+    if (ctx != ctx_buf)
+        free(ctx);
+    /* Expansion tokens, like ColBERT's [MASK] padding: near the mean of the content. */
+    for (size_t t = content; t < qlen; t++) {
+        float *x = out + t * dim;
+        memset(x, 0, dim * sizeof(float));
+        for (size_t c = 0; c < content; c++)
+            for (size_t k = 0; k < dim; k++)
+                x[k] += out[c * dim + k];
+        normalise(x, dim);
+        add_noise(&r, x, dim, 0.6f);
+        normalise(x, dim);
+    }
+}

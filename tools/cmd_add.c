@@ -17,7 +17,8 @@ static void usage(FILE *f)
                "                  [--batch N] [--replace]\n\n"
                "Adds documents to the index INDEX. Without --ids the ids are the row numbers\n"
                "of L.npy. An id the index has already is an error unless --replace.\n\n"
-               "  --batch N    documents per transaction (default 1000)\n"
+               "  --batch N    documents per transaction (default: documents of about\n"
+               "               262,144 tokens)\n"
                "  --replace    replace documents whose ids exist\n");
 }
 
@@ -33,7 +34,7 @@ int tool_cmd_add(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *emb = NULL, *lens = NULL, *ids = NULL;
-    size_t batch = 1000;
+    size_t batch = 0;
     unsigned flags = 0;
     int c;
     optind = 1;

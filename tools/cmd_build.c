@@ -25,7 +25,8 @@ static void usage(FILE *f)
                "a line, else they are the row numbers of L.npy (\"0\", \"1\", ...).\n\n"
                "  --nbits B         residual bits per dimension: 1, 2 (default), 4 or 8\n"
                "  --centroids K     centroids (default 2^floor(log2(16 sqrt(tokens))))\n"
-               "  --batch N         documents per transaction (default 1000)\n"
+               "  --batch N         documents per transaction (default: documents\n"
+               "                    of about 262,144 tokens)\n"
                "  --seed S          sampling and k-means seed (default 42)\n"
                "  --sample N        documents sampled for training (default\n"
                "                    min(1 + 16 sqrt(120 N), N))\n"
@@ -48,7 +49,7 @@ int tool_cmd_build(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *emb = NULL, *lens = NULL, *ids = NULL;
-    size_t nbits = 2, k = 0, batch = 1000, seed = 42, sample = 0, iters = 4;
+    size_t nbits = 2, k = 0, batch = 0, seed = 42, sample = 0, iters = 4;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -88,7 +89,7 @@ int tool_cmd_build(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (v && tool_parse_size(optarg, v)) {
+        if (v && (tool_parse_size(optarg, v) || (v == &batch && batch == 0))) {
             fprintf(stderr, "tartan build: --%s wants a number, not '%s'\n",
                     opts[c == 'b'   ? 3
                          : c == 'k' ? 4
@@ -105,8 +106,8 @@ int tool_cmd_build(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (batch == 0 || iters == 0 || iters > 1000) {
-        fprintf(stderr, "tartan build: --batch and --kmeans-iters must be at least 1\n");
+    if (iters == 0 || iters > 1000) {
+        fprintf(stderr, "tartan build: --kmeans-iters must be 1 to 1000\n");
         return 2;
     }
     const char *path = argv[optind];

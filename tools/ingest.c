@@ -1,6 +1,7 @@
 /* ingest.c: see ingest.h. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,18 +167,51 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
         free(pick);
         return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens", tokens);
     }
+    /* A mapped file is read with pread, not through the mapping: a fault maps a whole
+     * neighbourhood of the page (fault-around, large folios), and faults spread over the whole
+     * file would make most of it resident. The mapping starts at the file's offset 0. */
+    int fd = -1;
+    size_t base = 0;
+    if (c->emb.mapped) {
+        fd = open(c->emb_path, O_RDONLY | O_CLOEXEC);
+        base = (size_t)((const char *)c->emb.data - (const char *)c->emb.np_base);
+    }
     size_t row = 0, at = 0, k = 0;
-    for (size_t i = 0; i < c->n_docs && k < n; i++) {
+    int rc = 0;
+    for (size_t i = 0; i < c->n_docs && k < n && !rc; i++) {
         size_t l = tool_corpus_doclen(c, i);
         if (pick[k] == i) {
-            memcpy(buf + at * c->row_bytes, (const char *)c->emb.data + row * c->row_bytes,
-                   l * c->row_bytes);
+            char *dst = buf + at * c->row_bytes;
+            size_t len = l * c->row_bytes;
+            if (fd < 0) {
+                memcpy(dst, (const char *)c->emb.data + row * c->row_bytes, len);
+            } else {
+                size_t got = 0;
+                while (got < len && !rc) {
+                    ssize_t r =
+                        pread(fd, dst + got, len - got, (off_t)(base + row * c->row_bytes + got));
+                    if (r > 0)
+                        got += (size_t)r;
+                    else if (r == 0 || errno != EINTR)
+                        rc = tool_fail(err, errlen, r == 0 ? TARTAN_ETRUNC : errno,
+                                       "%s: reading the sample: %s", c->emb_path,
+                                       r == 0 ? "file shrank" : strerror(errno));
+                }
+            }
             at += l;
             k++;
         }
         row += l;
     }
+    if (fd >= 0)
+        close(fd);
     release_all(c);
+    if (rc) {
+        free(buf);
+        free(lens);
+        free(pick);
+        return rc;
+    }
     tartan_batch b = {0};
     b.n_docs = n;
     b.ids = NULL;
@@ -186,7 +220,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     b.n_rows = tokens;
     b.dim = c->dim;
     b.dtype = c->dtype;
-    int rc = tartan_train(db, &b, c->n_rows);
+    rc = tartan_train(db, &b, c->n_rows);
     if (rc)
         tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, tartan_errmsg(db));
     free(buf);
@@ -199,8 +233,15 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
                        size_t *added, char *err, size_t errlen)
 {
     *added = 0;
-    if (batch_docs == 0)
-        batch_docs = 1;
+    if (batch_docs == 0) {
+        /* Every batch rewrites the last page of most inverted lists, so small batches
+         * multiply the bytes written; large ones cost memory (about 1 KiB per token at dim
+         * 128 while a batch is encoded). 2^18 tokens balance the two. */
+        size_t avg = c->n_rows / c->n_docs;
+        batch_docs = TOOL_BATCH_TOKENS / (avg ? avg : 1);
+        if (batch_docs == 0)
+            batch_docs = 1;
+    }
     size_t *lens = malloc(batch_docs * sizeof *lens);
     const char **ids = malloc(batch_docs * sizeof *ids);
     char *names = malloc(batch_docs * 21); /* row numbers as text: up to 20 digits */

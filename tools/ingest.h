@@ -48,10 +48,13 @@ size_t tool_corpus_doclen(const tool_corpus *c, size_t i);
  */
 int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen);
 
+/* Tokens per batch when the caller names no batch size. */
+#define TOOL_BATCH_TOKENS ((size_t)1 << 18)
+
 /*
- * Adds every document, batch_docs at a time, each batch one tartan_add(flags) (one
- * transaction). *added: documents committed (a failure leaves the earlier batches in the
- * index). progress: report on a terminal.
+ * Adds every document, batch_docs at a time (0: documents of about TOOL_BATCH_TOKENS tokens), each
+ * batch one tartan_add(flags) (one transaction). *added: documents committed (a failure leaves the
+ * earlier batches in the index). progress: report on a terminal.
  */
 int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
                        size_t *added, char *err, size_t errlen);

@@ -114,6 +114,8 @@ EOF
     if [ -f "$emb/reference.trec" ]; then
         echo
         echo "Exhaustive vs the NumPy reference (reference.py): recall@10 $(parity "$emb/reference.trec" "$work/runs/exhaustive.trec" 10), recall@100 $(parity "$emb/reference.trec" "$work/runs/exhaustive.trec" 100)."
+        echo "(tartan's exhaustive mode scores the index's compressed tokens, centroid plus quantised residual;"
+        echo "the reference scores the float embeddings: this parity measures the codec's loss.)"
     fi
     echo
     echo "Build: $(awk -F'\t' '$1 == "build" { print $2 }' "$times") s. Metrics by score.py; \`tartan eval\` output in eval/*.tartan.txt:"

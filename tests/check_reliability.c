@@ -23,32 +23,20 @@
 #include "db.h"
 #include "index.h"
 #include "store.h"
+#include "fixture.h"
 #include "tartan.h"
 #include "verify.h"
 
-/* ---- fixture: a fresh directory per test ------------------------------------------------ */
-
-static char tmpdir[256];
-static char ixpath[300];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
+/* ---- fixture: a fresh directory per test (tests/fixture.c) ------------------------------ */
 
 static void setup(void)
 {
-    strcpy(tmpdir, "/tmp/tartan-check-reliability-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    snprintf(ixpath, sizeof ixpath, "%s/ix", tmpdir);
+    fixture_dir_create("check-reliability");
 }
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    fixture_dir_remove();
 }
 
 /* ---- random index ----------------------------------------------------------------------- */

@@ -22,31 +22,19 @@
 #include "index.h"
 #include "kernels.h"
 #include "store.h"
+#include "fixture.h"
 #include "tartan.h"
 
-/* ---- fixture: a fresh directory per test ------------------------------------------------ */
-
-static char tmpdir[256];
-static char ixpath[300];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
+/* ---- fixture: a fresh directory per test (tests/fixture.c) ------------------------------ */
 
 static void setup(void)
 {
-    strcpy(tmpdir, "/tmp/tartan-check-search-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    snprintf(ixpath, sizeof ixpath, "%s/ix", tmpdir);
+    fixture_dir_create("check-search");
 }
 
 static void teardown(void)
 {
-    nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    fixture_dir_remove();
 }
 
 /* ---- random clustered corpora ------------------------------------------------------------ */

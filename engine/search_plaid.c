@@ -270,7 +270,8 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
     } else {
         for (size_t i = 0; i < n; i++)
             seen[ws->cand[i] >> 6] = 0;
-        if (!rc)
+        /* n may be 0 with no candidate array yet: qsort's pointer must not be NULL. */
+        if (!rc && n > 1)
             qsort(ws->cand, n, sizeof *ws->cand, cmp_u32);
     }
     for (size_t p = 0; p < nprobe; p++)

@@ -32,6 +32,17 @@ size_t tool_corpus_doclen(const tool_corpus *c, size_t i)
     return (size_t)((const int64_t *)c->lens.data)[i];
 }
 
+/* The library's message without its leading code name: the command prints the name once,
+ * before the context this file adds ("batch of documents 0..999: ..."). */
+static const char *errdetail(const tartan_db *db, int rc)
+{
+    const char *m = tartan_errmsg(db), *name = tartan_err_name(rc);
+    size_t n = name ? strlen(name) : 0;
+    if (n && !strncmp(m, name, n) && !strncmp(m + n, ": ", 2))
+        return m + n + 2;
+    return m;
+}
+
 static int64_t raw_len(const tool_corpus *c, size_t i)
 {
     if (c->lens.dtype == TOOL_I32)
@@ -222,7 +233,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     b.dtype = c->dtype;
     rc = tartan_train(db, &b, c->n_rows);
     if (rc)
-        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, tartan_errmsg(db));
+        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, errdetail(db, rc));
     free(buf);
     free(lens);
     free(pick);
@@ -279,7 +290,7 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
         rc = tartan_add(db, &b, flags);
         if (rc) {
             tool_fail(err, errlen, rc, "batch of documents %zu..%zu (rows %zu..%zu): %s", d0,
-                      d0 + n - 1, row, row + rows - 1, tartan_errmsg(db));
+                      d0 + n - 1, row, row + rows - 1, errdetail(db, rc));
             break;
         }
         row += rows;

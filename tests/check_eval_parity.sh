@@ -76,7 +76,29 @@ def scifact_case():
         run[q] = {d: rng.randrange(200) / 8 for d in docs}
     return qrels, run
 
+REF_SECONDS = 20
+
+def reference(qrels, run, level):
+    """pytrec_eval's results, computed in a child process: on rare random inputs its C code
+    never returns, and a hung reference must not hang the test suite. None on a time-out."""
+    import multiprocessing as mp, queue
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    def work():
+        ev = pytrec_eval.RelevanceEvaluator(qrels, theirs, relevance_level=level)
+        out.put(ev.evaluate(run))
+    child = ctx.Process(target=work)
+    child.start()
+    try:
+        res = out.get(timeout=REF_SECONDS)
+    except queue.Empty:
+        res = None
+        child.kill()
+    child.join()
+    return res
+
 failures = 0
+hung = 0
 for trial in range(13 if scifact else 12):
     level = 1 if trial % 3 else 2
     qrels, run = scifact_case() if trial == 12 else random_case(trial)
@@ -112,8 +134,13 @@ for trial in range(13 if scifact else 12):
             cmd.append("--complete")
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         got = json.load(open(jpath))
-        ev = pytrec_eval.RelevanceEvaluator(qrels, theirs, relevance_level=level)
-        want = ev.evaluate(run)
+        want = reference(qrels, run, level)
+        if want is None:
+            print(f"trial {trial}: pytrec_eval did not finish in {REF_SECONDS} s; trial skipped "
+                  f"(a hang inside the reference, seen on rare random inputs: rerun with "
+                  f"TARTAN_TEST_SEED={seed} to reproduce)")
+            hung += 1
+            break
         # MRR@k, which trec_eval lacks, is recip_rank where the first relevant is in the top k.
         for q in want.values():
             for k in (1, 3, 10):
@@ -139,6 +166,6 @@ for trial in range(13 if scifact else 12):
             if abs(got["measures"][m] - mean) > 5e-5:
                 print(f"trial {trial} mean {m}: tartan {got['measures'][m]} trec_eval {mean}")
                 failures += 1
-print("parity failures:", failures)
+print("parity failures:", failures, "| trials the reference hung on:", hung)
 sys.exit(1 if failures else 0)
 PY

@@ -83,7 +83,7 @@ objs() {
 }
 
 readers="tools/errbuf.c tools/npy.c tools/strtab.c tools/textfile.c tools/fields.c \
-    tools/idlist.c tools/qrels.c tools/trec_run.c engine/errors.c"
+    tools/idlist.c tools/array.c tools/qrels.c tools/trec_run.c engine/errors.c"
 library=$(cd "$src" && ls kernels/*.c storage/*.c index/*.c engine/*.c) 
 libs="-lfaiss -llmdb -lopenblas -llapack -lstdc++ -lm -lpthread"
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "errbuf.h"
 #include "fields.h"
 #include "qrels.h"
@@ -61,24 +62,11 @@ int tool_qrels_read(tool_qrels *q, const char *path, char *err, size_t errlen)
         long di = tool_strtab_intern(&q->docids, fl[nf - 2], strlen(fl[nf - 2]), NULL);
         if (qi < 0 || di < 0)
             goto nomem;
-        if ((size_t)qi >= qcap) {
-            size_t c = qcap ? qcap * 2 : 64;
-            tool_qrels_query *nq = realloc(q->q, c * sizeof *nq);
-            if (!nq)
-                goto nomem;
-            memset(nq + qcap, 0, (c - qcap) * sizeof *nq);
-            q->q = nq;
-            qcap = c;
-        }
+        if (tool_array_reserve((void **)&q->q, &qcap, (size_t)qi + 1, sizeof *q->q, 64))
+            goto nomem;
         tool_qrels_query *qq = &q->q[qi];
-        if (qq->n == qq->cap) {
-            size_t c = qq->cap ? qq->cap * 2 : 8;
-            tool_judgment *nj = realloc(qq->j, c * sizeof *nj);
-            if (!nj)
-                goto nomem;
-            qq->j = nj;
-            qq->cap = c;
-        }
+        if (tool_array_reserve((void **)&qq->j, &qq->cap, qq->n + 1, sizeof *qq->j, 8))
+            goto nomem;
         qq->j[qq->n++] = (tool_judgment){.doc = di, .rel = rel, .line = f.lineno};
         total++;
     }

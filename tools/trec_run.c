@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "errbuf.h"
 #include "fields.h"
 #include "tartan.h"
@@ -49,24 +50,11 @@ int tool_run_read(tool_run *r, const char *path, char *err, size_t errlen)
         long di = tool_strtab_intern(&r->docids, fl[2], strlen(fl[2]), NULL);
         if (qi < 0 || di < 0)
             goto nomem;
-        if ((size_t)qi >= qcap) {
-            size_t c = qcap ? qcap * 2 : 64;
-            tool_run_query *nq = realloc(r->q, c * sizeof *nq);
-            if (!nq)
-                goto nomem;
-            memset(nq + qcap, 0, (c - qcap) * sizeof *nq);
-            r->q = nq;
-            qcap = c;
-        }
+        if (tool_array_reserve((void **)&r->q, &qcap, (size_t)qi + 1, sizeof *r->q, 64))
+            goto nomem;
         tool_run_query *rq = &r->q[qi];
-        if (rq->n == rq->cap) {
-            size_t c = rq->cap ? rq->cap * 2 : 16;
-            tool_run_doc *nd = realloc(rq->d, c * sizeof *nd);
-            if (!nd)
-                goto nomem;
-            rq->d = nd;
-            rq->cap = c;
-        }
+        if (tool_array_reserve((void **)&rq->d, &rq->cap, rq->n + 1, sizeof *rq->d, 16))
+            goto nomem;
         rq->d[rq->n++] = (tool_run_doc){.doc = di, .score = score, .line = f.lineno};
         r->lines++;
     }

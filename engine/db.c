@@ -74,6 +74,12 @@ static int check_options(const tartan_options *o, store_msg *m)
 {
     if (o->flags & ~(uint32_t)(TARTAN_CREATE | TARTAN_EXCL | TARTAN_READONLY))
         return store_fail(m, TARTAN_EINVAL, "unknown flags 0x%x", (unsigned)o->flags);
+    if ((unsigned)o->device > TARTAN_DEVICE_CUDA)
+        return store_fail(m, TARTAN_EINVAL, "device is %d; it must be a tartan_device",
+                          (int)o->device);
+    if ((unsigned)o->gpu_mode > TARTAN_GPU_STREAMING)
+        return store_fail(m, TARTAN_EINVAL, "gpu_mode is %d; it must be a tartan_gpu_mode",
+                          (int)o->gpu_mode);
     if (o->kmeans_iters < 1)
         return store_fail(m, TARTAN_EINVAL, "kmeans_iters is %d; it must be at least 1",
                           o->kmeans_iters);

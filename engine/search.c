@@ -68,6 +68,9 @@ static int check_params(const tartan_search_params *p, store_msg *m)
         if (!isfinite(p->centroid_score_threshold))
             return store_fail(m, TARTAN_ERANGE, "centroid_score_threshold is not finite");
     }
+    if ((unsigned)p->device > TARTAN_DEVICE_CUDA)
+        return store_fail(m, TARTAN_EINVAL, "device is %d; it must be a tartan_device",
+                          (int)p->device);
     if (p->threads < 0)
         return store_fail(m, TARTAN_ERANGE, "threads is %d; it must be 0 or more", p->threads);
     if (!p->subset && p->n_subset)

@@ -147,6 +147,34 @@ typedef struct tartan_db tartan_db;
 #define TARTAN_READONLY 0x4u
 
 /*
+ * Where work runs. TARTAN_DEVICE_AUTO: the environment variable TARTAN_DEVICE ("auto", "cpu"
+ * or "cuda") when set, else a CUDA GPU when the build has CUDA and one is present, else the
+ * CPU. TARTAN_DEVICE_CUDA fails with TARTAN_ENODEV (build without CUDA, or no GPU) where the
+ * work would start; it never falls back silently. Results on either device are the same
+ * documents with scores equal within fp32 rounding (ties aside).
+ */
+typedef enum tartan_device {
+    TARTAN_DEVICE_AUTO = 0,
+    TARTAN_DEVICE_CPU = 1,
+    TARTAN_DEVICE_CUDA = 2
+} tartan_device;
+
+/*
+ * How a GPU search holds the index. TARTAN_GPU_RESIDENT: codes, residuals, norms, centroids
+ * and inverted lists are copied to GPU memory at the first GPU search and kept in step with
+ * every later change (each search first applies what was committed since). TARTAN_GPU_STREAMING:
+ * only centroids, codes and inverted lists live on the GPU; the residuals of the documents a
+ * search scores exactly stream from the index's memory map through pinned buffers. AUTO
+ * (default): the environment variable TARTAN_GPU_MODE ("auto", "resident", "streaming") when
+ * set, else resident when the index fits in 80% of the GPU's free memory, else streaming.
+ */
+typedef enum tartan_gpu_mode {
+    TARTAN_GPU_AUTO = 0,
+    TARTAN_GPU_RESIDENT = 1,
+    TARTAN_GPU_STREAMING = 2
+} tartan_gpu_mode;
+
+/*
  * Options of tartan_open. Always start from tartan_options_init(): fields may be added at the
  * end in later versions, and the initialiser gives each its default.
  */
@@ -164,6 +192,10 @@ typedef struct tartan_options {
     uint64_t seed;      /* sampling and k-means seed; default 42 */
     size_t map_size;    /* initial LMDB map size in bytes; 0: 256 MiB. The map grows by
                            itself as the index grows. Default 0 */
+    tartan_device device; /* where searches, k-means and encoding run (see tartan_device);
+                           default TARTAN_DEVICE_AUTO */
+    tartan_gpu_mode gpu_mode; /* how a GPU search holds the index (see tartan_gpu_mode);
+                           default TARTAN_GPU_AUTO */
 } tartan_options;
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */
@@ -366,6 +398,8 @@ typedef struct tartan_search_params {
                       not have are ignored; an id may repeat. See n_subset */
     size_t n_subset; /* entries of subset (0 with subset non-NULL: nothing is allowed) */
     int threads;   /* OpenMP threads for this call, 0 (default): OpenMP's default */
+    tartan_device device; /* this call's device; TARTAN_DEVICE_AUTO (default): the handle's
+                      (tartan_options.device) */
 } tartan_search_params;
 
 /*

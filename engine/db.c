@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "gpu.h"
 #include "plan.h"
 
 /* Each thread keeps its last message per kind: one for calls on handles (tagged with the
@@ -167,6 +168,7 @@ void tartan_close(tartan_db *db)
 {
     if (!db)
         return;
+    eng_gpu_free(db->gpu);
     store_close(db->env);
     pthread_mutex_destroy(&db->write_lock);
     free(db);

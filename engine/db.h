@@ -19,6 +19,9 @@ struct tartan_db {
     /* One change at a time per handle: training and encoding run outside LMDB's writer lock,
      * and a second change would only wait there after doing that work for nothing. */
     pthread_mutex_t write_lock;
+    /* The index mirrored in GPU memory for GPU searches (engine/gpu.h); NULL until the first.
+     * Guarded by the process-wide GPU lock. */
+    struct eng_gpu *gpu;
 };
 
 /*

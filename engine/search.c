@@ -22,6 +22,8 @@
 #endif
 
 #include "db.h"
+#include "device.h"
+#include "gpu.h"
 #include "search.h"
 
 /* Readers one call opens at most: LMDB has 126 reader slots per environment by default, to be
@@ -389,8 +391,17 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
                 params->exhaustive ? s.n_allowed <= r[0].h.n_docs / 8 : s.n_allowed <= s.ndocs;
         if (params->exhaustive) /* unused by the scan; the subset's list needs only k */
             s.ndocs = s.ndocs_exact = s.k;
+        kern_dev dev = KERN_DEV_CPU;
+        tartan_gpu_mode gmode = TARTAN_GPU_AUTO;
+        if ((rc = eng_device_pick(params->device != TARTAN_DEVICE_AUTO ? params->device
+                                                                       : db->opts.device,
+                                  &dev, &m)) ||
+            (rc = eng_gpu_mode_pick(db->opts.gpu_mode, &gmode, &m)))
+            goto restore;
         if (s.allowed && s.n_allowed == 0)
             ; /* nothing allowed: no hits */
+        else if (dev == KERN_DEV_CUDA)
+            rc = eng_gpu_search(&db->gpu, &r[0], &s, params->exhaustive, gmode, &st, &m);
         else if (params->exhaustive && !s.subset_exact)
             rc = eng_exact_scan(&r[0], &s, threads, &st, &m);
         else

@@ -165,3 +165,100 @@ int kern_cuda_sync(void)
 {
     return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_sync());
 }
+
+/* The GPU search pipeline's calls in a build without CUDA. */
+#ifndef TARTAN_HAVE_CUDA
+int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, int32_t *probes)
+{
+    (void)ST, (void)K, (void)ld, (void)ncells, (void)probes;
+    return no_cuda();
+}
+
+int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells, const int64_t *q_off,
+                              const int64_t *h_q_off, size_t nq, const int64_t *ivf_off,
+                              const uint32_t *ivf_docs, const uint32_t *live,
+                              const uint32_t *allowed, size_t words, uint32_t *bits,
+                              int64_t *counts)
+{
+    (void)probes, (void)ncells, (void)q_off, (void)h_q_off, (void)nq, (void)ivf_off;
+    (void)ivf_docs, (void)live, (void)allowed, (void)words, (void)bits, (void)counts;
+    return no_cuda();
+}
+
+int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words, uint32_t *docs,
+                              size_t width)
+{
+    (void)bits, (void)nq, (void)words, (void)docs, (void)width;
+    return no_cuda();
+}
+
+int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+                          const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
+                          const uint32_t *codes, const uint32_t *docs, size_t width, int prune,
+                          const int64_t *counts, int64_t prune_over, float threshold,
+                          float *approx)
+{
+    (void)counts, (void)prune_over;
+    (void)ST, (void)ld, (void)q_off, (void)h_q_off, (void)nq, (void)doc_off, (void)codes;
+    (void)docs, (void)width, (void)prune, (void)threshold, (void)approx;
+    return no_cuda();
+}
+
+int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel, size_t nq,
+                          size_t k, uint32_t *out)
+{
+    (void)in, (void)width, (void)sel, (void)nq, (void)k, (void)out;
+    return no_cuda();
+}
+
+int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
+{
+    (void)a, (void)scores;
+    return no_cuda();
+}
+
+int kern_cuda_build_ivf(const int64_t *doc_off, const uint32_t *codes, const uint32_t *live,
+                        size_t n_docs, size_t K, int64_t *ivf_off, int64_t *scratch,
+                        uint32_t *ivf_docs, size_t *n_entries)
+{
+    (void)doc_off, (void)codes, (void)live, (void)n_docs, (void)K, (void)ivf_off, (void)scratch;
+    (void)ivf_docs, (void)n_entries;
+    return no_cuda();
+}
+
+int kern_cuda_memset(void *p, int byte, size_t bytes)
+{
+    (void)p, (void)byte, (void)bytes;
+    return no_cuda();
+}
+
+int kern_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return no_cuda();
+}
+
+int kern_cuda_host_alloc(void **p, size_t bytes)
+{
+    (void)bytes;
+    *p = NULL;
+    return no_cuda();
+}
+
+void kern_cuda_host_free(void *p)
+{
+    (void)p;
+}
+
+int kern_cuda_upload_async(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return no_cuda();
+}
+
+int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return no_cuda();
+}
+#endif

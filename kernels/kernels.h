@@ -201,6 +201,115 @@ size_t kern_topk_take(kern_topk *t, int64_t *idx, float *val);
 void kern_topk_free(kern_topk *t);
 
 /* ---------------------------------------------------------------------------------------
+ * The GPU search pipeline (CUDA only: KERN_ENODEV in a build without CUDA). Batched PLAID
+ * stages over an index held in device memory, for nq queries at once, with no host round trip
+ * between stages except where a call says so. Every pointer is device memory.
+ *
+ * Layout shared by these calls:
+ * - the queries' tokens are rows [q_off[q], q_off[q + 1]) of a token table; q_off [nq + 1]
+ *   is given twice, on the host (h_q_off) to size launches and on the device (q_off);
+ * - ST [K, ld]: the centroid scores transposed, ST[c * ld + j] = <token j, centroid c>, one
+ *   column per query token (ld >= q_off[nq]); kern_centroid_scores(centroids, K, tokens, nt)
+ *   computes it;
+ * - a document is numbered; its tokens are [doc_off[d], doc_off[d + 1]) of the resident
+ *   arrays codes (uint32), residuals (dim * nbits / 8 bytes a token) and inv_norms;
+ * - lists of documents per query are [nq, width] matrices of document numbers, KERN_NO_DOC
+ *   past a query's last, with scores [nq, width] (NaN past the last: never selected by top-k).
+ * ------------------------------------------------------------------------------------- */
+#define KERN_NO_DOC 0xffffffffu
+/* Most centroids one query token may probe on the GPU. */
+#define KERN_CUDA_MAX_NCELLS 64
+
+/* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
+ * nt = ld columns of ST [K, ld]. */
+int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, int32_t *probes);
+
+/*
+ * Candidates, counted: for each query q, the union of the inverted lists (CSR: ivf_off [K + 1]
+ * int64, ivf_docs) of its tokens' probes [q_off[q] * ncells, q_off[q + 1] * ncells), kept
+ * where live (bitmap over document numbers, bit d % 32 of word d / 32) and allowed (the same,
+ * or NULL), is set in bits [nq, words] (all zero on entry) and counted in counts [nq]
+ * (int64). words = ceil(n_docs / 32).
+ */
+int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells, const int64_t *q_off,
+                             const int64_t *h_q_off, size_t nq, const int64_t *ivf_off, const uint32_t *ivf_docs,
+                             const uint32_t *live, const uint32_t *allowed, size_t words,
+                             uint32_t *bits, int64_t *counts);
+/* ... then written out in ascending number, width per query (counts[q] <= width), clearing
+ * bits: docs [nq, width]. */
+int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words, uint32_t *docs,
+                             size_t width);
+
+/*
+ * Centroid interaction (PLAID stages 2 and 3) over docs [nq, width]: approx[q, i] = sum over
+ * query q's tokens j of the max over the document's tokens t with kept code of
+ * ST[code_t * ld + j]; a token is kept when prune is zero, or when query q has at most
+ * prune_over candidates (counts [nq] on the device; NULL: prune applies to all), or when the
+ * best score of its centroid over query q's tokens reaches threshold. A document with no kept token scores
+ * KERN_EMPTY_SCORE; KERN_NO_DOC slots NaN.
+ */
+int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+                         const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
+                         const uint32_t *codes, const uint32_t *docs, size_t width, int prune,
+                         const int64_t *counts, int64_t prune_over, float threshold,
+                         float *approx);
+
+/* out[q, j] = in[q, sel[q, j]] (KERN_NO_DOC where sel is negative), for j < k of sel [nq, k]
+ * and in [nq, width]; width 0: in is one list for every query, out[q, j] = in[sel[q, j]]. */
+int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel, size_t nq,
+                         size_t k, uint32_t *out);
+
+/*
+ * Exact residual-fused scores of many (query, document) pairs: pair n of nq * per_q is query
+ * n / per_q against document docs[n] (docs [nq, per_q]) or, with cross, docs[n % per_q]
+ * (docs [per_q], the same list for every query); a KERN_NO_DOC document, or one without
+ * tokens, scores KERN_EMPTY_SCORE. The
+ * query's tokens are rows of q [*, dim] (fp32) at q_off, its q . C table the columns of ST.
+ * Precision as kern_maxsim_residual's on the GPU. scores [nq, per_q].
+ */
+typedef struct kern_cuda_exact {
+    size_t dim;
+    unsigned nbits;
+    const float *q;
+    const int64_t *q_off;
+    const int64_t *h_q_off;
+    size_t nq;
+    const float *ST;
+    size_t ld, n_centroids;
+    const float *bucket_weights;
+    const int64_t *doc_off;
+    const uint32_t *codes;
+    const uint8_t *residuals;
+    const float *inv_norms;
+    const uint32_t *docs;
+    size_t per_q;
+    int cross;
+} kern_cuda_exact;
+
+int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores);
+
+/*
+ * The resident inverted lists from the codes: ivf_off [K + 1] and ivf_docs (each live
+ * document once in the list of every centroid one of its tokens has), for documents
+ * [0, n_docs) with doc_off [n_docs + 1]. Two calls: with ivf_docs NULL, fills ivf_off and
+ * *n_entries (synchronises: the host needs the size); then with ivf_docs of n_entries.
+ * Order within a list is unspecified. scratch [K] int64.
+ */
+int kern_cuda_build_ivf(const int64_t *doc_off, const uint32_t *codes, const uint32_t *live,
+                       size_t n_docs, size_t K, int64_t *ivf_off, int64_t *scratch,
+                       uint32_t *ivf_docs, size_t *n_entries);
+
+/* Memory helpers of the pipeline: fill bytes, device-to-device copy, page-locked host memory,
+ * and asynchronous copies on the default stream (callers synchronise with kern_cuda_sync). */
+int kern_cuda_memset(void *p, int byte, size_t bytes);
+int kern_cuda_copy_d2d(void *dst, const void *src, size_t bytes);
+int kern_cuda_host_alloc(void **p, size_t bytes);
+void kern_cuda_host_free(void *p);
+int kern_cuda_upload_async(void *dst, const void *src, size_t bytes);
+/* Free and total device memory (bytes). */
+int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* ---------------------------------------------------------------------------------------
  * Devices
  * ------------------------------------------------------------------------------------- */
 

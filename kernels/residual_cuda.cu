@@ -71,10 +71,17 @@ template <int W> __device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)
     return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
 }
 
+/* One query (q_off NULL): q [lq, dim], qcT [n_centroids, lq]. Batched (q_off set): pair n is
+ * query n / per_q (rows [q_off[qi], q_off[qi + 1]) of q, columns of qcT [n_centroids, ldq] at
+ * the same offsets) against docs[cross ? n % per_q : n]. */
 struct res_args {
     int dim, nbits, code_bytes, lq;
     const float *q;   /* [lq, dim] */
-    const float *qcT; /* [n_centroids, lq] */
+    const float *qcT; /* [n_centroids, ldq] */
+    long long ldq;
+    const int64_t *q_off;
+    long long per_q;
+    int cross;
     const float *w;   /* [1 << nbits] */
     const kern_pdoc *docs;
     long long nd;
@@ -143,17 +150,29 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
     }
     __syncthreads();
 
-    const int lq = a.lq, dim = a.dim;
+    const int dim = a.dim;
     const int dpl = dim / 4; /* dims per lane */
     const int rbytes = dim * NB / 8;
-    const int units = (lq + 16 * MT - 1) / (16 * MT);
     const long long warps = (long long)gridDim.x * RES_WARPS;
     uint32_t af[MT][KT][4];
-    bool have_a = false; /* A fragments of unit 0 already in registers */
+    bool have_a = false; /* A fragments of unit 0 of query last_q already in registers */
+    long long last_q = -1;
 
     for (long long n = (long long)blockIdx.x * RES_WARPS + (threadIdx.x >> 5); n < a.nd;
          n += warps) {
-        const kern_pdoc doc = a.docs[n];
+        long long qi = 0;
+        int lq = a.lq;
+        const float *qp = a.q, *qcT = a.qcT;
+        if (a.q_off) {
+            qi = n / a.per_q;
+            const long long row0 = a.q_off[qi];
+            lq = (int)(a.q_off[qi + 1] - row0);
+            qp += row0 * dim;
+            qcT += row0;
+        }
+        const long long ldq = a.ldq;
+        const int units = (lq + 16 * MT - 1) / (16 * MT);
+        const kern_pdoc doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
         const int ntok = (int)doc.ntok;
         float total = 0.f;
         if (ntok == 0) {
@@ -164,8 +183,9 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
         const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
-            if (units > 1 || !have_a) {
+            if (units > 1 || !have_a || qi != last_q) {
                 have_a = true;
+                last_q = qi;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -177,7 +197,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                             const int r = r0 + mt * 16 + g + 8 * h;
 #pragma unroll
                             for (int e = 0; e < 4; e++)
-                                x[h][e] = r < lq ? a.q[(long long)r * dim + dj + e] : 0.f;
+                                x[h][e] = r < lq ? qp[(long long)r * dim + dj + e] : 0.f;
                         }
                         af[mt][kt][0] = pack_h2(x[0][0], x[0][1]);
                         af[mt][kt][1] = pack_h2(x[1][0], x[1][1]);
@@ -231,7 +251,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                             const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
 #pragma unroll
                             for (int e = 0; e < 2; e++)
-                                qv[j][mt][h][e] = __ldg(a.qcT + (long long)cd[j][e] * lq + r);
+                                qv[j][mt][h][e] = __ldg(qcT + (long long)cd[j][e] * ldq + r);
                         }
                 /* k steps outermost: the RNG * MT accumulators are independent, so
                  * consecutive MMAs never wait on each other. */
@@ -320,7 +340,15 @@ __global__ void residual_simple_kernel(res_args a)
     const long long n = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (n >= a.nd)
         return;
-    const kern_pdoc doc = a.docs[n];
+    int lq = a.lq;
+    const float *qp = a.q, *qcT = a.qcT;
+    if (a.q_off) {
+        const long long qi = n / a.per_q, row0 = a.q_off[qi];
+        lq = (int)(a.q_off[qi + 1] - row0);
+        qp += row0 * a.dim;
+        qcT += row0;
+    }
+    const kern_pdoc doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
     const int ntok = (int)doc.ntok, dim = a.dim, nb = a.nbits;
     const int rbytes = dim * nb / 8;
     if (ntok == 0) {
@@ -329,7 +357,7 @@ __global__ void residual_simple_kernel(res_args a)
         return;
     }
     float total = 0.f;
-    for (int i = 0; i < a.lq; i++) {
+    for (int i = 0; i < lq; i++) {
         float m = -INFINITY;
         for (int t = lane; t < ntok; t += 32) {
             const uint8_t *rp = doc.residuals + (long long)t * rbytes;
@@ -340,10 +368,10 @@ __global__ void residual_simple_kernel(res_args a)
                     const int bit = j * nb + k;
                     b |= ((rp[bit >> 3] >> (7 - (bit & 7))) & 1) << k;
                 }
-                s = fmaf(a.q[(long long)i * dim + j], a.w[b], s);
+                s = fmaf(qp[(long long)i * dim + j], a.w[b], s);
             }
             const uint32_t c = load_code(doc.codes, a.code_bytes, t);
-            m = fmaxf(m, (a.qcT[(long long)c * a.lq + i] + s) * doc.inv_norms[t]);
+            m = fmaxf(m, (qcT[(long long)c * a.ldq + i] + s) * doc.inv_norms[t]);
         }
         for (int o = 16; o > 0; o >>= 1)
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -468,6 +496,10 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.lq = (int)a->lq;
         r.q = a->q;
         r.qcT = qcT;
+        r.ldq = (long long)a->lq;
+        r.q_off = NULL;
+        r.per_q = (long long)a->nd;
+        r.cross = 0;
         r.w = a->bucket_weights;
         r.docs = a->docs;
         r.nd = (long long)a->nd;
@@ -535,5 +567,121 @@ extern "C" int kern_gpu_centroid_interaction(const float *S, size_t lq, size_t n
     }
 out:
     kern_scratch_free(ST, st_bytes);
+    return rc;
+}
+
+namespace
+{
+
+/* Pair documents as kernel documents: pointers into the resident arrays (KERN_NO_DOC: an
+ * empty document, which scores KERN_EMPTY_SCORE and is never selected). */
+__global__ void make_pdocs_kernel(const uint32_t *__restrict__ docs, long long n,
+                                  const int64_t *__restrict__ doc_off,
+                                  const uint32_t *__restrict__ codes,
+                                  const uint8_t *__restrict__ residuals,
+                                  const float *__restrict__ inv_norms, long long rbytes,
+                                  kern_pdoc *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint32_t d = docs[i];
+    kern_pdoc p;
+    if (d == KERN_NO_DOC) {
+        p.codes = codes;
+        p.residuals = residuals;
+        p.inv_norms = inv_norms;
+        p.ntok = 0;
+    } else {
+        const long long o = doc_off[d];
+        p.codes = codes + o;
+        p.residuals = residuals + o * rbytes;
+        p.inv_norms = inv_norms + o;
+        p.ntok = (uint32_t)(doc_off[d + 1] - o);
+    }
+    out[i] = p;
+}
+
+} // namespace
+
+extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
+{
+    cudaGetLastError(); /* a stale error of an earlier call is not this call's */
+    if (!a || !scores || !a->q || !a->q_off || !a->h_q_off || !a->ST || !a->doc_off ||
+        !a->codes || !a->residuals || !a->inv_norms || !a->docs || !a->bucket_weights ||
+        a->dim == 0 || (a->nbits != 1 && a->nbits != 2 && a->nbits != 4 && a->nbits != 8) ||
+        (a->dim * a->nbits) % 8 != 0) {
+        kern_set_error("exact_scores (cuda): NULL argument or bad dim / nbits");
+        return KERN_EINVAL;
+    }
+    const long long pairs = (long long)(a->nq * a->per_q);
+    if (pairs == 0)
+        return KERN_OK;
+    const long long npd = a->cross ? (long long)a->per_q : pairs;
+    kern_pdoc *pd = NULL;
+    int rc = kern_scratch((void **)&pd, (size_t)npd * sizeof *pd);
+    if (rc != KERN_OK)
+        return rc;
+    make_pdocs_kernel<<<(unsigned)((npd + 255) / 256), 256>>>(
+        a->docs, npd, a->doc_off, a->codes, a->residuals, a->inv_norms,
+        (long long)(a->dim * a->nbits / 8), pd);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        rc = kern_cuda_fail(e, "launch of make_pdocs_kernel", __FILE__, __LINE__);
+        goto out;
+    }
+    {
+        int lq_max = 0;
+        for (size_t q = 0; q < a->nq; q++) {
+            const int64_t l = a->h_q_off[q + 1] - a->h_q_off[q];
+            lq_max = l > lq_max ? (int)l : lq_max;
+        }
+        res_args r;
+        r.dim = (int)a->dim;
+        r.nbits = (int)a->nbits;
+        r.code_bytes = 4;
+        r.lq = lq_max;
+        r.q = a->q;
+        r.qcT = a->ST;
+        r.ldq = (long long)a->ld;
+        r.q_off = a->q_off;
+        r.per_q = (long long)a->per_q;
+        r.cross = a->cross;
+        r.w = a->bucket_weights;
+        r.docs = pd;
+        r.nd = pairs;
+        r.scores = scores;
+        const bool fast = a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256;
+        if (fast) {
+            switch (a->nbits) {
+            case 1:
+                rc = launch_residual<1>(r);
+                break;
+            case 2:
+                rc = launch_residual<2>(r);
+                break;
+            case 4:
+                rc = launch_residual<4>(r);
+                break;
+            default:
+                rc = launch_residual<8>(r);
+                break;
+            }
+        } else {
+            const long long blocks = (pairs + 3) / 4;
+            if (blocks > 0x7fffffffLL) {
+                kern_set_error("exact_scores (cuda): too many pairs");
+                rc = KERN_EINVAL;
+                goto out;
+            }
+            residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
+            e = cudaGetLastError();
+            rc = e == cudaSuccess
+                     ? KERN_OK
+                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
+        }
+    }
+out:
+    kern_scratch_free(pd, (size_t)npd * sizeof *pd);
     return rc;
 }

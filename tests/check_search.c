@@ -1068,6 +1068,58 @@ START_TEST(test_search_snapshot_during_writes)
 }
 END_TEST
 
+/* Device selection: CUDA where none can be had is refused (TARTAN_ENODEV), never run on
+ * the CPU instead; a bad TARTAN_DEVICE is refused; the CPU is always there. */
+START_TEST(test_search_device_choice)
+{
+    corpus c;
+    tartan_db *db = build(&c, 120, 31);
+    size_t rows;
+    float *q = make_queries(&c, 3, LQ, NULL, &rows);
+    tartan_queries qs = fixed_queries(q, 3, LQ);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 5);
+    tartan_results *r = NULL;
+    p.device = TARTAN_DEVICE_CUDA;
+    if (kern_cuda_device_count() == 0) {
+        ck_assert_int_eq(tartan_search(db, &qs, &p, &r), TARTAN_ENODEV);
+        ck_assert_ptr_null(r);
+        ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "CUDA"));
+        setenv("TARTAN_DEVICE", "cuda", 1);
+        p.device = TARTAN_DEVICE_AUTO;
+        ck_assert_int_eq(tartan_search(db, &qs, &p, &r), TARTAN_ENODEV);
+        /* AUTO without the variable runs on the CPU. */
+        unsetenv("TARTAN_DEVICE");
+        r = search_ok(db, &qs, &p);
+        tartan_results_free(r);
+    }
+    setenv("TARTAN_DEVICE", "tpu", 1);
+    p.device = TARTAN_DEVICE_AUTO;
+    ck_assert_int_eq(tartan_search(db, &qs, &p, &r), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "TARTAN_DEVICE"));
+    unsetenv("TARTAN_DEVICE");
+    p.device = (tartan_device)7;
+    ck_assert_int_eq(tartan_search(db, &qs, &p, &r), TARTAN_EINVAL);
+    p.device = TARTAN_DEVICE_CPU;
+    setenv("TARTAN_DEVICE", "cuda", 1); /* an explicit device overrides the environment */
+    r = search_ok(db, &qs, &p);
+    ck_assert_uint_eq(r->counts[0], 5);
+    tartan_results_free(r);
+    unsetenv("TARTAN_DEVICE");
+    /* Options: an unknown device or GPU mode does not open. */
+    tartan_close(db);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.device = (tartan_device)9;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), TARTAN_EINVAL);
+    tartan_options_init(&o);
+    o.gpu_mode = (tartan_gpu_mode)5;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), TARTAN_EINVAL);
+    free(q);
+    corpus_free(&c);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
     Suite *s = suite_create("search");
@@ -1092,6 +1144,7 @@ static Suite *search_suite(void)
         {"bad_arguments", test_search_bad_arguments},
         {"readonly_handle", test_search_readonly_handle},
         {"snapshot_during_writes", test_search_snapshot_during_writes},
+        {"device_choice", test_search_device_choice},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -1,0 +1,902 @@
+/*
+ * search_gpu.c: tartan_search on a CUDA GPU (gpu.h).
+ *
+ * The mirror. Documents keep their numbers on the device: doc_off [next_docno + 1] gives each
+ * number its run of tokens in codes (uint32), residuals and inv_norms; a deleted document keeps
+ * its run but loses its bit in live. A search whose snapshot differs from the mirror's first
+ * catches up: documents numbered from the mirror's next_docno on are appended (numbers only
+ * grow, so nothing else can be new), and when the live count then disagrees with the snapshot's,
+ * some older documents were deleted and one pass over the index's document keys finds which.
+ * Inverted lists are rebuilt on the device from the codes and live after every catch-up (a few
+ * milliseconds per million documents) rather than read from LMDB. Runs of deleted documents
+ * are dropped by reloading once they hold more than half of the tokens.
+ *
+ * Modes. Resident: residuals and norms live on the device too and the whole search runs there.
+ * Streaming: only codes, offsets, centroids and lists do; the documents that reach exact
+ * scoring are read from LMDB's map (checksums verified) into page-locked buffers and copied
+ * over for each batch, and exhaustive search streams every document through in slices.
+ *
+ * A batch of queries runs in chunks sized so that the [K, tokens] score table stays within
+ * about 1 GB. Per chunk the stages are: the score table (one GEMM-like kernel), each token's
+ * probes, the candidate bitmaps and their counts (the one copy back to the host before the
+ * end: it sizes the candidate matrices), the candidates in ascending number, pruned centroid
+ * interaction, top ndocs, unpruned interaction, top ndocs_exact, exact residual-fused scores,
+ * top k. Everything between stays on the device.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "kernels.h"
+
+/* Budget of the score table of one chunk of queries, and of its candidate matrices. */
+#define ST_BUDGET ((size_t)1 << 30)
+#define MATRIX_BUDGET ((size_t)2 << 30)
+/* Tokens staged on the host before each copy to the device while loading. */
+#define STAGE_TOKENS ((size_t)1 << 20)
+/* Documents per slice of a streaming exhaustive search. */
+#define STREAM_SLICE_DOCS ((size_t)1 << 16)
+
+static pthread_mutex_t gpu_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void eng_gpu_lock(void)
+{
+    pthread_mutex_lock(&gpu_mutex);
+}
+
+void eng_gpu_unlock(void)
+{
+    pthread_mutex_unlock(&gpu_mutex);
+}
+
+/* A device buffer that only grows. */
+typedef struct dbuf {
+    void *p;
+    size_t cap;
+} dbuf;
+
+struct eng_gpu {
+    int valid;
+    tartan_gpu_mode mode; /* RESIDENT or STREAMING once loaded */
+    uint32_t K, next_docno;
+    uint64_t n_docs; /* live documents in the mirror */
+    size_t dim, rbytes, n_tok, dead_tok;
+    unsigned nbits;
+    dbuf centroids, weights, doc_off, codes, residuals, norms, live, alive, ivf_off, ivf_docs,
+        ivf_scratch;
+    size_t n_alive;
+    uint32_t *h_live;
+    size_t h_live_words;
+    int64_t *h_doc_off; /* [next_docno + 1] */
+    size_t h_doc_cap;
+    /* Host staging while loading. */
+    uint32_t *s_codes;
+    uint8_t *s_res;
+    float *s_norms;
+    size_t s_n;
+    /* Search workspace. */
+    dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
+        docs4, vals, allowed, list;
+    size_t bits_zeroed; /* bytes of bits known to be zero */
+    /* Streaming: the exact stage's documents, page-locked on the host and on the device. */
+    void *p_buf;
+    size_t p_cap;
+    dbuf x_off, x_codes, x_res, x_norms, x_docs;
+};
+
+static int gpu_fail(int krc, store_msg *m, const char *what)
+{
+    switch (krc) {
+    case KERN_ENOMEM:
+        return store_fail(m, ENOMEM, "GPU search: %s: out of GPU memory (%s)", what,
+                          kern_last_error());
+    case KERN_ENODEV:
+        return store_fail(m, TARTAN_ENODEV, "GPU search: %s: %s", what, kern_last_error());
+    case KERN_EDEVICE:
+        return store_fail(m, TARTAN_EDEVICE, "GPU search: %s: %s", what, kern_last_error());
+    default:
+        return store_fail(m, TARTAN_EINTERNAL, "GPU search: %s: %s", what, kern_last_error());
+    }
+}
+
+#define KTRY(call, what)                                                                           \
+    do {                                                                                           \
+        int krc_ = (call);                                                                         \
+        if (krc_)                                                                                  \
+            return gpu_fail(krc_, m, what);                                                        \
+    } while (0)
+
+static void dbuf_free(dbuf *b)
+{
+    kern_cuda_free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+/* At least bytes in b; keep: copy the old contents over. */
+static int dbuf_need(dbuf *b, size_t bytes, int keep, store_msg *m)
+{
+    if (bytes <= b->cap && b->p)
+        return 0;
+    size_t c = b->cap + b->cap / 2;
+    if (c < bytes)
+        c = bytes;
+    if (c < 256)
+        c = 256;
+    void *n = NULL;
+    KTRY(kern_cuda_malloc(&n, c), "device memory");
+    if (keep && b->p && b->cap) {
+        int krc = kern_cuda_copy_d2d(n, b->p, b->cap);
+        if (krc) {
+            kern_cuda_free(n);
+            return gpu_fail(krc, m, "device copy");
+        }
+    }
+    kern_cuda_free(b->p); /* synchronises: the copy above is done */
+    b->p = n;
+    b->cap = c;
+    return 0;
+}
+
+static void mirror_reset(eng_gpu *g)
+{
+    dbuf *all[] = {&g->centroids, &g->weights, &g->doc_off,  &g->codes,       &g->residuals,
+                   &g->norms,     &g->live,    &g->alive,    &g->ivf_off,     &g->ivf_docs,
+                   &g->ivf_scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        dbuf_free(all[i]);
+    g->valid = 0;
+    g->K = g->next_docno = 0;
+    g->n_docs = 0;
+    g->n_tok = g->dead_tok = g->n_alive = 0;
+}
+
+void eng_gpu_free(eng_gpu *g)
+{
+    if (!g)
+        return;
+    eng_gpu_lock();
+    mirror_reset(g);
+    dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,      &g->probes, &g->bits,    &g->counts,
+                  &g->docs1, &g->approx1, &g->sel,     &g->docs2,  &g->approx2, &g->docs3,
+                  &g->scores, &g->docs4,  &g->vals,    &g->allowed, &g->list,   &g->x_off,
+                  &g->x_codes, &g->x_res, &g->x_norms, &g->x_docs};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        dbuf_free(ws[i]);
+    kern_cuda_host_free(g->p_buf);
+    eng_gpu_unlock();
+    free(g->h_live);
+    free(g->h_doc_off);
+    free(g->s_codes);
+    free(g->s_res);
+    free(g->s_norms);
+    free(g);
+}
+
+void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes)
+{
+    const dbuf *all[] = {&g->centroids, &g->weights, &g->doc_off, &g->codes,
+                         &g->residuals, &g->norms,   &g->live,    &g->alive,
+                         &g->ivf_off,   &g->ivf_docs};
+    size_t b = 0;
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        b += all[i]->cap;
+    if (mode)
+        *mode = g->valid ? g->mode : TARTAN_GPU_AUTO;
+    if (device_bytes)
+        *device_bytes = b;
+}
+
+/* ---- catching up with the snapshot ---------------------------------------------------- */
+
+static int host_grow(void **p, size_t *cap, size_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c * sz);
+    if (!q)
+        return ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Copies the staged tokens to the end of the device arrays. */
+static int flush_stage(eng_gpu *g, store_msg *m)
+{
+    if (!g->s_n)
+        return 0;
+    size_t n = g->n_tok + g->s_n;
+    int rc;
+    if ((rc = dbuf_need(&g->codes, n * 4, 1, m)))
+        return rc;
+    KTRY(kern_cuda_upload((uint32_t *)g->codes.p + g->n_tok, g->s_codes, g->s_n * 4), "upload");
+    if (g->mode == TARTAN_GPU_RESIDENT) {
+        if ((rc = dbuf_need(&g->residuals, n * g->rbytes, 1, m)) ||
+            (rc = dbuf_need(&g->norms, n * 4, 1, m)))
+            return rc;
+        KTRY(kern_cuda_upload((uint8_t *)g->residuals.p + g->n_tok * g->rbytes, g->s_res,
+                              g->s_n * g->rbytes),
+             "upload");
+        KTRY(kern_cuda_upload((float *)g->norms.p + g->n_tok, g->s_norms, g->s_n * 4), "upload");
+    }
+    g->n_tok = n;
+    g->s_n = 0;
+    return 0;
+}
+
+/* Appends document docno (numbers arrive ascending; those skipped get empty runs). */
+static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const kern_pdoc *d,
+                      store_msg *m)
+{
+    if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)docno + 2, sizeof(int64_t)))
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    for (uint32_t x = g->next_docno; x < docno; x++)
+        g->h_doc_off[x + 1] = g->h_doc_off[x];
+    int64_t start = (int64_t)(g->n_tok + g->s_n);
+    g->h_doc_off[docno] = start;
+    g->h_doc_off[docno + 1] = start + d->ntok;
+    g->next_docno = docno + 1;
+    g->h_live[docno >> 5] |= 1u << (docno & 31);
+    g->n_docs++;
+    const unsigned cb = r->h.code_bytes;
+    for (uint32_t t = 0; t < d->ntok;) {
+        if (g->s_n == STAGE_TOKENS) {
+            int rc = flush_stage(g, m);
+            if (rc)
+                return rc;
+        }
+        uint32_t take = d->ntok - t;
+        if (take > STAGE_TOKENS - g->s_n)
+            take = (uint32_t)(STAGE_TOKENS - g->s_n);
+        for (uint32_t i = 0; i < take; i++) {
+            uint32_t c = cb == 2 ? ((const uint16_t *)d->codes)[t + i]
+                                 : ((const uint32_t *)d->codes)[t + i];
+            if (c >= g->K)
+                return store_fail(m, TARTAN_ECORRUPT,
+                                  "document %u: token %u has code %u, past %u centroids", docno,
+                                  t + i, c, g->K);
+            g->s_codes[g->s_n + i] = c;
+        }
+        if (g->mode == TARTAN_GPU_RESIDENT) {
+            memcpy(g->s_res + g->s_n * g->rbytes, d->residuals + (size_t)t * g->rbytes,
+                   (size_t)take * g->rbytes);
+            memcpy(g->s_norms + g->s_n, d->inv_norms + t, (size_t)take * 4);
+        }
+        g->s_n += take;
+        t += take;
+    }
+    return 0;
+}
+
+/* Bytes a resident mirror of r's index takes on the device (estimate). */
+static size_t resident_bytes(const idx_reader *r)
+{
+    const store_header *h = &r->h;
+    return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4) +
+           (size_t)h->n_centroids * (h->dim * 4 + 16) + (size_t)h->next_docno * 16;
+}
+
+static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_msg *m)
+{
+    const store_header *h = &r->h;
+    tartan_gpu_mode mode = want;
+    if (mode == TARTAN_GPU_AUTO) {
+        size_t fr = 0, tot = 0;
+        KTRY(kern_cuda_mem_info(&fr, &tot), "device memory");
+        size_t mine = 0;
+        eng_gpu_describe(g, NULL, &mine);
+        mode = resident_bytes(r) <= (fr + mine) / 10 * 8 ? TARTAN_GPU_RESIDENT
+                                                         : TARTAN_GPU_STREAMING;
+        /* Stay as loaded while it still fits: no flapping between modes. */
+        if (g->valid && g->mode == TARTAN_GPU_RESIDENT && resident_bytes(r) <= (fr + mine))
+            mode = TARTAN_GPU_RESIDENT;
+    }
+    if (g->valid && g->mode == mode && g->K == h->n_centroids && g->next_docno == h->next_docno &&
+        g->n_docs == h->n_docs)
+        return 0;
+    int full = !g->valid || g->mode != mode || g->K != h->n_centroids || g->dim != h->dim ||
+               g->nbits != h->nbits || h->next_docno < g->next_docno ||
+               g->dead_tok > g->n_tok / 2;
+    int rc = 0;
+    if (full) {
+        mirror_reset(g);
+        g->mode = mode;
+        g->K = h->n_centroids;
+        g->dim = h->dim;
+        g->nbits = h->nbits;
+        g->rbytes = h->token_bytes;
+        if ((rc = dbuf_need(&g->centroids, (size_t)g->K * g->dim * 4, 0, m)) ||
+            (rc = dbuf_need(&g->weights, sizeof r->codec.weights, 0, m)))
+            return rc;
+        KTRY(kern_cuda_upload(g->centroids.p, r->centroids, (size_t)g->K * g->dim * 4),
+             "upload");
+        KTRY(kern_cuda_upload(g->weights.p, r->codec.weights, sizeof r->codec.weights), "upload");
+        if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)))
+            return store_fail(m, ENOMEM, "GPU search: out of memory");
+        g->h_doc_off[0] = 0;
+    }
+    g->valid = 0; /* until the end: a failure leaves a mirror that reloads */
+    size_t words = ((size_t)h->next_docno + 31) / 32;
+    if (host_grow((void **)&g->h_live, &g->h_live_words, words ? words : 1, sizeof(uint32_t)))
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    uint32_t from = full ? 0 : g->next_docno;
+    memset(g->h_live + (from >> 5) + ((from & 31) ? 1 : 0), 0,
+           (words - (from >> 5) - ((from & 31) ? 1 : 0)) * sizeof(uint32_t));
+    if (from & 31)
+        g->h_live[from >> 5] &= (1u << (from & 31)) - 1;
+    if (!g->s_codes) {
+        g->s_codes = malloc(STAGE_TOKENS * 4);
+        g->s_res = malloc(STAGE_TOKENS * (g->rbytes ? g->rbytes : 1));
+        g->s_norms = malloc(STAGE_TOKENS * 4);
+        if (!g->s_codes || !g->s_res || !g->s_norms)
+            return store_fail(m, ENOMEM, "GPU search: out of memory for staging");
+    }
+    g->s_n = 0;
+    uint64_t old_live = g->n_docs;
+    int verify = r->verify;
+    if (full) {
+        /* Every document, in number order, checksums verified once here. */
+        r->verify = 1;
+        store_cursor *cur = NULL;
+        uint32_t d;
+        kern_pdoc pd;
+        while ((rc = idx_reader_next_doc(r, &cur, &d, &pd, m)) == 1)
+            if ((rc = append_doc(g, r, d, &pd, m)))
+                break;
+        if (rc > 0 || cur)
+            idx_reader_docs_end(cur);
+    } else {
+        r->verify = 1;
+        for (uint32_t d = from; d < h->next_docno && !rc; d++) {
+            kern_pdoc pd;
+            rc = idx_reader_doc(r, d, &pd, m);
+            if (rc == TARTAN_ENOTFOUND) {
+                rc = 0;
+                continue;
+            }
+            if (!rc)
+                rc = append_doc(g, r, d, &pd, m);
+        }
+    }
+    r->verify = verify;
+    if (rc)
+        return rc;
+    /* Numbers past the last live document still get their (empty) runs. */
+    if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)h->next_docno + 1,
+                  sizeof(int64_t)))
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    for (uint32_t x = g->next_docno; x < h->next_docno; x++)
+        g->h_doc_off[x + 1] = g->h_doc_off[x];
+    g->next_docno = h->next_docno;
+    if ((rc = flush_stage(g, m)))
+        return rc;
+    /* Deletions among the older documents: the live count says whether there were any. */
+    if (!full && g->n_docs != h->n_docs) {
+        uint64_t added = g->n_docs - old_live;
+        (void)added;
+        uint32_t *seen = calloc(words ? words : 1, sizeof *seen);
+        if (!seen)
+            return store_fail(m, ENOMEM, "GPU search: out of memory");
+        r->verify = 0;
+        store_cursor *cur = NULL;
+        uint32_t d;
+        kern_pdoc pd;
+        while ((rc = idx_reader_next_doc(r, &cur, &d, &pd, m)) == 1)
+            if (d < h->next_docno)
+                seen[d >> 5] |= 1u << (d & 31);
+        r->verify = verify;
+        if (rc) {
+            if (cur)
+                idx_reader_docs_end(cur);
+            free(seen);
+            return rc;
+        }
+        uint64_t n = 0;
+        for (size_t w = 0; w < words; w++) {
+            uint32_t gone = g->h_live[w] & ~seen[w];
+            for (uint32_t x = gone; x; x &= x - 1) {
+                uint32_t dd = (uint32_t)(w * 32 + (unsigned)__builtin_ctz(x));
+                g->dead_tok += (size_t)(g->h_doc_off[dd + 1] - g->h_doc_off[dd]);
+            }
+            g->h_live[w] &= seen[w];
+            n += (uint64_t)__builtin_popcount(g->h_live[w]);
+        }
+        free(seen);
+        g->n_docs = n;
+    }
+    if (g->n_docs != h->n_docs)
+        return store_fail(m, TARTAN_ECORRUPT,
+                          "the index counts %llu live documents but holds %llu",
+                          (unsigned long long)h->n_docs, (unsigned long long)g->n_docs);
+    /* Offsets, live bits, the live list, then the inverted lists from them. */
+    size_t nd = g->next_docno;
+    if ((rc = dbuf_need(&g->doc_off, (nd + 1) * 8, 0, m)) ||
+        (rc = dbuf_need(&g->live, (words ? words : 1) * 4, 0, m)))
+        return rc;
+    KTRY(kern_cuda_upload(g->doc_off.p, g->h_doc_off, (nd + 1) * 8), "upload");
+    if (words)
+        KTRY(kern_cuda_upload(g->live.p, g->h_live, words * 4), "upload");
+    uint32_t *alive = malloc((g->n_docs ? g->n_docs : 1) * sizeof *alive);
+    if (!alive)
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    size_t na = 0;
+    for (size_t w = 0; w < words; w++)
+        for (uint32_t x = g->h_live[w]; x; x &= x - 1)
+            alive[na++] = (uint32_t)(w * 32 + (unsigned)__builtin_ctz(x));
+    rc = dbuf_need(&g->alive, (na ? na : 1) * 4, 0, m);
+    if (!rc && na) {
+        int krc = kern_cuda_upload(g->alive.p, alive, na * 4);
+        if (krc)
+            rc = gpu_fail(krc, m, "upload");
+    }
+    free(alive);
+    if (rc)
+        return rc;
+    g->n_alive = na;
+    size_t entries = 0;
+    if ((rc = dbuf_need(&g->ivf_off, ((size_t)g->K + 1) * 8, 0, m)) ||
+        (rc = dbuf_need(&g->ivf_scratch, (size_t)g->K * 8, 0, m)))
+        return rc;
+    KTRY(kern_cuda_build_ivf(g->doc_off.p, g->codes.p ? g->codes.p : g->ivf_scratch.p,
+                             g->live.p, nd, g->K, g->ivf_off.p, g->ivf_scratch.p, NULL, &entries),
+         "inverted lists");
+    if ((rc = dbuf_need(&g->ivf_docs, (entries ? entries : 1) * 4, 0, m)))
+        return rc;
+    KTRY(kern_cuda_build_ivf(g->doc_off.p, g->codes.p ? g->codes.p : g->ivf_scratch.p,
+                             g->live.p, nd, g->K, g->ivf_off.p, g->ivf_scratch.p, g->ivf_docs.p,
+                             &entries),
+         "inverted lists");
+    KTRY(kern_cuda_sync(), "inverted lists");
+    g->valid = 1;
+    return 0;
+}
+
+/* ---- streaming: documents for the exact stage ----------------------------------------- */
+
+/*
+ * Copies the documents docs [n] (KERN_NO_DOC allowed) from the map to the device as a small
+ * index of their own: x_off [n + 1], x_codes, x_res, x_norms, and x_docs [n] = i (or
+ * KERN_NO_DOC), which the exact stage then reads in place of the mirror.
+ */
+static int stream_docs(eng_gpu *g, idx_reader *r, const uint32_t *docs, size_t n, store_msg *m)
+{
+    size_t ntok = 0;
+    int rc = 0;
+    kern_pdoc *pd = malloc((n ? n : 1) * sizeof *pd);
+    if (!pd)
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    int verify = r->verify;
+    r->verify = 1;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (docs[i] == KERN_NO_DOC) {
+            pd[i].ntok = 0;
+            continue;
+        }
+        rc = idx_reader_doc(r, docs[i], &pd[i], m);
+        if (rc == TARTAN_ENOTFOUND)
+            rc = store_fail(m, TARTAN_ECORRUPT, "document %u vanished", docs[i]);
+        ntok += pd[i].ntok;
+    }
+    r->verify = verify;
+    if (rc) {
+        free(pd);
+        return rc;
+    }
+    /* One page-locked buffer: offsets, document numbers, codes, norms, residuals. */
+    size_t b_off = (n + 1) * 8, b_docs = n * 4, b_codes = ntok * 4, b_norms = ntok * 4,
+           b_res = ntok * g->rbytes;
+    size_t total = b_off + b_docs + b_codes + b_norms + b_res + 64;
+    if (total > g->p_cap) {
+        kern_cuda_host_free(g->p_buf);
+        g->p_buf = NULL;
+        g->p_cap = 0;
+        int krc = kern_cuda_host_alloc(&g->p_buf, total * 2);
+        if (krc) {
+            free(pd);
+            return gpu_fail(krc, m, "page-locked memory");
+        }
+        g->p_cap = total * 2;
+    }
+    int64_t *off = g->p_buf;
+    uint32_t *xd = (uint32_t *)((char *)g->p_buf + b_off);
+    uint32_t *codes = xd + n;
+    float *norms = (float *)(codes + ntok);
+    uint8_t *res = (uint8_t *)(norms + ntok);
+    size_t at = 0;
+    const unsigned cb = r->h.code_bytes;
+    off[0] = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        xd[i] = docs[i] == KERN_NO_DOC ? KERN_NO_DOC : (uint32_t)i;
+        for (uint32_t t = 0; t < pd[i].ntok; t++) {
+            uint32_t c = cb == 2 ? ((const uint16_t *)pd[i].codes)[t]
+                                 : ((const uint32_t *)pd[i].codes)[t];
+            if (c >= g->K) {
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "document %u: token %u has code %u, past %u centroids", docs[i],
+                                t, c, g->K);
+                break;
+            }
+            codes[at + t] = c;
+        }
+        memcpy(norms + at, pd[i].inv_norms, (size_t)pd[i].ntok * 4);
+        memcpy(res + at * g->rbytes, pd[i].residuals, (size_t)pd[i].ntok * g->rbytes);
+        at += pd[i].ntok;
+        off[i + 1] = (int64_t)at;
+    }
+    free(pd);
+    if (rc)
+        return rc;
+    if ((rc = dbuf_need(&g->x_off, b_off, 0, m)) || (rc = dbuf_need(&g->x_docs, b_docs + 4, 0, m)) ||
+        (rc = dbuf_need(&g->x_codes, b_codes + 4, 0, m)) ||
+        (rc = dbuf_need(&g->x_norms, b_norms + 4, 0, m)) ||
+        (rc = dbuf_need(&g->x_res, b_res + 4, 0, m)))
+        return rc;
+    KTRY(kern_cuda_upload_async(g->x_off.p, off, b_off), "upload");
+    KTRY(kern_cuda_upload_async(g->x_docs.p, xd, b_docs), "upload");
+    KTRY(kern_cuda_upload_async(g->x_codes.p, codes, b_codes), "upload");
+    KTRY(kern_cuda_upload_async(g->x_norms.p, norms, b_norms), "upload");
+    KTRY(kern_cuda_upload_async(g->x_res.p, res, b_res), "upload");
+    return 0;
+}
+
+/* ---- one chunk of queries -------------------------------------------------------------- */
+
+typedef struct chunk {
+    size_t qa, nq;     /* queries [qa, qa + nq) */
+    int64_t *h_off;    /* [nq + 1] token offsets within the chunk */
+    size_t T;          /* tokens */
+} chunk;
+
+/* The exact stage over docs [nq, per_q] (or the one list with cross) of the mirror, or in
+ * streaming mode of documents copied over for it. */
+static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t *docs,
+                       size_t per_q, int cross, float *scores, store_msg *m)
+{
+    kern_cuda_exact a = {
+        .dim = g->dim,
+        .nbits = g->nbits,
+        .q = g->q.p,
+        .q_off = g->q_off.p,
+        .h_q_off = c->h_off,
+        .nq = c->nq,
+        .ST = g->ST.p,
+        .ld = c->T,
+        .n_centroids = g->K,
+        .bucket_weights = g->weights.p,
+        .doc_off = g->doc_off.p,
+        .codes = g->codes.p,
+        .residuals = g->residuals.p,
+        .inv_norms = g->norms.p,
+        .docs = docs,
+        .per_q = per_q,
+        .cross = cross,
+    };
+    if (g->mode == TARTAN_GPU_STREAMING) {
+        size_t n = cross ? per_q : c->nq * per_q;
+        uint32_t *h = malloc((n ? n : 1) * 4);
+        if (!h)
+            return store_fail(m, ENOMEM, "GPU search: out of memory");
+        int krc = kern_cuda_download(h, docs, n * 4);
+        int rc = krc ? gpu_fail(krc, m, "download") : stream_docs(g, r, h, n, m);
+        free(h);
+        if (rc)
+            return rc;
+        a.doc_off = g->x_off.p;
+        a.codes = g->x_codes.p;
+        a.residuals = g->x_res.p;
+        a.inv_norms = g->x_norms.p;
+        a.docs = g->x_docs.p;
+    }
+    KTRY(kern_cuda_exact_scores(&a, scores), "exact scoring");
+    return 0;
+}
+
+/* Top k of scores [nq, n] over docs (the same shape, or the one list with cross): the hits
+ * go to docs4 / vals [nq, k]. */
+static int final_topk(eng_gpu *g, const chunk *c, const float *scores, size_t n,
+                      const uint32_t *docs, int cross, size_t k, store_msg *m)
+{
+    int rc;
+    if ((rc = dbuf_need(&g->sel, c->nq * k * 8, 0, m)) ||
+        (rc = dbuf_need(&g->vals, c->nq * k * 4, 0, m)) ||
+        (rc = dbuf_need(&g->docs4, c->nq * k * 4, 0, m)))
+        return rc;
+    KTRY(kern_topk_rows(KERN_DEV_CUDA, scores, c->nq, n, k, g->sel.p, g->vals.p), "top-k");
+    if (cross) {
+        /* One list for all queries: gather from it with width 0 (row 0 for every query). */
+        KTRY(kern_cuda_gather_docs(docs, 0, g->sel.p, c->nq, k, g->docs4.p), "gather");
+    } else {
+        KTRY(kern_cuda_gather_docs(docs, n, g->sel.p, c->nq, k, g->docs4.p), "gather");
+    }
+    return 0;
+}
+
+/*
+ * Streaming exhaustive search: the listed documents in slices, each copied over, scored
+ * against the chunk's queries and reduced to its top k on the device; the slices' top k merge
+ * on the host.
+ */
+static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
+                             const uint32_t *list, size_t n_list, eng_stage_stats *st,
+                             store_msg *m)
+{
+    (void)st;
+    const size_t nq = c->nq;
+    int rc = 0;
+    kern_topk **tk = calloc(nq, sizeof *tk);
+    uint32_t *hd = malloc(nq * s->k * 4);
+    float *hv = malloc(nq * s->k * 4);
+    int64_t *ids = malloc(nq * s->k * 8);
+    if (!tk || !hd || !hv || !ids)
+        rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+    for (size_t i = 0; i < nq && !rc; i++)
+        if (!(tk[i] = kern_topk_new(s->k)))
+            rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+    if (!rc)
+        rc = dbuf_need(&g->scores, nq * STREAM_SLICE_DOCS * 4, 0, m);
+    for (size_t s0 = 0; s0 < n_list && !rc; s0 += STREAM_SLICE_DOCS) {
+        size_t n = n_list - s0 < STREAM_SLICE_DOCS ? n_list - s0 : STREAM_SLICE_DOCS;
+        size_t kk = s->k < n ? s->k : n;
+        if ((rc = exact_stage(g, r, c, list + s0, n, 1, g->scores.p, m)) ||
+            (rc = final_topk(g, c, g->scores.p, n, list + s0, 1, kk, m)))
+            break;
+        int krc = kern_cuda_download(hd, g->docs4.p, nq * kk * 4);
+        if (!krc)
+            krc = kern_cuda_download(hv, g->vals.p, nq * kk * 4);
+        if (krc) {
+            rc = gpu_fail(krc, m, "download");
+            break;
+        }
+        for (size_t i = 0; i < nq && !rc; i++) {
+            size_t h = 0;
+            for (; h < kk && hd[i * kk + h] != KERN_NO_DOC && hv[i * kk + h] > -INFINITY; h++)
+                ids[h] = hd[i * kk + h];
+            if (h && kern_topk_push(tk[i], hv + i * kk, ids, h))
+                rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+        }
+    }
+    for (size_t i = 0; i < nq && !rc; i++) {
+        size_t qi = c->qa + i;
+        size_t h = kern_topk_take(tk[i], ids, hv);
+        for (size_t j = 0; j < h; j++) {
+            s->hit_doc[qi * s->k + j] = (uint32_t)ids[j];
+            s->hit_score[qi * s->k + j] = hv[j];
+        }
+        s->hit_n[qi] = h;
+    }
+    for (size_t i = 0; tk && i < nq; i++)
+        kern_topk_free(tk[i]);
+    free(tk);
+    free(hd);
+    free(hv);
+    free(ids);
+    return rc;
+}
+
+static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
+                     const chunk *c, eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    const size_t K = g->K, nq = c->nq, words = ((size_t)g->next_docno + 31) / 32;
+    int rc;
+    double t0 = eng_now();
+    /* Queries and the score table. */
+    if ((rc = dbuf_need(&g->q, c->T * g->dim * 4, 0, m)) ||
+        (rc = dbuf_need(&g->q_off, (nq + 1) * 8, 0, m)) ||
+        (rc = dbuf_need(&g->ST, K * c->T * 4, 0, m)))
+        return rc;
+    KTRY(kern_cuda_upload(g->q.p, q->emb + q->off[c->qa] * g->dim, c->T * g->dim * 4), "upload");
+    KTRY(kern_cuda_upload(g->q_off.p, c->h_off, (nq + 1) * 8), "upload");
+    KTRY(kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim, g->ST.p),
+         "centroid scores");
+
+    const uint32_t *list = NULL;
+    size_t n_list = 0;
+    if (exhaustive || s->subset_exact) {
+        list = s->allowed ? g->list.p : g->alive.p;
+        n_list = s->allowed ? s->n_allowed : g->n_alive;
+    }
+    size_t k = s->k;
+    if (list) {
+        for (size_t i = 0; i < nq; i++)
+            s->hit_n[c->qa + i] = 0;
+        if (n_list == 0)
+            return 0;
+        st->n_cand += nq * n_list;
+        st->n_exact += nq * n_list;
+        if (g->mode == TARTAN_GPU_STREAMING && n_list > STREAM_SLICE_DOCS)
+            return exhaustive_slices(g, r, s, c, list, n_list, st, m);
+        /* Every listed document against every query of the chunk. */
+        if ((rc = dbuf_need(&g->scores, nq * n_list * 4, 0, m)))
+            return rc;
+        if ((rc = exact_stage(g, r, c, list, n_list, 1, g->scores.p, m)))
+            return rc;
+        size_t kk = k < n_list ? k : n_list;
+        if ((rc = final_topk(g, c, g->scores.p, n_list, list, 1, kk, m)))
+            return rc;
+        k = kk;
+    } else {
+        size_t nc = s->ncells;
+        if ((rc = dbuf_need(&g->probes, c->T * nc * 4, 0, m)) ||
+            (rc = dbuf_need(&g->counts, nq * 8, 0, m)))
+            return rc;
+        if (g->bits.cap < nq * words * 4 || g->bits_zeroed < nq * words * 4) {
+            if ((rc = dbuf_need(&g->bits, nq * words * 4, 0, m)))
+                return rc;
+            KTRY(kern_cuda_memset(g->bits.p, 0, g->bits.cap), "memset");
+            g->bits_zeroed = g->bits.cap;
+        }
+        KTRY(kern_cuda_probe(g->ST.p, K, c->T, nc, g->probes.p), "probes");
+        KTRY(kern_cuda_candidates_mark(g->probes.p, nc, g->q_off.p, c->h_off, nq, g->ivf_off.p,
+                                       g->ivf_docs.p, g->live.p, s->allowed ? g->allowed.p : NULL,
+                                       words, g->bits.p, g->counts.p),
+             "candidates");
+        int64_t *cnt = malloc(nq * 8);
+        if (!cnt)
+            return store_fail(m, ENOMEM, "GPU search: out of memory");
+        int krc = kern_cuda_download(cnt, g->counts.p, nq * 8);
+        size_t width = 0, n3sum = 0;
+        size_t n2 = 0, n3 = 0;
+        if (!krc) {
+            for (size_t i = 0; i < nq; i++) {
+                width = (size_t)cnt[i] > width ? (size_t)cnt[i] : width;
+                st->n_cand += (uint64_t)cnt[i];
+            }
+            n2 = s->ndocs < width ? s->ndocs : width;
+            n3 = s->ndocs_exact < n2 ? s->ndocs_exact : n2;
+            for (size_t i = 0; i < nq; i++)
+                n3sum += (size_t)cnt[i] < n3 ? (size_t)cnt[i] : n3;
+        }
+        free(cnt);
+        if (krc)
+            return gpu_fail(krc, m, "download");
+        double t1 = eng_now();
+        st->cand += t1 - t0;
+        t0 = t1;
+        if (width == 0) {
+            /* No candidates: the bitmaps are still all zero. */
+            for (size_t i = 0; i < nq; i++)
+                s->hit_n[c->qa + i] = 0;
+            return 0;
+        }
+        if ((rc = dbuf_need(&g->docs1, nq * width * 4, 0, m)) ||
+            (rc = dbuf_need(&g->approx1, nq * width * 4, 0, m)) ||
+            (rc = dbuf_need(&g->sel, nq * n2 * 8, 0, m)) ||
+            (rc = dbuf_need(&g->docs2, nq * n2 * 4, 0, m)) ||
+            (rc = dbuf_need(&g->approx2, nq * n2 * 4, 0, m)) ||
+            (rc = dbuf_need(&g->vals, nq * n2 * 4, 0, m)) ||
+            (rc = dbuf_need(&g->docs3, nq * n3 * 4, 0, m)) ||
+            (rc = dbuf_need(&g->scores, nq * n3 * 4, 0, m)))
+            return rc;
+        KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
+        /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
+        KTRY(kern_cuda_interaction(g->ST.p, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
+                                   g->codes.p, g->docs1.p, width, 1, g->counts.p,
+                                   (int64_t)s->ndocs_exact, s->threshold, g->approx1.p),
+             "centroid interaction");
+        KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, n2, g->sel.p, g->vals.p),
+             "top-k");
+        KTRY(kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, n2, g->docs2.p), "gather");
+        /* Stage 3. */
+        KTRY(kern_cuda_interaction(g->ST.p, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
+                                   g->codes.p, g->docs2.p, n2, 0, NULL, 0, 0.f, g->approx2.p),
+             "centroid interaction");
+        KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx2.p, nq, n2, n3, g->sel.p, g->vals.p),
+             "top-k");
+        KTRY(kern_cuda_gather_docs(g->docs2.p, n2, g->sel.p, nq, n3, g->docs3.p), "gather");
+        t1 = eng_now();
+        st->prune += t1 - t0;
+        t0 = t1;
+        /* Stage 4. */
+        if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, g->scores.p, m)))
+            return rc;
+        size_t kk = k < n3 ? k : n3;
+        if ((rc = final_topk(g, c, g->scores.p, n3, g->docs3.p, 0, kk, m)))
+            return rc;
+        st->n_exact += n3sum;
+        k = kk;
+    }
+    /* The hits back to the host. */
+    uint32_t *hd = malloc(nq * k * 4);
+    float *hv = malloc(nq * k * 4);
+    int krc = KERN_ENOMEM;
+    if (hd && hv && !(krc = kern_cuda_download(hd, g->docs4.p, nq * k * 4)))
+        krc = kern_cuda_download(hv, g->vals.p, nq * k * 4);
+    if (!krc) {
+        for (size_t i = 0; i < nq; i++) {
+            size_t qi = c->qa + i, h = 0;
+            for (size_t j = 0; j < k; j++) {
+                uint32_t d = hd[i * k + j];
+                float v = hv[i * k + j];
+                if (d == KERN_NO_DOC || !(v > -INFINITY))
+                    break;
+                s->hit_doc[qi * s->k + h] = d;
+                s->hit_score[qi * s->k + h] = v;
+                h++;
+            }
+            s->hit_n[qi] = h;
+        }
+    }
+    free(hd);
+    free(hv);
+    st->exact += eng_now() - t0;
+    if (krc == KERN_ENOMEM && (!hd || !hv))
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    return krc ? gpu_fail(krc, m, "download") : 0;
+}
+
+static int run_search(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
+                      eng_stage_stats *st, store_msg *m)
+{
+    const eng_queries *q = s->q;
+    int rc;
+    /* The subset on the device: its bitmap (as 32-bit words) and its list. */
+    if (s->allowed) {
+        size_t w64 = ((size_t)s->n_docnos + 63) / 64;
+        if ((rc = dbuf_need(&g->allowed, (w64 ? w64 : 1) * 8, 0, m)) ||
+            (rc = dbuf_need(&g->list, (s->n_allowed ? s->n_allowed : 1) * 4, 0, m)))
+            return rc;
+        if (w64)
+            KTRY(kern_cuda_upload(g->allowed.p, s->allowed, w64 * 8), "upload");
+        if (s->n_allowed)
+            KTRY(kern_cuda_upload(g->list.p, s->allowed_list, s->n_allowed * 4), "upload");
+    }
+    /* Chunks: the score table within ST_BUDGET; the candidate or score matrices within
+     * MATRIX_BUDGET at their largest (every document a candidate). */
+    size_t t_budget = ST_BUDGET / ((size_t)g->K * 4);
+    size_t per_query = exhaustive || s->subset_exact
+                           ? (s->allowed ? s->n_allowed : g->n_alive) * 4
+                           : ((size_t)g->next_docno + 1) * 12;
+    size_t q_budget = MATRIX_BUDGET / (per_query ? per_query : 1);
+    if (q_budget < 1)
+        q_budget = 1;
+    if (q_budget > 65535)
+        q_budget = 65535;
+    int64_t *h_off = malloc((q->n + 1) * sizeof *h_off);
+    if (!h_off)
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    rc = 0;
+    for (size_t qa = 0; qa < q->n && !rc;) {
+        chunk c = {.qa = qa, .h_off = h_off};
+        size_t qb = qa;
+        while (qb < q->n && qb - qa < q_budget &&
+               (qb == qa || q->off[qb + 1] - q->off[qa] <= t_budget))
+            qb++;
+        c.nq = qb - qa;
+        c.T = q->off[qb] - q->off[qa];
+        for (size_t i = 0; i <= c.nq; i++)
+            h_off[i] = (int64_t)(q->off[qa + i] - q->off[qa]);
+        rc = run_chunk(g, r, s, exhaustive, &c, st, m);
+        qa = qb;
+    }
+    free(h_off);
+    return rc;
+}
+
+int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaustive,
+                   tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
+{
+    eng_gpu_lock();
+    int rc = 0;
+    if (!*gp && !(*gp = calloc(1, sizeof **gp)))
+        rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+    double t0 = eng_now();
+    if (!rc)
+        rc = mirror_sync(*gp, r, mode, m);
+    st->cand += eng_now() - t0;
+    if (!rc)
+        rc = run_search(*gp, r, s, exhaustive, st, m);
+    if (rc && *gp && rc != ENOMEM && rc != TARTAN_ECORRUPT)
+        (*gp)->valid = 0; /* after a device error, reload from scratch next time */
+    eng_gpu_unlock();
+    return rc;
+}

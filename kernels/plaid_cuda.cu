@@ -1,0 +1,566 @@
+/*
+ * plaid_cuda.cu: the batched PLAID stages of a GPU search over an index held in device memory
+ * (kernels.h, "The GPU search pipeline"): each token's probed centroids, the candidate union as
+ * one bitmap per query, centroid interaction with and without pruning, gathers between stages,
+ * and the inverted lists rebuilt from the resident codes. The exact stage is in residual_cuda.cu
+ * (it shares the residual-fused kernel).
+ *
+ * Scores are read from ST [K, ld], the centroid scores transposed: a document token's scores
+ * against one query's tokens are one contiguous run of a row, so a warp whose lanes are the
+ * query's tokens reads a token's scores in one or a few cache lines.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_check.cuh"
+
+namespace
+{
+
+/* ---- probes: each column's best ncells rows of ST ------------------------------------- */
+
+constexpr int PROBE_THREADS = 128;
+
+/* Keeps the n best (value descending, row ascending) in v/ix, sorted; rows arrive ascending,
+ * so a later row with an equal value never displaces an earlier one. */
+template <int NC>
+__device__ __forceinline__ void keep_best(float (&v)[NC], int (&ix)[NC], int n, float x, int r)
+{
+    if (!(x > v[n - 1]))
+        return;
+    int p = n - 1;
+    while (p > 0 && x > v[p - 1]) {
+        v[p] = v[p - 1];
+        ix[p] = ix[p - 1];
+        p--;
+    }
+    v[p] = x;
+    ix[p] = r;
+}
+
+/* Phase 1: segment s of the rows, column j: its best n into part [(s * ld + j) * n ...]. */
+template <int NC>
+__global__ void __launch_bounds__(PROBE_THREADS)
+    probe_segment_kernel(const float *__restrict__ ST, long long K, long long ld, int n,
+                         long long seg_rows, float *__restrict__ pv, int *__restrict__ pi)
+{
+    const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
+    if (j >= ld)
+        return;
+    float v[NC];
+    int ix[NC];
+    for (int i = 0; i < NC; i++) {
+        v[i] = -INFINITY;
+        ix[i] = -1;
+    }
+    const long long r0 = (long long)blockIdx.y * seg_rows;
+    const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
+    for (long long r = r0; r < r1; r++)
+        keep_best<NC>(v, ix, n, __ldg(ST + r * ld + j), (int)r);
+    const long long o = ((long long)blockIdx.y * ld + j) * n;
+    for (int i = 0; i < n; i++) {
+        pv[o + i] = v[i];
+        pi[o + i] = ix[i];
+    }
+}
+
+/* Phase 2: column j's best n over the segments' (segments visited in row order). */
+template <int NC>
+__global__ void __launch_bounds__(PROBE_THREADS)
+    probe_merge_kernel(const float *__restrict__ pv, const int *__restrict__ pi, int segs,
+                       long long ld, int n, int32_t *__restrict__ probes)
+{
+    const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
+    if (j >= ld)
+        return;
+    float v[NC];
+    int ix[NC];
+    for (int i = 0; i < NC; i++) {
+        v[i] = -INFINITY;
+        ix[i] = -1;
+    }
+    for (int s = 0; s < segs; s++) {
+        const long long o = ((long long)s * ld + j) * n;
+        for (int i = 0; i < n; i++)
+            if (pi[o + i] >= 0)
+                keep_best<NC>(v, ix, n, pv[o + i], pi[o + i]);
+    }
+    for (int i = 0; i < n; i++)
+        probes[j * n + i] = ix[i];
+}
+
+template <int NC> int launch_probe(const float *ST, size_t K, size_t ld, int n, int32_t *probes)
+{
+    /* Enough segments to fill the GPU when there are few columns; each at least 256 rows. */
+    const long long colblocks = (long long)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
+    long long segs = 4096 / colblocks;
+    if (segs > (long long)(K + 255) / 256)
+        segs = (long long)(K + 255) / 256;
+    if (segs < 1)
+        segs = 1;
+    if (segs > 65535)
+        segs = 65535;
+    const long long seg_rows = ((long long)K + segs - 1) / segs;
+    const size_t part = (size_t)segs * ld * (size_t)n;
+    float *pv = NULL;
+    int rc = kern_scratch((void **)&pv, part * (sizeof(float) + sizeof(int)));
+    if (rc != KERN_OK)
+        return rc;
+    int *pi = (int *)(pv + part);
+    const unsigned cols = (unsigned)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
+    probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
+        ST, (long long)K, (long long)ld, n, seg_rows, pv, pi);
+    probe_merge_kernel<NC><<<cols, PROBE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, probes);
+    cudaError_t e = cudaGetLastError();
+    rc = e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, "launch of probe kernels", __FILE__, __LINE__);
+    kern_scratch_free(pv, part * (sizeof(float) + sizeof(int)));
+    return rc;
+}
+
+/* ---- candidates ------------------------------------------------------------------------- */
+
+/* Block b: probe b (token b / ncells); every document of its list that is live and allowed
+ * gets its bit in its query's bitmap; newly set bits are counted. */
+__global__ void mark_kernel(const int32_t *__restrict__ probes, int ncells,
+                            const int64_t *__restrict__ q_off, int nq,
+                            const int64_t *__restrict__ ivf_off,
+                            const uint32_t *__restrict__ ivf_docs,
+                            const uint32_t *__restrict__ live, const uint32_t *__restrict__ allowed,
+                            long long words, uint32_t *__restrict__ bits,
+                            unsigned long long *__restrict__ counts)
+{
+    __shared__ int s_q;
+    const long long b = blockIdx.x;
+    const int32_t c = probes[b];
+    if (c < 0)
+        return;
+    if (threadIdx.x == 0) {
+        /* The query whose token rows hold token b / ncells. */
+        const long long t = b / ncells;
+        int lo = 0, hi = nq - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (q_off[mid] <= t)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        s_q = lo;
+    }
+    __syncthreads();
+    uint32_t *qb = bits + (long long)s_q * words;
+    const long long e0 = ivf_off[c], e1 = ivf_off[c + 1];
+    const int lane = threadIdx.x & 31;
+    for (long long e = e0 + threadIdx.x; e - threadIdx.x < e1; e += blockDim.x) {
+        bool fresh = false;
+        if (e < e1) {
+            const uint32_t d = __ldg(ivf_docs + e), w = d >> 5, bit = 1u << (d & 31);
+            if ((__ldg(live + w) & bit) && (!allowed || (__ldg(allowed + w) & bit)))
+                fresh = !(atomicOr(qb + w, bit) & bit);
+        }
+        const unsigned m = __ballot_sync(0xffffffffu, fresh);
+        if (lane == 0 && m)
+            atomicAdd(counts + s_q, (unsigned long long)__popc(m));
+    }
+}
+
+constexpr int TAKE_THREADS = 1024;
+
+/* Block q: query q's bitmap into ascending document numbers, clearing it. */
+__global__ void __launch_bounds__(TAKE_THREADS)
+    take_kernel(uint32_t *__restrict__ bits, long long words, uint32_t *__restrict__ docs,
+                long long width)
+{
+    __shared__ unsigned long long s_sum[TAKE_THREADS];
+    uint32_t *qb = bits + (long long)blockIdx.x * words;
+    uint32_t *out = docs + (long long)blockIdx.x * width;
+    const long long per = (words + TAKE_THREADS - 1) / TAKE_THREADS;
+    const long long w0 = threadIdx.x * per, w1 = w0 + per < words ? w0 + per : words;
+    unsigned long long mine = 0;
+    for (long long w = w0; w < w1; w++)
+        mine += __popc(qb[w]);
+    s_sum[threadIdx.x] = mine;
+    __syncthreads();
+    /* Inclusive scan (Hillis-Steele) over the block. */
+    for (int o = 1; o < TAKE_THREADS; o <<= 1) {
+        const unsigned long long add = threadIdx.x >= o ? s_sum[threadIdx.x - o] : 0;
+        __syncthreads();
+        s_sum[threadIdx.x] += add;
+        __syncthreads();
+    }
+    long long at = (long long)(s_sum[threadIdx.x] - mine);
+    const long long total = (long long)s_sum[TAKE_THREADS - 1];
+    for (long long w = w0; w < w1; w++) {
+        uint32_t x = qb[w];
+        if (!x)
+            continue;
+        qb[w] = 0;
+        while (x) {
+            const int i = __ffs(x) - 1;
+            x &= x - 1;
+            if (at < width)
+                out[at] = (uint32_t)(w * 32 + i);
+            at++;
+        }
+    }
+    for (long long i = (total < width ? total : width) + threadIdx.x; i < width; i += TAKE_THREADS)
+        out[i] = KERN_NO_DOC;
+}
+
+/* ---- centroid interaction ---------------------------------------------------------------- */
+
+constexpr int INT_WARPS = 8;
+constexpr int INT_GROUPS = 8; /* query tokens held per pass: 8 x 32 */
+
+__global__ void __launch_bounds__(INT_WARPS * 32)
+    interaction_batch_kernel(const float *__restrict__ ST, long long ld,
+                             const int64_t *__restrict__ q_off, const int64_t *__restrict__ doc_off,
+                             const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
+                             long long width, long long n, int prune,
+                             const int64_t *__restrict__ counts, long long prune_over,
+                             float threshold, float *__restrict__ approx)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * INT_WARPS;
+    for (long long it = (long long)blockIdx.x * INT_WARPS + (threadIdx.x >> 5); it < n;
+         it += warps) {
+        const uint32_t d = docs[it];
+        if (d == KERN_NO_DOC) {
+            if (lane == 0)
+                approx[it] = __int_as_float(0x7fc00000); /* NaN: never selected */
+            continue;
+        }
+        const long long qi = it / width, col0 = q_off[qi];
+        const int lq = (int)(q_off[qi + 1] - col0);
+        const long long t0 = doc_off[d];
+        const int ntok = (int)(doc_off[d + 1] - t0);
+        const float *S = ST + col0;
+        const bool pr = prune && (!counts || counts[qi] > prune_over);
+        float total = 0.f;
+        bool any = false;
+        for (int g0 = 0; g0 < lq; g0 += 32 * INT_GROUPS) {
+            float m[INT_GROUPS];
+#pragma unroll
+            for (int g = 0; g < INT_GROUPS; g++)
+                m[g] = -INFINITY;
+            for (int tb = 0; tb < ntok; tb += 32) {
+                const uint32_t mycode = tb + lane < ntok ? __ldg(codes + t0 + tb + lane) : 0;
+                const int nt = ntok - tb < 32 ? ntok - tb : 32;
+                for (int t = 0; t < nt; t++) {
+                    const uint32_t c = __shfl_sync(0xffffffffu, mycode, t);
+                    const float *row = S + (long long)c * ld;
+                    float v[INT_GROUPS];
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int g = 0; g < INT_GROUPS; g++) {
+                        const int j = g0 + g * 32 + lane;
+                        v[g] = j < lq ? __ldg(row + j) : -INFINITY;
+                        mx = fmaxf(mx, v[g]);
+                    }
+                    if (pr) {
+                        /* Tokens past this pass's groups count in the decision too. */
+                        for (int j = g0 + 32 * INT_GROUPS + lane; j < lq; j += 32)
+                            mx = fmaxf(mx, __ldg(row + j));
+                        for (int j = 0; j < g0; j += 32)
+                            if (j + lane < g0)
+                                mx = fmaxf(mx, __ldg(row + j + lane));
+#pragma unroll
+                        for (int o = 16; o > 0; o >>= 1)
+                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                        if (!(mx >= threshold))
+                            continue;
+                    }
+                    any = true;
+#pragma unroll
+                    for (int g = 0; g < INT_GROUPS; g++)
+                        m[g] = fmaxf(m[g], v[g]);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < INT_GROUPS; g++)
+                if (g0 + g * 32 + lane < lq)
+                    total += m[g];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            total += __shfl_xor_sync(0xffffffffu, total, o);
+        if (lane == 0)
+            approx[it] = any ? total : KERN_EMPTY_SCORE;
+    }
+}
+
+__global__ void gather_kernel(const uint32_t *__restrict__ in, long long width,
+                              const int64_t *__restrict__ sel, long long k, long long n,
+                              uint32_t *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const long long q = i / k, s = sel[i];
+    /* width 0: one list shared by every query. */
+    out[i] = s >= 0 && (width == 0 || s < width) ? in[q * width + s] : KERN_NO_DOC;
+}
+
+/* ---- inverted lists from the codes ------------------------------------------------------ */
+
+/* Warp per document; a token counts when no earlier token of its document has its code. With
+ * cursor NULL: counts[c]++; else ivf_docs[cursor[c]++] = d. */
+__global__ void ivf_pass_kernel(const int64_t *__restrict__ doc_off,
+                                const uint32_t *__restrict__ codes,
+                                const uint32_t *__restrict__ live, long long n_docs,
+                                unsigned long long *__restrict__ counts,
+                                unsigned long long *__restrict__ cursor,
+                                uint32_t *__restrict__ ivf_docs)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    for (long long d = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); d < n_docs;
+         d += warps) {
+        if (!((live[d >> 5] >> (d & 31)) & 1))
+            continue;
+        const long long t0 = doc_off[d], t1 = doc_off[d + 1];
+        for (long long t = t0 + lane; t < t1; t += 32) {
+            const uint32_t c = codes[t];
+            bool first = true;
+            for (long long u = t0; u < t && first; u++)
+                first = codes[u] != c;
+            if (!first)
+                continue;
+            if (cursor)
+                ivf_docs[atomicAdd(cursor + c, 1ull)] = (uint32_t)d;
+            else
+                atomicAdd(counts + c, 1ull);
+        }
+    }
+}
+
+/* One block: off[0] = 0, off[c + 1] = off[c] + counts[c]; cursor[c] = off[c]. */
+__global__ void __launch_bounds__(1024)
+    ivf_scan_kernel(const unsigned long long *__restrict__ counts, long long K,
+                    int64_t *__restrict__ off)
+{
+    __shared__ unsigned long long s_sum[1024];
+    const long long per = (K + 1023) / 1024;
+    const long long c0 = threadIdx.x * per, c1 = c0 + per < K ? c0 + per : K;
+    unsigned long long mine = 0;
+    for (long long c = c0; c < c1; c++)
+        mine += counts[c];
+    s_sum[threadIdx.x] = mine;
+    __syncthreads();
+    for (int o = 1; o < 1024; o <<= 1) {
+        const unsigned long long add = threadIdx.x >= o ? s_sum[threadIdx.x - o] : 0;
+        __syncthreads();
+        s_sum[threadIdx.x] += add;
+        __syncthreads();
+    }
+    unsigned long long at = s_sum[threadIdx.x] - mine;
+    if (threadIdx.x == 0)
+        off[0] = 0;
+    for (long long c = c0; c < c1; c++) {
+        at += counts[c];
+        off[c + 1] = (int64_t)at;
+    }
+}
+
+int resident_grid(const void *fn, int threads, long long want, int *blocks)
+{
+    int dev = 0, sms = 0, per_sm = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    if (want < 1)
+        want = 1;
+    *blocks = (int)(want < b ? want : b);
+    return KERN_OK;
+}
+
+} // namespace
+
+extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells,
+                               int32_t *probes)
+{
+    cudaGetLastError();
+    if (!ST || !probes || K == 0 || ncells == 0 || ncells > KERN_CUDA_MAX_NCELLS ||
+        K > 0x7fffffff || (ld + PROBE_THREADS - 1) / PROBE_THREADS > 0x7fffffffu) {
+        kern_set_error("probe (cuda): bad arguments (K %zu, ncells %zu, columns %zu)", K, ncells,
+                       ld);
+        return KERN_EINVAL;
+    }
+    if (ld == 0)
+        return KERN_OK;
+    const int n = (int)ncells;
+    if (n <= 1)
+        return launch_probe<1>(ST, K, ld, n, probes);
+    if (n <= 2)
+        return launch_probe<2>(ST, K, ld, n, probes);
+    if (n <= 4)
+        return launch_probe<4>(ST, K, ld, n, probes);
+    if (n <= 8)
+        return launch_probe<8>(ST, K, ld, n, probes);
+    if (n <= 16)
+        return launch_probe<16>(ST, K, ld, n, probes);
+    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, probes);
+}
+
+extern "C" int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells,
+                                         const int64_t *q_off, const int64_t *h_q_off, size_t nq,
+                                         const int64_t *ivf_off, const uint32_t *ivf_docs,
+                                         const uint32_t *live, const uint32_t *allowed,
+                                         size_t words, uint32_t *bits, int64_t *counts)
+{
+    cudaGetLastError();
+    if (!probes || !q_off || !h_q_off || !ivf_off || !ivf_docs || !live || !bits || !counts ||
+        ncells == 0 || nq > 0x7fffffff) {
+        kern_set_error("candidates_mark (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    const long long nprobe = (long long)h_q_off[nq] * (long long)ncells;
+    KERN_CUDA_TRY(cudaMemsetAsync(counts, 0, nq * sizeof *counts, 0));
+    if (nprobe == 0)
+        return KERN_OK;
+    if (nprobe > 0x7fffffffLL) {
+        kern_set_error("candidates_mark (cuda): %lld probes beyond one launch", nprobe);
+        return KERN_EINVAL;
+    }
+    mark_kernel<<<(unsigned)nprobe, 256>>>(probes, (int)ncells, q_off, (int)nq, ivf_off, ivf_docs,
+                                           live, allowed, (long long)words, bits,
+                                           (unsigned long long *)counts);
+    KERN_CUDA_LAUNCHED("mark_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words, uint32_t *docs,
+                                         size_t width)
+{
+    cudaGetLastError();
+    if (!bits || !docs || nq > 0x7fffffff) {
+        kern_set_error("candidates_take (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    if (nq == 0)
+        return KERN_OK;
+    take_kernel<<<(unsigned)nq, TAKE_THREADS>>>(bits, (long long)words, docs, (long long)width);
+    KERN_CUDA_LAUNCHED("take_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+                                     const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
+                                     const uint32_t *codes, const uint32_t *docs, size_t width,
+                                     int prune, const int64_t *counts, int64_t prune_over,
+                                     float threshold, float *approx)
+{
+    cudaGetLastError();
+    (void)h_q_off;
+    if (!ST || !q_off || !doc_off || !codes || !docs || !approx) {
+        kern_set_error("interaction (cuda): NULL argument");
+        return KERN_EINVAL;
+    }
+    const long long n = (long long)(nq * width);
+    if (n == 0)
+        return KERN_OK;
+    int blocks = 0, rc;
+    if ((rc = resident_grid((const void *)interaction_batch_kernel, INT_WARPS * 32,
+                            (n + INT_WARPS - 1) / INT_WARPS, &blocks)) != KERN_OK)
+        return rc;
+    interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(ST, (long long)ld, q_off, doc_off, codes,
+                                                         docs, (long long)width, n, prune,
+                                                         counts, (long long)prune_over, threshold,
+                                                         approx);
+    KERN_CUDA_LAUNCHED("interaction_batch_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel,
+                                     size_t nq, size_t k, uint32_t *out)
+{
+    cudaGetLastError();
+    if (!in || !sel || !out || k == 0) {
+        kern_set_error("gather_docs (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    const long long n = (long long)(nq * k);
+    if (n == 0)
+        return KERN_OK;
+    gather_kernel<<<(unsigned)((n + 255) / 256), 256>>>(in, (long long)width, sel, (long long)k,
+                                                         n, out);
+    KERN_CUDA_LAUNCHED("gather_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_build_ivf(const int64_t *doc_off, const uint32_t *codes,
+                                   const uint32_t *live, size_t n_docs, size_t K, int64_t *ivf_off,
+                                   int64_t *scratch, uint32_t *ivf_docs, size_t *n_entries)
+{
+    cudaGetLastError();
+    if (!doc_off || !codes || !live || !ivf_off || !scratch || K == 0) {
+        kern_set_error("build_ivf (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    int blocks = 0, rc;
+    if ((rc = resident_grid((const void *)ivf_pass_kernel, 256, ((long long)n_docs + 7) / 8,
+                            &blocks)) != KERN_OK)
+        return rc;
+    unsigned long long *cnt = (unsigned long long *)scratch;
+    if (!ivf_docs) {
+        KERN_CUDA_TRY(cudaMemsetAsync(cnt, 0, K * sizeof *cnt, 0));
+        if (n_docs)
+            ivf_pass_kernel<<<blocks, 256>>>(doc_off, codes, live, (long long)n_docs, cnt, NULL,
+                                             NULL);
+        ivf_scan_kernel<<<1, 1024>>>(cnt, (long long)K, ivf_off);
+        KERN_CUDA_LAUNCHED("ivf_scan_kernel");
+        int64_t total = 0;
+        KERN_CUDA_TRY(cudaMemcpy(&total, ivf_off + K, sizeof total, cudaMemcpyDeviceToHost));
+        if (n_entries)
+            *n_entries = (size_t)total;
+        return KERN_OK;
+    }
+    KERN_CUDA_TRY(cudaMemcpyAsync(cnt, ivf_off, K * sizeof *cnt, cudaMemcpyDeviceToDevice, 0));
+    if (n_docs)
+        ivf_pass_kernel<<<blocks, 256>>>(doc_off, codes, live, (long long)n_docs, NULL, cnt,
+                                         ivf_docs);
+    KERN_CUDA_LAUNCHED("ivf_pass_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_memset(void *p, int byte, size_t bytes)
+{
+    if (bytes)
+        KERN_CUDA_TRY(cudaMemsetAsync(p, byte, bytes, 0));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_copy_d2d(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        KERN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_host_alloc(void **p, size_t bytes)
+{
+    *p = NULL;
+    KERN_CUDA_TRY(cudaMallocHost(p, bytes ? bytes : 1));
+    return KERN_OK;
+}
+
+extern "C" void kern_cuda_host_free(void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
+extern "C" int kern_cuda_upload_async(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        KERN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    KERN_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return KERN_OK;
+}

@@ -1,0 +1,599 @@
+/*
+ * check_search_gpu.c: tartan_search on a CUDA GPU against the CPU path and a double-precision
+ * brute force, on real LMDB indexes in fresh temporary directories: PLAID at several settings,
+ * exhaustive, subsets, the mirror following adds and deletes made after it was loaded,
+ * streaming against resident, several threads on one handle, other dims and nbits. Exits 77
+ * (skipped) where no GPU is present.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "fixture.h"
+#include "gpu.h"
+#include "index.h"
+#include "kernels.h"
+#include "tartan.h"
+
+static void setup(void)
+{
+    fixture_dir_create("check-search-gpu");
+}
+
+static void teardown(void)
+{
+    fixture_dir_remove();
+}
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unif(void)
+{
+    return ((double)(rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static double gauss(void)
+{
+    return sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif());
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* A clustered corpus of n documents of 1 to 60 tokens (topics shared between documents), and
+ * queries that are noisy copies of tokens of random documents, 1 to 40 tokens each. */
+typedef struct corpus {
+    size_t dim, n_docs, n_rows, nq, q_rows;
+    size_t *doclens, *qlens;
+    float *emb, *q, *topics;
+    char **ids;
+    size_t ntopic;
+} corpus;
+
+static void corpus_make(corpus *c, size_t dim, size_t n_docs, size_t nq, size_t first_id)
+{
+    c->dim = dim;
+    c->n_docs = n_docs;
+    c->ntopic = 80;
+    c->topics = xmalloc(c->ntopic * dim * sizeof(float));
+    for (size_t i = 0; i < c->ntopic * dim; i++)
+        c->topics[i] = (float)gauss();
+    c->doclens = xmalloc(n_docs * sizeof(size_t));
+    c->ids = xmalloc(n_docs * sizeof(char *));
+    c->n_rows = 0;
+    for (size_t i = 0; i < n_docs; i++) {
+        c->doclens[i] = 1 + rnd() % 60;
+        c->n_rows += c->doclens[i];
+        c->ids[i] = xmalloc(32);
+        snprintf(c->ids[i], 32, "d%zu", first_id + i);
+    }
+    c->emb = xmalloc(c->n_rows * dim * sizeof(float));
+    for (size_t i = 0, row = 0; i < n_docs; i++) {
+        size_t t3[3] = {rnd() % c->ntopic, rnd() % c->ntopic, rnd() % c->ntopic};
+        for (size_t t = 0; t < c->doclens[i]; t++, row++)
+            for (size_t j = 0; j < dim; j++)
+                c->emb[row * dim + j] =
+                    (float)(c->topics[t3[rnd() % 3] * dim + j] + 0.7 * gauss());
+    }
+    c->nq = nq;
+    c->qlens = xmalloc(nq * sizeof(size_t));
+    c->q_rows = 0;
+    for (size_t i = 0; i < nq; i++) {
+        c->qlens[i] = 1 + rnd() % 40;
+        c->q_rows += c->qlens[i];
+    }
+    c->q = xmalloc(c->q_rows * dim * sizeof(float));
+    for (size_t r = 0; r < c->q_rows; r++) {
+        size_t src = rnd() % c->n_rows;
+        for (size_t j = 0; j < dim; j++)
+            c->q[r * dim + j] = (float)(c->emb[src * dim + j] + 0.5 * gauss());
+    }
+}
+
+static void corpus_free(corpus *c)
+{
+    for (size_t i = 0; i < c->n_docs; i++)
+        free(c->ids[i]);
+    free(c->ids);
+    free(c->doclens);
+    free(c->qlens);
+    free(c->emb);
+    free(c->q);
+    free(c->topics);
+}
+
+static tartan_db *open_ix(size_t dim, unsigned nbits, size_t K, tartan_gpu_mode mode)
+{
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = dim;
+    o.nbits = nbits;
+    o.n_centroids = K;
+    o.gpu_mode = mode;
+    o.device = TARTAN_DEVICE_CPU; /* builds on the CPU; each search names its device */
+    tartan_db *db = NULL;
+    ck_assert_msg(tartan_open(ixpath, &o, &db) == 0, "%s", tartan_errmsg(NULL));
+    return db;
+}
+
+static void add_range(tartan_db *db, const corpus *c, size_t from, size_t n)
+{
+    size_t row0 = 0, rows = 0;
+    for (size_t i = 0; i < from; i++)
+        row0 += c->doclens[i];
+    for (size_t i = from; i < from + n; i++)
+        rows += c->doclens[i];
+    tartan_batch b = {
+        .n_docs = n,
+        .ids = (const char *const *)c->ids + from,
+        .doclens = c->doclens + from,
+        .embeddings = c->emb + row0 * c->dim,
+        .n_rows = rows,
+        .dim = c->dim,
+        .dtype = TARTAN_FLOAT32,
+    };
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+}
+
+static tartan_results *search(tartan_db *db, const corpus *c, tartan_search_params *p,
+                              tartan_device dev)
+{
+    tartan_queries q = {
+        .n_queries = c->nq,
+        .qlens = c->qlens,
+        .embeddings = c->q,
+        .n_rows = c->q_rows,
+        .dim = c->dim,
+        .dtype = TARTAN_FLOAT32,
+    };
+    p->device = dev;
+    tartan_results *r = NULL;
+    int rc = tartan_search(db, &q, p, &r);
+    ck_assert_msg(rc == 0, "search on %s: %s", dev == TARTAN_DEVICE_CUDA ? "cuda" : "cpu",
+                  tartan_errmsg(db));
+    ck_assert_uint_eq(r->n_queries, c->nq);
+    return r;
+}
+
+/*
+ * The GPU's results equal the CPU's: the same number of hits, at each rank the same score
+ * within tol (relative), and the same id unless the two scores there are within tol of each
+ * other (a near-tie, which rounding may order either way). Returns how many ranks swapped.
+ */
+static size_t expect_close(const tartan_results *a, const tartan_results *b, double tol)
+{
+    size_t swaps = 0;
+    for (size_t qi = 0; qi < a->n_queries; qi++) {
+        ck_assert_uint_eq(a->counts[qi], b->counts[qi]);
+        for (size_t j = 0; j < a->counts[qi]; j++) {
+            const tartan_hit *x = &a->hits[a->offsets[qi] + j], *y = &b->hits[b->offsets[qi] + j];
+            double t = tol * fmax(1.0, fabs(x->score));
+            ck_assert_msg(fabs(x->score - y->score) <= t, "query %zu rank %zu: %.7f vs %.7f",
+                          qi, j, x->score, y->score);
+            if (strcmp(x->id, y->id))
+                swaps++;
+        }
+    }
+    return swaps;
+}
+
+/* Double-precision MaxSim of query qi against every live document, through the decompressed
+ * vectors; the best score must equal the exhaustive search's first. */
+static double brute_best(tartan_db *db, const corpus *c, size_t qi, char *best_id)
+{
+    size_t row0 = 0, dim = c->dim, lq = c->qlens[qi];
+    for (size_t i = 0; i < qi; i++)
+        row0 += c->qlens[i];
+    double *qn = xmalloc(lq * dim * sizeof(double));
+    for (size_t i = 0; i < lq; i++) {
+        double ss = 0;
+        for (size_t j = 0; j < dim; j++)
+            ss += (double)c->q[(row0 + i) * dim + j] * c->q[(row0 + i) * dim + j];
+        for (size_t j = 0; j < dim; j++)
+            qn[i * dim + j] = c->q[(row0 + i) * dim + j] / sqrt(ss);
+    }
+    idx_reader r;
+    store_msg m;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    store_cursor *cur = NULL;
+    uint32_t docno;
+    kern_pdoc doc;
+    double best = -INFINITY;
+    int rc;
+    while ((rc = idx_reader_next_doc(&r, &cur, &docno, &doc, &m)) == 1) {
+        float *d = xmalloc((size_t)doc.ntok * dim * sizeof(float));
+        idx_reader_decompress(&r, &doc, d);
+        double s = 0;
+        for (size_t i = 0; i < lq; i++) {
+            double mx = -INFINITY;
+            for (size_t t = 0; t < doc.ntok; t++) {
+                double v = 0;
+                for (size_t j = 0; j < dim; j++)
+                    v += qn[i * dim + j] * d[t * dim + j];
+                mx = v > mx ? v : mx;
+            }
+            s += mx;
+        }
+        free(d);
+        if (s > best) {
+            best = s;
+            const char *id;
+            size_t len;
+            ck_assert_int_eq(idx_reader_name(&r, docno, &id, &len, &m), 0);
+            memcpy(best_id, id, len);
+            best_id[len] = '\0';
+        }
+    }
+    ck_assert_int_eq(rc, 0);
+    idx_reader_close(&r);
+    free(qn);
+    return best;
+}
+
+/* GPU scores carry fp16 rounding in the small residual term (kernels.h): 2e-4 relative. */
+#define TOL 2e-4
+
+START_TEST(test_gpu_plaid_equals_cpu)
+{
+    corpus c;
+    corpus_make(&c, 128, 1500, 40, 0);
+    tartan_db *db = open_ix(128, 2, 256, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    struct {
+        size_t k, ncells, ndocs;
+        float th;
+    } set[] = {{10, 0, 0, 0}, {100, 0, 0, 0}, {10, 4, 64, 0.f}, {5, 2, 8, 0.3f}, {50, 8, 2000, -1}};
+    size_t swaps = 0, hits = 0;
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++) {
+        tartan_search_params p;
+        tartan_search_params_init(&p, set[i].k);
+        if (set[i].ncells) {
+            p.ncells = set[i].ncells;
+            p.ndocs = set[i].ndocs;
+            p.centroid_score_threshold = set[i].th;
+        }
+        tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+        tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+        swaps += expect_close(a, b, TOL);
+        hits += a->offsets[a->n_queries];
+        tartan_results_free(a);
+        tartan_results_free(b);
+    }
+    ck_assert_uint_gt(hits, 1000);
+    /* Near-ties are rare in random data: a handful at most. */
+    ck_assert_msg(swaps * 100 <= hits, "%zu of %zu ranks differ", swaps, hits);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+START_TEST(test_gpu_exhaustive_matches_bruteforce)
+{
+    corpus c;
+    corpus_make(&c, 128, 700, 12, 0);
+    tartan_db *db = open_ix(128, 2, 128, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 20);
+    p.exhaustive = 1;
+    tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+    tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    expect_close(a, b, TOL);
+    for (size_t qi = 0; qi < c.nq; qi++) {
+        char id[64];
+        double best = brute_best(db, &c, qi, id);
+        const tartan_hit *h = &b->hits[b->offsets[qi]];
+        ck_assert_msg(fabs(h->score - best) <= TOL * fmax(1.0, fabs(best)),
+                      "query %zu: %.7f vs brute force %.7f", qi, h->score, best);
+        if (strcmp(h->id, id))
+            ck_assert_msg(fabs(b->hits[b->offsets[qi] + 1].score - h->score) <= TOL * fabs(best),
+                          "query %zu: best %s, brute force %s", qi, h->id, id);
+    }
+    tartan_results_free(a);
+    tartan_results_free(b);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* Adds and deletes after the mirror was loaded show in the next GPU search. */
+START_TEST(test_gpu_follows_changes)
+{
+    corpus c;
+    corpus_make(&c, 128, 1200, 16, 0);
+    tartan_db *db = open_ix(128, 2, 128, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, 500);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 30);
+    p.ncells = 4;
+    p.centroid_score_threshold = 0.f;
+    tartan_results *a, *b;
+    for (int round = 0; round < 4; round++) {
+        if (round == 1)
+            add_range(db, &c, 500, 400);
+        if (round == 2) {
+            /* Every third document, old and new, goes. */
+            const char *del[300];
+            size_t n = 0;
+            for (size_t i = 0; i < 900 && n < 300; i += 3)
+                del[n++] = c.ids[i];
+            size_t gone = 0;
+            ck_assert_int_eq(tartan_delete(db, del, n, &gone), 0);
+            ck_assert_uint_eq(gone, n);
+        }
+        if (round == 3)
+            add_range(db, &c, 900, 300);
+        for (int ex = 0; ex < 2; ex++) {
+            p.exhaustive = ex;
+            a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+            b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+            expect_close(a, b, TOL);
+            for (size_t h = 0; round >= 2 && h < b->offsets[b->n_queries]; h++) {
+                size_t num = strtoul(b->hits[h].id + 1, NULL, 10);
+                ck_assert_msg(num >= 900 || num % 3 != 0, "deleted %s returned",
+                              b->hits[h].id);
+            }
+            tartan_results_free(a);
+            tartan_results_free(b);
+        }
+    }
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+START_TEST(test_gpu_subset)
+{
+    corpus c;
+    corpus_make(&c, 128, 900, 10, 0);
+    tartan_db *db = open_ix(128, 2, 128, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    size_t sizes[] = {5, 100, 600};
+    for (size_t si = 0; si < 3; si++) {
+        const char **sub = xmalloc(sizes[si] * sizeof *sub);
+        for (size_t i = 0; i < sizes[si]; i++)
+            sub[i] = c.ids[rnd() % c.n_docs];
+        for (int ex = 0; ex < 2; ex++) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, 10);
+            p.subset = sub;
+            p.n_subset = sizes[si];
+            p.exhaustive = ex;
+            tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+            tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+            expect_close(a, b, TOL);
+            for (size_t h = 0; h < b->offsets[b->n_queries]; h++) {
+                int found = 0;
+                for (size_t i = 0; i < sizes[si] && !found; i++)
+                    found = !strcmp(sub[i], b->hits[h].id);
+                ck_assert_msg(found, "%s is outside the subset", b->hits[h].id);
+            }
+            tartan_results_free(a);
+            tartan_results_free(b);
+        }
+        free(sub);
+    }
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* Streaming gives exactly what resident gives (the same kernels on copies of the same
+ * bytes), PLAID and exhaustive. */
+START_TEST(test_gpu_streaming_equals_resident)
+{
+    corpus c;
+    corpus_make(&c, 128, 800, 12, 0);
+    tartan_db *db = open_ix(128, 2, 128, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 10);
+    tartan_results *a[2], *b;
+    for (int ex = 0; ex < 2; ex++) {
+        p.exhaustive = ex;
+        a[ex] = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    }
+    tartan_gpu_mode mode;
+    size_t bytes;
+    eng_gpu_describe(db->gpu, &mode, &bytes);
+    ck_assert_int_eq(mode, TARTAN_GPU_RESIDENT);
+    ck_assert_uint_gt(bytes, 0);
+    tartan_close(db);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.gpu_mode = TARTAN_GPU_STREAMING;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    for (int ex = 0; ex < 2; ex++) {
+        p.exhaustive = ex;
+        b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+        ck_assert_uint_eq(expect_close(a[ex], b, 0.0), 0);
+        tartan_results_free(b);
+        tartan_results_free(a[ex]);
+    }
+    eng_gpu_describe(db->gpu, &mode, &bytes);
+    ck_assert_int_eq(mode, TARTAN_GPU_STREAMING);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+typedef struct worker {
+    tartan_db *db;
+    const corpus *c;
+    const tartan_results *want;
+    int failed;
+} worker;
+
+static void *search_worker(void *arg)
+{
+    worker *w = arg;
+    for (int it = 0; it < 5; it++) {
+        tartan_search_params p;
+        tartan_search_params_init(&p, 10);
+        p.device = TARTAN_DEVICE_CUDA;
+        tartan_queries q = {.n_queries = w->c->nq,
+                            .qlens = w->c->qlens,
+                            .embeddings = w->c->q,
+                            .n_rows = w->c->q_rows,
+                            .dim = w->c->dim,
+                            .dtype = TARTAN_FLOAT32};
+        tartan_results *r = NULL;
+        if (tartan_search(w->db, &q, &p, &r)) {
+            w->failed = 1;
+            return NULL;
+        }
+        for (size_t h = 0; h < r->offsets[r->n_queries]; h++)
+            if (strcmp(r->hits[h].id, w->want->hits[h].id) ||
+                r->hits[h].score != w->want->hits[h].score)
+                w->failed = 1;
+        tartan_results_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(test_gpu_threads)
+{
+    corpus c;
+    corpus_make(&c, 128, 600, 8, 0);
+    tartan_db *db = open_ix(128, 2, 128, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 10);
+    tartan_results *want = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){db, &c, want, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, search_worker, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(!w[i].failed, "thread %d saw other results", i);
+    }
+    tartan_results_free(want);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* Other dims (the exact fp32 path at 48) and nbits. */
+START_TEST(test_gpu_dims_nbits)
+{
+    struct {
+        size_t dim;
+        unsigned nbits;
+    } set[] = {{48, 2}, {64, 1}, {96, 4}, {256, 2}, {128, 8}};
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++) {
+        fixture_dir_remove();
+        fixture_dir_create("check-search-gpu");
+        corpus c;
+        corpus_make(&c, set[i].dim, 400, 8, 0);
+        tartan_db *db = open_ix(set[i].dim, set[i].nbits, 64, TARTAN_GPU_RESIDENT);
+        add_range(db, &c, 0, c.n_docs);
+        for (int ex = 0; ex < 2; ex++) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, 10);
+            p.exhaustive = ex;
+            tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+            tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+            expect_close(a, b, TOL);
+            tartan_results_free(a);
+            tartan_results_free(b);
+        }
+        tartan_close(db);
+        corpus_free(&c);
+    }
+}
+END_TEST
+
+/* TARTAN_DEVICE steers AUTO; a bad value is refused with a message. */
+START_TEST(test_gpu_device_env)
+{
+    corpus c;
+    corpus_make(&c, 128, 200, 4, 0);
+    tartan_db *db = open_ix(128, 2, 32, TARTAN_GPU_AUTO);
+    add_range(db, &c, 0, c.n_docs);
+    db->opts.device = TARTAN_DEVICE_AUTO; /* the handle leaves the choice to the environment */
+    tartan_search_params p;
+    tartan_search_params_init(&p, 5);
+    setenv("TARTAN_DEVICE", "cuda", 1);
+    tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_AUTO);
+    ck_assert_ptr_nonnull(db->gpu); /* it ran on the GPU */
+    tartan_results_free(a);
+    setenv("TARTAN_DEVICE", "gpu0", 1);
+    tartan_queries q = {.n_queries = c.nq, .qlens = c.qlens, .embeddings = c.q,
+                        .n_rows = c.q_rows, .dim = c.dim, .dtype = TARTAN_FLOAT32};
+    tartan_results *r = NULL;
+    p.device = TARTAN_DEVICE_AUTO;
+    ck_assert_int_eq(tartan_search(db, &q, &p, &r), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "TARTAN_DEVICE"));
+    unsetenv("TARTAN_DEVICE");
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("search_gpu");
+    struct {
+        const char *name;
+        const TTest *t;
+    } tests[] = {
+        {"plaid_equals_cpu", test_gpu_plaid_equals_cpu},
+        {"exhaustive_matches_bruteforce", test_gpu_exhaustive_matches_bruteforce},
+        {"follows_changes", test_gpu_follows_changes},
+        {"subset", test_gpu_subset},
+        {"streaming_equals_resident", test_gpu_streaming_equals_resident},
+        {"threads", test_gpu_threads},
+        {"dims_nbits", test_gpu_dims_nbits},
+        {"device_env", test_gpu_device_env},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, tests[i].t);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void)
+{
+    if (kern_cuda_device_count() == 0) {
+        printf("no CUDA GPU: skipped\n");
+        return 77;
+    }
+    const char *seed = getenv("TARTAN_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    printf("check_search_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
+           (unsigned long long)rng_state);
+    SRunner *sr = srunner_create(suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -779,7 +779,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             return rc;
         KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
-        KTRY(kern_cuda_interaction(g->ST.p, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
+        KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
                                    g->codes.p, g->docs1.p, width, 1, g->counts.p,
                                    (int64_t)s->ndocs_exact, s->threshold, g->approx1.p),
              "centroid interaction");
@@ -787,7 +787,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
              "top-k");
         KTRY(kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, n2, g->docs2.p), "gather");
         /* Stage 3. */
-        KTRY(kern_cuda_interaction(g->ST.p, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
+        KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
                                    g->codes.p, g->docs2.p, n2, 0, NULL, 0, 0.f, g->approx2.p),
              "centroid interaction");
         KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx2.p, nq, n2, n3, g->sel.p, g->vals.p),

@@ -192,13 +192,13 @@ int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words, uint32_t 
     return no_cuda();
 }
 
-int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld, const int64_t *q_off,
                           const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
                           const uint32_t *codes, const uint32_t *docs, size_t width, int prune,
                           const int64_t *counts, int64_t prune_over, float threshold,
                           float *approx)
 {
-    (void)counts, (void)prune_over;
+    (void)counts, (void)prune_over, (void)n_centroids;
     (void)ST, (void)ld, (void)q_off, (void)h_q_off, (void)nq, (void)doc_off, (void)codes;
     (void)docs, (void)width, (void)prune, (void)threshold, (void)approx;
     return no_cuda();

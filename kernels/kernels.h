@@ -248,7 +248,7 @@ int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words, uint32_t 
  * best score of its centroid over query q's tokens reaches threshold. A document with no kept token scores
  * KERN_EMPTY_SCORE; KERN_NO_DOC slots NaN.
  */
-int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld, const int64_t *q_off,
                          const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
                          const uint32_t *codes, const uint32_t *docs, size_t width, int prune,
                          const int64_t *counts, int64_t prune_over, float threshold,

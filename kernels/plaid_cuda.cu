@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
                              const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
                              long long width, long long n, int prune,
                              const int64_t *__restrict__ counts, long long prune_over,
-                             float threshold, float *__restrict__ approx)
+                             const uint32_t *__restrict__ keep, long long kw,
+                             float *__restrict__ approx)
 {
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * INT_WARPS;
@@ -239,42 +240,31 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
         const bool pr = prune && (!counts || counts[qi] > prune_over);
         float total = 0.f;
         bool any = false;
+        const uint32_t *kq = keep + qi * kw;
         for (int g0 = 0; g0 < lq; g0 += 32 * INT_GROUPS) {
             float m[INT_GROUPS];
 #pragma unroll
             for (int g = 0; g < INT_GROUPS; g++)
                 m[g] = -INFINITY;
             for (int tb = 0; tb < ntok; tb += 32) {
-                const uint32_t mycode = tb + lane < ntok ? __ldg(codes + t0 + tb + lane) : 0;
-                const int nt = ntok - tb < 32 ? ntok - tb : 32;
-                for (int t = 0; t < nt; t++) {
+                /* Lanes load 32 codes and test them; only kept tokens are visited, so a
+                 * pruned token costs no read of its scores. */
+                const bool in = tb + lane < ntok;
+                const uint32_t mycode = in ? __ldg(codes + t0 + tb + lane) : 0;
+                const bool kept = in && (!pr || ((__ldg(kq + (mycode >> 5)) >> (mycode & 31)) & 1));
+                unsigned left = __ballot_sync(0xffffffffu, kept);
+                any |= left != 0;
+                while (left) {
+                    const int t = __ffs(left) - 1;
+                    left &= left - 1;
                     const uint32_t c = __shfl_sync(0xffffffffu, mycode, t);
                     const float *row = S + (long long)c * ld;
-                    float v[INT_GROUPS];
-                    float mx = -INFINITY;
 #pragma unroll
                     for (int g = 0; g < INT_GROUPS; g++) {
                         const int j = g0 + g * 32 + lane;
-                        v[g] = j < lq ? __ldg(row + j) : -INFINITY;
-                        mx = fmaxf(mx, v[g]);
+                        if (g0 + g * 32 < lq)
+                            m[g] = fmaxf(m[g], j < lq ? __ldg(row + j) : -INFINITY);
                     }
-                    if (pr) {
-                        /* Tokens past this pass's groups count in the decision too. */
-                        for (int j = g0 + 32 * INT_GROUPS + lane; j < lq; j += 32)
-                            mx = fmaxf(mx, __ldg(row + j));
-                        for (int j = 0; j < g0; j += 32)
-                            if (j + lane < g0)
-                                mx = fmaxf(mx, __ldg(row + j + lane));
-#pragma unroll
-                        for (int o = 16; o > 0; o >>= 1)
-                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-                        if (!(mx >= threshold))
-                            continue;
-                    }
-                    any = true;
-#pragma unroll
-                    for (int g = 0; g < INT_GROUPS; g++)
-                        m[g] = fmaxf(m[g], v[g]);
                 }
             }
 #pragma unroll
@@ -288,6 +278,25 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
         if (lane == 0)
             approx[it] = any ? total : KERN_EMPTY_SCORE;
     }
+}
+
+/* keep[q * kw + c / 32] bit c % 32: the best score of centroid c over query q's tokens
+ * reaches threshold. Thread (q, c), c fastest: a warp decides 32 consecutive centroids of one
+ * query and writes their word. */
+__global__ void keep_kernel(const float *__restrict__ ST, long long K, long long ld,
+                            const int64_t *__restrict__ q_off, float threshold, long long kw,
+                            uint32_t *__restrict__ keep)
+{
+    const long long q = blockIdx.y;
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long j0 = q_off[q], j1 = q_off[q + 1];
+    float mx = -INFINITY;
+    if (c < K)
+        for (long long j = j0; j < j1; j++)
+            mx = fmaxf(mx, __ldg(ST + c * ld + j));
+    const unsigned bits = __ballot_sync(0xffffffffu, c < K && mx >= threshold);
+    if ((threadIdx.x & 31) == 0 && c < K)
+        keep[q * kw + c / 32] = bits;
 }
 
 __global__ void gather_kernel(const uint32_t *__restrict__ in, long long width,
@@ -446,7 +455,8 @@ extern "C" int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words
     return KERN_OK;
 }
 
-extern "C" int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *q_off,
+extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld,
+                                     const int64_t *q_off,
                                      const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
                                      const uint32_t *codes, const uint32_t *docs, size_t width,
                                      int prune, const int64_t *counts, int64_t prune_over,
@@ -465,12 +475,26 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t ld, const int64_t *
     if ((rc = resident_grid((const void *)interaction_batch_kernel, INT_WARPS * 32,
                             (n + INT_WARPS - 1) / INT_WARPS, &blocks)) != KERN_OK)
         return rc;
+    /* The threshold's verdict per (query, centroid), when pruning. */
+    const long long kw = ((long long)n_centroids + 31) / 32;
+    uint32_t *keep = NULL;
+    const size_t keep_bytes = prune ? nq * (size_t)kw * 4 : 4;
+    if ((rc = kern_scratch((void **)&keep, keep_bytes)) != KERN_OK)
+        return rc;
+    if (prune) {
+        const dim3 grid((unsigned)((n_centroids + 255) / 256), (unsigned)nq);
+        keep_kernel<<<grid, 256>>>(ST, (long long)n_centroids, (long long)ld, q_off, threshold,
+                                   kw, keep);
+    }
     interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(ST, (long long)ld, q_off, doc_off, codes,
                                                          docs, (long long)width, n, prune,
-                                                         counts, (long long)prune_over, threshold,
+                                                         counts, (long long)prune_over, keep, kw,
                                                          approx);
-    KERN_CUDA_LAUNCHED("interaction_batch_kernel");
-    return KERN_OK;
+    cudaError_t e = cudaGetLastError();
+    rc = e == cudaSuccess ? KERN_OK
+                          : kern_cuda_fail(e, "launch of the interaction kernels", __FILE__, __LINE__);
+    kern_scratch_free(keep, keep_bytes);
+    return rc;
 }
 
 extern "C" int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel,

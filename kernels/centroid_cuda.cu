@@ -2,10 +2,12 @@
  * centroid_cuda.cu: query x centroid scores S = Q C^T in fp32 on CUDA GPUs (PLAID stage 1 and
  * the q . C[code] table that the residual kernel reads).
  *
- * fp32 on the CUDA cores, not tf32: S is the main term of every residual score, and tf32's
- * 10-bit mantissa would cost more accuracy than the residual codec itself. A 64 x 64 output
- * tile per CTA, both operands staged through shared memory in 16-dim slices, 4 x 4 outputs per
- * thread; the query tile is reused by 64 centroids and each centroid by 64 query rows.
+ * fp32 accuracy, not tf32's: S is the main term of every residual score, and tf32's 10-bit
+ * mantissa would cost more accuracy than the residual codec itself. Two kernels: for problems
+ * of at least one 128 x 128 tile (GPU search batches, k-means assignment), the tensor cores
+ * with each operand split in two tf32 parts (3xTF32, below); for small ones and odd dims, the
+ * CUDA cores: a 64 x 64 output tile per CTA, both operands staged through shared memory in
+ * 16-dim slices, 4 x 4 outputs per thread.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -65,6 +67,108 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/*
+ * The same product on the tensor cores at fp32 accuracy ("3xTF32"): each operand x splits into
+ * hi = tf32(x) and lo = tf32(x - hi), and S = hi.hi + hi.lo + lo.hi, each term an mma.sync
+ * m16n8k8 tf32 with fp32 accumulation; the dropped lo.lo term and the rounding of lo are
+ * about 2^-22 of each product, the order of fp32's own rounding. A 128 x 128 output tile per
+ * CTA of 8 warps (2 x 4, each 64 x 32), operands staged through shared memory in 32-dim slices
+ * (rows padded to 36 floats: the fragment loads hit 32 distinct banks). Needs dim % 4 == 0 and
+ * 16-byte aligned rows (float4 loads); other shapes take the SIMT kernel above.
+ */
+constexpr int XM = 128, XN = 128, XK = 32, XLD = XK + 4;
+
+__device__ __forceinline__ uint32_t tf32_of(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo)
+{
+    hi = tf32_of(x);
+    lo = tf32_of(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__global__ void __launch_bounds__(256)
+    centroid_scores_tf32x3_kernel(const float *__restrict__ Q, const float *__restrict__ C,
+                                  long long lq, long long nc, long long dim, float *__restrict__ S)
+{
+    __shared__ __align__(16) float sa[XM * XLD];
+    __shared__ __align__(16) float sb[XN * XLD];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3; /* warp tile: rows wm*64, cols wn*32 */
+    const int g = lane >> 2, t4 = lane & 3;
+    const long long m0 = (long long)blockIdx.y * XM, n0 = (long long)blockIdx.x * XN;
+    float acc[4][4][4] = {};
+    for (long long k0 = 0; k0 < dim; k0 += XK) {
+        /* 128 rows x 32 floats of each operand: 1024 float4, 4 per thread. */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int v = tid + i * 256, r = v >> 3, c4 = (v & 7) * 4;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f), y = x;
+            if (m0 + r < lq && k0 + c4 < dim)
+                x = __ldg(reinterpret_cast<const float4 *>(Q + (m0 + r) * dim + k0 + c4));
+            if (n0 + r < nc && k0 + c4 < dim)
+                y = __ldg(reinterpret_cast<const float4 *>(C + (n0 + r) * dim + k0 + c4));
+            *reinterpret_cast<float4 *>(sa + r * XLD + c4) = x;
+            *reinterpret_cast<float4 *>(sb + r * XLD + c4) = y;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < XK; kk += 8) {
+            uint32_t ah[4][4], al[4][4], bh[4][2], bl[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const float *p = sa + (wm * 64 + mt * 16 + g) * XLD + kk + t4;
+                split_tf32(p[0], ah[mt][0], al[mt][0]);
+                split_tf32(p[8 * XLD], ah[mt][1], al[mt][1]);
+                split_tf32(p[4], ah[mt][2], al[mt][2]);
+                split_tf32(p[8 * XLD + 4], ah[mt][3], al[mt][3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const float *p = sb + (wn * 32 + nt * 8 + g) * XLD + kk + t4;
+                split_tf32(p[0], bh[nt][0], bl[nt][0]);
+                split_tf32(p[4], bh[nt][1], bl[nt][1]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    mma_tf32(acc[mt][nt], al[mt], bh[nt]);
+                    mma_tf32(acc[mt][nt], ah[mt], bl[nt]);
+                    mma_tf32(acc[mt][nt], ah[mt], bh[nt]);
+                }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long m = m0 + wm * 64 + mt * 16 + g + 8 * h;
+                const long long n = n0 + wn * 32 + nt * 8 + 2 * t4;
+                if (m >= lq)
+                    continue;
+                if (n < nc)
+                    S[m * nc + n] = acc[mt][nt][2 * h];
+                if (n + 1 < nc)
+                    S[m * nc + n + 1] = acc[mt][nt][2 * h + 1];
+            }
+}
+
 } // namespace
 
 extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,
@@ -74,6 +178,15 @@ extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *
     if ((lq + TM - 1) / TM > 65535 || (n_centroids + TN - 1) / TN > 0x7fffffffu) {
         kern_set_error("centroid_scores (cuda): %zu x %zu beyond one launch", lq, n_centroids);
         return KERN_EINVAL;
+    }
+    /* Tensor cores where the rows load as float4 and the problem fills a few tiles. */
+    if (dim % 4 == 0 && (uintptr_t)q % 16 == 0 && (uintptr_t)centroids % 16 == 0 &&
+        lq * n_centroids >= (size_t)XM * XN && (lq + XM - 1) / XM <= 65535) {
+        dim3 grid((unsigned)((n_centroids + XN - 1) / XN), (unsigned)((lq + XM - 1) / XM));
+        centroid_scores_tf32x3_kernel<<<grid, 256>>>(q, centroids, (long long)lq,
+                                                     (long long)n_centroids, (long long)dim, S);
+        KERN_CUDA_LAUNCHED("centroid_scores_tf32x3_kernel");
+        return KERN_OK;
     }
     dim3 grid((unsigned)((n_centroids + TN - 1) / TN), (unsigned)((lq + TM - 1) / TM));
     centroid_scores_kernel<<<grid, 256>>>(q, centroids, (long long)lq, (long long)n_centroids,

@@ -31,6 +31,10 @@ int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaust
 /* What the mirror holds (for tests and benchmarks): mode in use and device bytes. */
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes);
 
+/* Documents per slice of a streaming exhaustive search (0: the default, 65,536); tests set
+ * small slices to run several. */
+void eng_gpu_set_slice(eng_gpu *g, size_t docs);
+
 void eng_gpu_free(eng_gpu *g);
 
 #endif

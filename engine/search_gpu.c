@@ -39,7 +39,7 @@
 #define MATRIX_BUDGET ((size_t)2 << 30)
 /* Tokens staged on the host before each copy to the device while loading. */
 #define STAGE_TOKENS ((size_t)1 << 20)
-/* Documents per slice of a streaming exhaustive search. */
+/* Documents per slice of a streaming exhaustive search (eng_gpu_set_slice changes it). */
 #define STREAM_SLICE_DOCS ((size_t)1 << 16)
 
 static pthread_mutex_t gpu_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -59,6 +59,18 @@ typedef struct dbuf {
     void *p;
     size_t cap;
 } dbuf;
+
+/*
+ * Documents copied over for the exact stage: one page-locked block laid out as offsets
+ * [n + 1] (int64), numbers [n] (uint32: i, or KERN_NO_DOC), codes, norms, residuals (the
+ * last at a 16-byte boundary), copied to a device block of the same layout in one copy.
+ */
+typedef struct xslot {
+    void *pin;
+    size_t pin_cap;
+    dbuf dev;
+    size_t bytes, o_docs, o_codes, o_norms, o_res;
+} xslot;
 
 struct eng_gpu {
     int valid;
@@ -83,10 +95,11 @@ struct eng_gpu {
     dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
         docs4, vals, allowed, list;
     size_t bits_zeroed; /* bytes of bits known to be zero */
-    /* Streaming: the exact stage's documents, page-locked on the host and on the device. */
-    void *p_buf;
-    size_t p_cap;
-    dbuf x_off, x_codes, x_res, x_norms, x_docs;
+    /* Streaming: the exact stage's documents, in two slots (one filling while the other is
+     * scored), each page-locked on the host and copied whole to the device. */
+    xslot xs[2];
+    kern_cuda_copier *copier;
+    size_t slice_docs;
 };
 
 static int gpu_fail(int krc, store_msg *m, const char *what)
@@ -164,11 +177,13 @@ void eng_gpu_free(eng_gpu *g)
     mirror_reset(g);
     dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,      &g->probes, &g->bits,    &g->counts,
                   &g->docs1, &g->approx1, &g->sel,     &g->docs2,  &g->approx2, &g->docs3,
-                  &g->scores, &g->docs4,  &g->vals,    &g->allowed, &g->list,   &g->x_off,
-                  &g->x_codes, &g->x_res, &g->x_norms, &g->x_docs};
+                  &g->scores, &g->docs4,  &g->vals,    &g->allowed, &g->list,
+                  &g->xs[0].dev, &g->xs[1].dev};
+    kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
-    kern_cuda_host_free(g->p_buf);
+    kern_cuda_host_free(g->xs[0].pin);
+    kern_cuda_host_free(g->xs[1].pin);
     eng_gpu_unlock();
     free(g->h_live);
     free(g->h_doc_off);
@@ -176,6 +191,13 @@ void eng_gpu_free(eng_gpu *g)
     free(g->s_res);
     free(g->s_norms);
     free(g);
+}
+
+void eng_gpu_set_slice(eng_gpu *g, size_t docs)
+{
+    eng_gpu_lock();
+    g->slice_docs = docs ? docs : STREAM_SLICE_DOCS;
+    eng_gpu_unlock();
 }
 
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes)
@@ -463,11 +485,11 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
 /* ---- streaming: documents for the exact stage ----------------------------------------- */
 
 /*
- * Copies the documents docs [n] (KERN_NO_DOC allowed) from the map to the device as a small
- * index of their own: x_off [n + 1], x_codes, x_res, x_norms, and x_docs [n] = i (or
- * KERN_NO_DOC), which the exact stage then reads in place of the mirror.
+ * Reads the documents docs [n] (KERN_NO_DOC allowed) from the map (checksums verified) into
+ * slot x's page-locked block, and makes room for it on the device; upload_slot copies it.
  */
-static int stream_docs(eng_gpu *g, idx_reader *r, const uint32_t *docs, size_t n, store_msg *m)
+static int stage_docs(eng_gpu *g, idx_reader *r, xslot *x, const uint32_t *docs, size_t n,
+                      store_msg *m)
 {
     size_t ntok = 0;
     int rc = 0;
@@ -491,26 +513,27 @@ static int stream_docs(eng_gpu *g, idx_reader *r, const uint32_t *docs, size_t n
         free(pd);
         return rc;
     }
-    /* One page-locked buffer: offsets, document numbers, codes, norms, residuals. */
-    size_t b_off = (n + 1) * 8, b_docs = n * 4, b_codes = ntok * 4, b_norms = ntok * 4,
-           b_res = ntok * g->rbytes;
-    size_t total = b_off + b_docs + b_codes + b_norms + b_res + 64;
-    if (total > g->p_cap) {
-        kern_cuda_host_free(g->p_buf);
-        g->p_buf = NULL;
-        g->p_cap = 0;
-        int krc = kern_cuda_host_alloc(&g->p_buf, total * 2);
+    x->o_docs = (n + 1) * 8;
+    x->o_codes = x->o_docs + n * 4;
+    x->o_norms = x->o_codes + ntok * 4;
+    x->o_res = (x->o_norms + ntok * 4 + 15) / 16 * 16;
+    x->bytes = x->o_res + ntok * g->rbytes;
+    if (x->bytes > x->pin_cap) {
+        kern_cuda_host_free(x->pin);
+        x->pin = NULL;
+        x->pin_cap = 0;
+        int krc = kern_cuda_host_alloc(&x->pin, x->bytes + x->bytes / 2);
         if (krc) {
             free(pd);
             return gpu_fail(krc, m, "page-locked memory");
         }
-        g->p_cap = total * 2;
+        x->pin_cap = x->bytes + x->bytes / 2;
     }
-    int64_t *off = g->p_buf;
-    uint32_t *xd = (uint32_t *)((char *)g->p_buf + b_off);
-    uint32_t *codes = xd + n;
-    float *norms = (float *)(codes + ntok);
-    uint8_t *res = (uint8_t *)(norms + ntok);
+    char *b = x->pin;
+    int64_t *off = (int64_t *)b;
+    uint32_t *xd = (uint32_t *)(b + x->o_docs), *codes = (uint32_t *)(b + x->o_codes);
+    float *norms = (float *)(b + x->o_norms);
+    uint8_t *res = (uint8_t *)(b + x->o_res);
     size_t at = 0;
     const unsigned cb = r->h.code_bytes;
     off[0] = 0;
@@ -535,17 +558,28 @@ static int stream_docs(eng_gpu *g, idx_reader *r, const uint32_t *docs, size_t n
     free(pd);
     if (rc)
         return rc;
-    if ((rc = dbuf_need(&g->x_off, b_off, 0, m)) || (rc = dbuf_need(&g->x_docs, b_docs + 4, 0, m)) ||
-        (rc = dbuf_need(&g->x_codes, b_codes + 4, 0, m)) ||
-        (rc = dbuf_need(&g->x_norms, b_norms + 4, 0, m)) ||
-        (rc = dbuf_need(&g->x_res, b_res + 4, 0, m)))
-        return rc;
-    KTRY(kern_cuda_upload_async(g->x_off.p, off, b_off), "upload");
-    KTRY(kern_cuda_upload_async(g->x_docs.p, xd, b_docs), "upload");
-    KTRY(kern_cuda_upload_async(g->x_codes.p, codes, b_codes), "upload");
-    KTRY(kern_cuda_upload_async(g->x_norms.p, norms, b_norms), "upload");
-    KTRY(kern_cuda_upload_async(g->x_res.p, res, b_res), "upload");
+    return dbuf_need(&x->dev, x->bytes, 0, m);
+}
+
+/* Slot x's block to the device: through the copier's slot s, or on the kernels' stream. */
+static int upload_slot(eng_gpu *g, xslot *x, int s, store_msg *m)
+{
+    if (g->copier)
+        KTRY(kern_cuda_copier_upload(g->copier, s, x->dev.p, x->pin, x->bytes), "upload");
+    else
+        KTRY(kern_cuda_upload_async(x->dev.p, x->pin, x->bytes), "upload");
     return 0;
+}
+
+/* The exact stage reads slot x's documents. */
+static void slot_args(const xslot *x, kern_cuda_exact *a)
+{
+    char *d = x->dev.p;
+    a->doc_off = (const int64_t *)d;
+    a->docs = (const uint32_t *)(d + x->o_docs);
+    a->codes = (const uint32_t *)(d + x->o_codes);
+    a->inv_norms = (const float *)(d + x->o_norms);
+    a->residuals = (const uint8_t *)(d + x->o_res);
 }
 
 /* ---- one chunk of queries -------------------------------------------------------------- */
@@ -559,7 +593,7 @@ typedef struct chunk {
 /* The exact stage over docs [nq, per_q] (or the one list with cross) of the mirror, or in
  * streaming mode of documents copied over for it. */
 static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t *docs,
-                       size_t per_q, int cross, float *scores, store_msg *m)
+                       size_t per_q, int cross, const xslot *staged, float *scores, store_msg *m)
 {
     kern_cuda_exact a = {
         .dim = g->dim,
@@ -580,21 +614,26 @@ static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t
         .per_q = per_q,
         .cross = cross,
     };
-    if (g->mode == TARTAN_GPU_STREAMING) {
+    if (staged) {
+        slot_args(staged, &a);
+    } else if (g->mode == TARTAN_GPU_STREAMING) {
+        /* The documents of this stage, read now (one round trip for their numbers). */
         size_t n = cross ? per_q : c->nq * per_q;
         uint32_t *h = malloc((n ? n : 1) * 4);
         if (!h)
             return store_fail(m, ENOMEM, "GPU search: out of memory");
         int krc = kern_cuda_download(h, docs, n * 4);
-        int rc = krc ? gpu_fail(krc, m, "download") : stream_docs(g, r, h, n, m);
+        int rc = krc ? gpu_fail(krc, m, "download") : stage_docs(g, r, &g->xs[0], h, n, m);
         free(h);
+        if (!rc && g->copier)
+            rc = kern_cuda_copier_host_wait(g->copier, 0);
+        if (!rc)
+            rc = upload_slot(g, &g->xs[0], 0, m);
+        if (!rc && g->copier && (krc = kern_cuda_copier_ready(g->copier, 0)))
+            rc = gpu_fail(krc, m, "copy");
         if (rc)
             return rc;
-        a.doc_off = g->x_off.p;
-        a.codes = g->x_codes.p;
-        a.residuals = g->x_res.p;
-        a.inv_norms = g->x_norms.p;
-        a.docs = g->x_docs.p;
+        slot_args(&g->xs[0], &a);
     }
     KTRY(kern_cuda_exact_scores(&a, scores), "exact scoring");
     return 0;
@@ -621,17 +660,18 @@ static int final_topk(eng_gpu *g, const chunk *c, const float *scores, size_t n,
 }
 
 /*
- * Streaming exhaustive search: the listed documents in slices, each copied over, scored
- * against the chunk's queries and reduced to its top k on the device; the slices' top k merge
- * on the host.
+ * Streaming exhaustive search: the listed documents in slices, each read from the map into a
+ * page-locked slot, copied on the copier's stream while the previous slice is scored, scored
+ * against the chunk's queries and cut to its top k on the device; the slices' top k merge on
+ * the host.
  */
 static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
-                             const uint32_t *list, size_t n_list, eng_stage_stats *st,
-                             store_msg *m)
+                             const uint32_t *list, size_t n_list, store_msg *m)
 {
-    (void)st;
     const size_t nq = c->nq;
-    int rc = 0;
+    int rc = 0, krc;
+    if (!g->copier && (krc = kern_cuda_copier_new(&g->copier, 2)))
+        return gpu_fail(krc, m, "copy stream");
     kern_topk **tk = calloc(nq, sizeof *tk);
     uint32_t *hd = malloc(nq * s->k * 4);
     float *hv = malloc(nq * s->k * 4);
@@ -642,27 +682,67 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
         if (!(tk[i] = kern_topk_new(s->k)))
             rc = store_fail(m, ENOMEM, "GPU search: out of memory");
     if (!rc)
-        rc = dbuf_need(&g->scores, nq * STREAM_SLICE_DOCS * 4, 0, m);
-    for (size_t s0 = 0; s0 < n_list && !rc; s0 += STREAM_SLICE_DOCS) {
-        size_t n = n_list - s0 < STREAM_SLICE_DOCS ? n_list - s0 : STREAM_SLICE_DOCS;
+        rc = dbuf_need(&g->scores, nq * g->slice_docs * 4, 0, m);
+    size_t pend_k = 0; /* results of the previous slice still on the device: its k */
+    const size_t slice = g->slice_docs;
+    for (size_t s0 = 0, i = 0; !rc && (s0 < n_list || pend_k); s0 += slice, i++) {
+        const int slot = (int)(i & 1);
+        size_t n = s0 < n_list ? (n_list - s0 < slice ? n_list - s0 : slice) : 0;
+        if (n) {
+            /* Read and copy slice i while slice i - 1 is scored. */
+            uint32_t *h = malloc(n * 4);
+            if (!h) {
+                rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+                break;
+            }
+            krc = kern_cuda_download(h, list + s0, n * 4);
+            if (krc)
+                rc = gpu_fail(krc, m, "download");
+            if (!rc && (krc = kern_cuda_copier_host_wait(g->copier, slot)))
+                rc = gpu_fail(krc, m, "copy");
+            if (!rc)
+                rc = stage_docs(g, r, &g->xs[slot], h, n, m);
+            free(h);
+            if (!rc)
+                rc = upload_slot(g, &g->xs[slot], slot, m);
+            if (rc)
+                break;
+        }
+        if (pend_k) {
+            /* The previous slice's top k (waits for its kernels, not for the copy above). */
+            krc = kern_cuda_download(hd, g->docs4.p, nq * pend_k * 4);
+            if (!krc)
+                krc = kern_cuda_download(hv, g->vals.p, nq * pend_k * 4);
+            if (krc) {
+                rc = gpu_fail(krc, m, "download");
+                break;
+            }
+            for (size_t q = 0; q < nq && !rc; q++) {
+                size_t h = 0;
+                for (; h < pend_k && hd[q * pend_k + h] != KERN_NO_DOC &&
+                       hv[q * pend_k + h] > -INFINITY;
+                     h++)
+                    ids[h] = hd[q * pend_k + h];
+                if (h && kern_topk_push(tk[q], hv + q * pend_k, ids, h))
+                    rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+            }
+            pend_k = 0;
+        }
+        if (!n || rc)
+            continue;
         size_t kk = s->k < n ? s->k : n;
-        if ((rc = exact_stage(g, r, c, list + s0, n, 1, g->scores.p, m)) ||
+        if ((krc = kern_cuda_copier_ready(g->copier, slot))) {
+            rc = gpu_fail(krc, m, "copy");
+            break;
+        }
+        if ((rc = exact_stage(g, r, c, list + s0, n, 1, &g->xs[slot], g->scores.p, m)) ||
             (rc = final_topk(g, c, g->scores.p, n, list + s0, 1, kk, m)))
             break;
-        int krc = kern_cuda_download(hd, g->docs4.p, nq * kk * 4);
-        if (!krc)
-            krc = kern_cuda_download(hv, g->vals.p, nq * kk * 4);
-        if (krc) {
-            rc = gpu_fail(krc, m, "download");
+        if ((krc = kern_cuda_copier_release(g->copier, slot))) {
+            rc = gpu_fail(krc, m, "copy");
             break;
         }
-        for (size_t i = 0; i < nq && !rc; i++) {
-            size_t h = 0;
-            for (; h < kk && hd[i * kk + h] != KERN_NO_DOC && hv[i * kk + h] > -INFINITY; h++)
-                ids[h] = hd[i * kk + h];
-            if (h && kern_topk_push(tk[i], hv + i * kk, ids, h))
-                rc = store_fail(m, ENOMEM, "GPU search: out of memory");
-        }
+        pend_k = kk;
     }
     for (size_t i = 0; i < nq && !rc; i++) {
         size_t qi = c->qa + i;
@@ -713,12 +793,12 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             return 0;
         st->n_cand += nq * n_list;
         st->n_exact += nq * n_list;
-        if (g->mode == TARTAN_GPU_STREAMING && n_list > STREAM_SLICE_DOCS)
-            return exhaustive_slices(g, r, s, c, list, n_list, st, m);
+        if (g->mode == TARTAN_GPU_STREAMING && n_list > g->slice_docs)
+            return exhaustive_slices(g, r, s, c, list, n_list, m);
         /* Every listed document against every query of the chunk. */
         if ((rc = dbuf_need(&g->scores, nq * n_list * 4, 0, m)))
             return rc;
-        if ((rc = exact_stage(g, r, c, list, n_list, 1, g->scores.p, m)))
+        if ((rc = exact_stage(g, r, c, list, n_list, 1, NULL, g->scores.p, m)))
             return rc;
         size_t kk = k < n_list ? k : n_list;
         if ((rc = final_topk(g, c, g->scores.p, n_list, list, 1, kk, m)))
@@ -797,7 +877,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         st->prune += t1 - t0;
         t0 = t1;
         /* Stage 4. */
-        if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, g->scores.p, m)))
+        if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, NULL, g->scores.p, m)))
             return rc;
         size_t kk = k < n3 ? k : n3;
         if ((rc = final_topk(g, c, g->scores.p, n3, g->docs3.p, 0, kk, m)))
@@ -889,6 +969,8 @@ int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaust
     int rc = 0;
     if (!*gp && !(*gp = calloc(1, sizeof **gp)))
         rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+    if (!rc && !(*gp)->slice_docs)
+        (*gp)->slice_docs = STREAM_SLICE_DOCS;
     double t0 = eng_now();
     if (!rc)
         rc = mirror_sync(*gp, r, mode, m);

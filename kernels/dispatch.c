@@ -261,4 +261,40 @@ int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
     *free_bytes = *total_bytes = 0;
     return no_cuda();
 }
+
+int kern_cuda_copier_new(kern_cuda_copier **c, int slots)
+{
+    (void)slots;
+    *c = NULL;
+    return no_cuda();
+}
+
+void kern_cuda_copier_free(kern_cuda_copier *c)
+{
+    (void)c;
+}
+
+int kern_cuda_copier_upload(kern_cuda_copier *c, int s, void *dst, const void *src, size_t bytes)
+{
+    (void)c, (void)s, (void)dst, (void)src, (void)bytes;
+    return no_cuda();
+}
+
+int kern_cuda_copier_ready(kern_cuda_copier *c, int s)
+{
+    (void)c, (void)s;
+    return no_cuda();
+}
+
+int kern_cuda_copier_release(kern_cuda_copier *c, int s)
+{
+    (void)c, (void)s;
+    return no_cuda();
+}
+
+int kern_cuda_copier_host_wait(kern_cuda_copier *c, int s)
+{
+    (void)c, (void)s;
+    return no_cuda();
+}
 #endif

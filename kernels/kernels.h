@@ -306,6 +306,22 @@ int kern_cuda_copy_d2d(void *dst, const void *src, size_t bytes);
 int kern_cuda_host_alloc(void **p, size_t bytes);
 void kern_cuda_host_free(void *p);
 int kern_cuda_upload_async(void *dst, const void *src, size_t bytes);
+/*
+ * Copies that overlap the kernels: host-to-device copies on a stream of their own, ordered
+ * against the kernels' default stream per slot (a buffer pair the caller cycles through).
+ *   upload: queues a copy into slot s (after the kernels that last used the slot, see release);
+ *   ready: kernels queued from now on wait for slot s's copies;
+ *   release: the kernels queued so far are the last to read slot s;
+ *   host_wait: the host waits for slot s's copies (its page-locked source may then change).
+ */
+typedef struct kern_cuda_copier kern_cuda_copier;
+int kern_cuda_copier_new(kern_cuda_copier **c, int slots);
+void kern_cuda_copier_free(kern_cuda_copier *c);
+int kern_cuda_copier_upload(kern_cuda_copier *c, int s, void *dst, const void *src, size_t bytes);
+int kern_cuda_copier_ready(kern_cuda_copier *c, int s);
+int kern_cuda_copier_release(kern_cuda_copier *c, int s);
+int kern_cuda_copier_host_wait(kern_cuda_copier *c, int s);
+
 /* Free and total device memory (bytes). */
 int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda_check.cuh"
 
@@ -586,5 +587,91 @@ extern "C" int kern_cuda_upload_async(void *dst, const void *src, size_t bytes)
 extern "C" int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
     KERN_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return KERN_OK;
+}
+
+#define COPIER_MAX_SLOTS 4
+
+struct kern_cuda_copier {
+    cudaStream_t stream;
+    int slots;
+    cudaEvent_t copied[COPIER_MAX_SLOTS], released[COPIER_MAX_SLOTS];
+    int has_copied[COPIER_MAX_SLOTS], has_released[COPIER_MAX_SLOTS];
+};
+
+extern "C" void kern_cuda_copier_free(kern_cuda_copier *c)
+{
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < c->slots; i++) {
+        if (c->copied[i])
+            cudaEventDestroy(c->copied[i]);
+        if (c->released[i])
+            cudaEventDestroy(c->released[i]);
+    }
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" int kern_cuda_copier_new(kern_cuda_copier **out, int slots)
+{
+    *out = NULL;
+    if (slots < 1 || slots > COPIER_MAX_SLOTS) {
+        kern_set_error("copier (cuda): %d slots; 1 to %d", slots, COPIER_MAX_SLOTS);
+        return KERN_EINVAL;
+    }
+    kern_cuda_copier *c = (kern_cuda_copier *)calloc(1, sizeof *c);
+    if (!c) {
+        kern_set_error("copier (cuda): out of memory");
+        return KERN_ENOMEM;
+    }
+    c->slots = slots;
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    for (int i = 0; i < slots && e == cudaSuccess; i++) {
+        e = cudaEventCreateWithFlags(&c->copied[i], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&c->released[i], cudaEventDisableTiming);
+    }
+    if (e != cudaSuccess) {
+        int rc = kern_cuda_fail(e, "copier (cuda): stream and events", __FILE__, __LINE__);
+        kern_cuda_copier_free(c);
+        return rc;
+    }
+    *out = c;
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_copier_upload(kern_cuda_copier *c, int s, void *dst, const void *src,
+                                       size_t bytes)
+{
+    if (c->has_released[s])
+        KERN_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->released[s], 0));
+    if (bytes)
+        KERN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_copier_ready(kern_cuda_copier *c, int s)
+{
+    KERN_CUDA_TRY(cudaEventRecord(c->copied[s], c->stream));
+    c->has_copied[s] = 1;
+    KERN_CUDA_TRY(cudaStreamWaitEvent(0, c->copied[s], 0));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_copier_release(kern_cuda_copier *c, int s)
+{
+    KERN_CUDA_TRY(cudaEventRecord(c->released[s], 0));
+    c->has_released[s] = 1;
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_copier_host_wait(kern_cuda_copier *c, int s)
+{
+    if (c->has_copied[s])
+        KERN_CUDA_TRY(cudaEventSynchronize(c->copied[s]));
     return KERN_OK;
 }

@@ -429,6 +429,13 @@ START_TEST(test_gpu_streaming_equals_resident)
         b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
         ck_assert_uint_eq(expect_close(a[ex], b, 0.0), 0);
         tartan_results_free(b);
+        if (ex) {
+            /* Exhaustive in slices that overlap copies and scoring: 7 slices, odd sizes. */
+            eng_gpu_set_slice(db->gpu, 117);
+            b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+            ck_assert_uint_eq(expect_close(a[ex], b, 0.0), 0);
+            tartan_results_free(b);
+        }
         tartan_results_free(a[ex]);
     }
     eng_gpu_describe(db->gpu, &mode, &bytes);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kmeans.h"
+#include "assign.h"
 #include "model.h"
 #include "tartan.h"
 
@@ -32,39 +32,25 @@ static void encoded_free(encoded *e)
     memset(e, 0, sizeof *e);
 }
 
-/* Codes (nearest centroid by inner product), packed residuals and inverse norms. */
-static int encode(const idx_model *mod, const idx_batch *b, encoded *e, store_msg *m)
+/* Codes (nearest centroid by inner product, on dev), packed residuals and inverse norms (on
+ * the CPU's OpenMP threads: the code decides them, so they are the same whichever device
+ * assigned). */
+static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encoded *e, store_msg *m)
 {
     size_t n = b->n_rows, tb = idx_codec_token_bytes(&mod->codec);
     memset(e, 0, sizeof *e);
-    int64_t *lab = malloc(n * sizeof *lab);
     e->codes = malloc(n * sizeof *e->codes);
     e->packed = malloc(n * tb);
     e->inv_norms = malloc(n * sizeof(float));
-    if (!lab || !e->codes || !e->packed || !e->inv_norms) {
-        free(lab);
+    if (!e->codes || !e->packed || !e->inv_norms) {
         encoded_free(e);
         return store_fail(m, ENOMEM, "out of memory encoding %zu tokens", n);
     }
-    char err[256] = "";
-    if (idx_flat_ip_search(mod->centroids, mod->k, b->dim, b->emb, n, 1, lab, NULL, err,
-                           sizeof err)) {
-        free(lab);
+    int rc = idx_assign(dev, mod->centroids, mod->k, b->dim, b->emb, n, e->codes, NULL, m);
+    if (rc) {
         encoded_free(e);
-        return store_fail(m, TARTAN_ETRAIN, "assigning tokens to centroids: %s", err);
+        return rc;
     }
-    for (size_t i = 0; i < n; i++) {
-        /* FAISS answers -1 for a token it cannot place (NaN); the codec would then read
-         * outside the centroid table. Batches are checked finite and normalised, so this
-         * only guards against a bug upstream. */
-        if (lab[i] < 0 || lab[i] >= (int64_t)mod->k) {
-            free(lab);
-            encoded_free(e);
-            return store_fail(m, TARTAN_EINTERNAL, "token %zu was assigned to no centroid", i);
-        }
-        e->codes[i] = (uint32_t)lab[i];
-    }
-    free(lab);
     idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
     return 0;
 }
@@ -262,7 +248,8 @@ static int train_from_batch(const idx_batch *b, const store_header *h, const idx
     free(pick);
     /* K from the batch's size: ColBERTv2 sizes it from the corpus, and this batch is all of
      * the corpus the index knows of yet. */
-    int rc = idx_model_train(x, ntok, b->dim, h->nbits, o ? o->n_centroids : 0, b->n_rows,
+    int rc = idx_model_train(o ? o->device : KERN_DEV_CPU, x, ntok, b->dim, h->nbits,
+                             o ? o->n_centroids : 0, b->n_rows,
                              o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h->kmeans_iters,
                              o ? o->seed : h->seed, mod, m);
     free(x);
@@ -291,7 +278,7 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
         if (fresh && (rc = train_from_batch(b, &h, o, &mod, m)))
             return rc;
         encoded e;
-        if ((rc = encode(&mod, b, &e, m))) {
+        if ((rc = encode(o ? o->device : KERN_DEV_CPU, &mod, b, &e, m))) {
             idx_model_free(&mod);
             return rc;
         }
@@ -342,8 +329,8 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     if (sample->dim != h.dim)
         return store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u", sample->dim,
                           h.dim);
-    rc = idx_model_train(sample->emb, sample->n_rows, h.dim, h.nbits, o ? o->n_centroids : 0,
-                         corpus_tokens,
+    rc = idx_model_train(o ? o->device : KERN_DEV_CPU, sample->emb, sample->n_rows, h.dim, h.nbits,
+                         o ? o->n_centroids : 0, corpus_tokens,
                          o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters,
                          o ? o->seed : h.seed, &mod, m);
     if (rc)
@@ -403,10 +390,10 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
             size_t len = ids[i] ? lens[i] : 0; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
-                              !ids[i]           ? "NULL"
-                              : len == 0        ? "empty"
+                              !ids[i]              ? "NULL"
+                              : len == 0           ? "empty"
                               : len > STORE_MAX_ID ? "longer than 511 bytes"
-                                                : "malformed (a control character)");
+                                                   : "malformed (a control character)");
         }
     }
     if (store_is_readonly(env)) {

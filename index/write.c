@@ -119,6 +119,49 @@ static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const cha
     return 0;
 }
 
+/*
+ * Writes a batch's inverted-list entries (code pc[i], document pd[i]; documents ascending in
+ * input order) in code order: a stable counting sort by code keeps each list's documents
+ * ascending, as the store's append wants. One document at a time scatters its ~60 puts over
+ * lists all across the B-tree; in code order consecutive puts land on the same pages, which
+ * measured 2.5x faster for the whole transaction at 131,072 centroids (14M tokens: 32 s to
+ * 13 s).
+ */
+static int ivf_flush(store_txn *txn, const uint32_t *pc, const uint32_t *pd, size_t np, uint32_t k,
+                     store_msg *m)
+{
+    if (np == 0)
+        return 0;
+    size_t *start = calloc((size_t)k + 1, sizeof *start);
+    uint32_t *sc = malloc(np * sizeof *sc), *sd = malloc(np * sizeof *sd);
+    int rc = 0;
+    if (!start || !sc || !sd) {
+        rc = store_fail(m, ENOMEM, "out of memory for %zu inverted-list entries", np);
+        goto out;
+    }
+    for (size_t i = 0; i < np; i++) {
+        if (pc[i] >= k) {
+            rc = store_fail(m, TARTAN_EINTERNAL, "code %u beyond the %u centroids", pc[i], k);
+            goto out;
+        }
+        start[pc[i] + 1]++;
+    }
+    for (uint32_t c = 0; c < k; c++)
+        start[c + 1] += start[c];
+    for (size_t i = 0; i < np; i++) {
+        size_t at = start[pc[i]]++;
+        sc[at] = pc[i];
+        sd[at] = pd[i];
+    }
+    for (size_t i = 0; i < np && !rc; i++)
+        rc = store_ivf_add(txn, sd[i], &sc[i], 1, m);
+out:
+    free(start);
+    free(sc);
+    free(sd);
+    return rc;
+}
+
 typedef struct add_ctx {
     const idx_batch *b;
     const encoded *e;
@@ -144,6 +187,12 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
         return IDX_ESTALE;
     }
     scratch s = {0};
+    /* The batch's inverted-list entries, written after its documents (ivf_flush). */
+    uint32_t *pc = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pc);
+    uint32_t *pd = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pd);
+    size_t np = 0;
+    if (!pc || !pd)
+        rc = store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < b->n_docs && !rc; i++) {
         const char *id = b->ids[i];
         size_t idlen = b->idlens[i];
@@ -187,13 +236,20 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
             break;
         memcpy(s.v, c->e->codes + off, ntok * sizeof(uint32_t));
         size_t nd = distinct(s.v, ntok);
-        if ((rc = store_ivf_add(txn, docno, s.v, nd, m)) ||
-            (rc = store_id_put(txn, id, idlen, docno, m)))
+        for (size_t j = 0; j < nd; j++, np++) {
+            pc[np] = s.v[j];
+            pd[np] = docno;
+        }
+        if ((rc = store_id_put(txn, id, idlen, docno, m)))
             break;
         h.n_docs++;
         h.n_tokens += ntok;
     }
     free(s.v);
+    if (!rc)
+        rc = ivf_flush(txn, pc, pd, np, h.n_centroids, m);
+    free(pc);
+    free(pd);
     if (!rc)
         rc = store_header_put(txn, &h, m);
     return rc;

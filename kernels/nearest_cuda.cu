@@ -49,7 +49,9 @@ __device__ __forceinline__ int lane_index(int t, int i)
     return i < 4 ? t * 4 + i : 64 + t * 4 + (i - 4);
 }
 
-__global__ void __launch_bounds__(THREADS)
+/* Two CTAs per SM (at most 128 registers a thread): one CTA alone leaves 8 warps to hide
+ * the shared-memory and global latencies. */
+__global__ void __launch_bounds__(THREADS, 2)
     nearest_kernel(const float *__restrict__ X, const float *__restrict__ C, long long n,
                    long long nc, long long dim, int *__restrict__ best,
                    float *__restrict__ best_score)

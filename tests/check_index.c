@@ -1072,6 +1072,59 @@ START_TEST(test_index_kmeans_device_refills_empty_clusters)
 }
 END_TEST
 
+START_TEST(test_index_device_option_reaches_build)
+{
+    /* The handle's device reaches training and encoding: asking for CUDA where there is none
+     * fails with TARTAN_ENODEV and leaves the index as it was; the CPU (or a present GPU)
+     * builds it. */
+    enum { DOCS = 60, LEN = 12, D = 64 };
+    char dir[] = "/tmp/tartan-index-device-XXXXXX", path[64], cmd[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ix", dir);
+    float *emb = xmalloc(sizeof(float) * DOCS * LEN * D);
+    size_t lens[DOCS];
+    char idbuf[DOCS][16];
+    const char *ids[DOCS];
+    uint64_t s = 17;
+    random_units(&s, emb, DOCS * LEN, D);
+    for (size_t i = 0; i < DOCS; i++) {
+        lens[i] = LEN;
+        snprintf(idbuf[i], sizeof idbuf[i], "doc%zu", i);
+        ids[i] = idbuf[i];
+    }
+    tartan_batch b = {DOCS, ids, lens, emb, DOCS * LEN, D, TARTAN_FLOAT32};
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE | TARTAN_EXCL;
+    o.dim = D;
+    o.n_centroids = 32;
+    int gpu = kern_cuda_device_count() > 0;
+    o.device = TARTAN_DEVICE_CUDA;
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    tartan_index_info info;
+    if (!gpu) {
+        ck_assert_int_eq(tartan_add(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_train(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_info(db, &info), 0);
+        ck_assert_uint_eq(info.n_docs, 0);
+        ck_assert_uint_eq(info.n_centroids, 0);
+        tartan_close(db);
+        o.flags = 0;
+        o.device = TARTAN_DEVICE_CPU;
+        ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    }
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    ck_assert_uint_eq(info.n_docs, DOCS);
+    ck_assert_uint_eq(info.n_centroids, 32);
+    tartan_close(db);
+    free(emb);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *t)
@@ -1106,6 +1159,7 @@ int main(void)
     add(s, "assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments);
     add(s, "kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters);
     add(s, "kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters);
+    add(s, "device_option_reaches_build", test_index_device_option_reaches_build);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "device.h"
 
 static void to_input(const tartan_batch *b, idx_input *in)
 {
@@ -19,12 +20,15 @@ static void to_input(const tartan_batch *b, idx_input *in)
     in->dtype = (int)b->dtype;
 }
 
-static void train_opts(const tartan_db *db, idx_train_opts *o)
+/* The handle's training options, and the device that k-means and encoding run on (the
+ * handle's tartan_options.device, resolved: TARTAN_ENODEV when CUDA is asked for and absent). */
+static int train_opts(const tartan_db *db, idx_train_opts *o, store_msg *m)
 {
     o->n_centroids = db->opts.n_centroids;
     o->sample_docs = db->opts.sample_docs;
     o->kmeans_iters = db->opts.kmeans_iters;
     o->seed = db->opts.seed;
+    return eng_device_pick(db->opts.device, &o->device, m);
 }
 
 /* The index's dimension, from a short snapshot. */
@@ -72,7 +76,10 @@ int tartan_add(tartan_db *db, const tartan_batch *batch, unsigned flags)
     if (rc)
         return eng_fail(db, rc, &m);
     idx_train_opts o;
-    train_opts(db, &o);
+    if ((rc = train_opts(db, &o, &m))) {
+        idx_batch_free(&b);
+        return eng_fail(db, rc, &m);
+    }
     pthread_mutex_lock(&db->write_lock);
     rc = idx_add(db->env, &b, (flags & TARTAN_REPLACE) != 0, &o, &m);
     pthread_mutex_unlock(&db->write_lock);
@@ -90,7 +97,10 @@ int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens
     if (rc)
         return eng_fail(db, rc, &m);
     idx_train_opts o;
-    train_opts(db, &o);
+    if ((rc = train_opts(db, &o, &m))) {
+        idx_batch_free(&b);
+        return eng_fail(db, rc, &m);
+    }
     pthread_mutex_lock(&db->write_lock);
     rc = idx_train(db->env, &b, corpus_tokens, &o, &m);
     pthread_mutex_unlock(&db->write_lock);

@@ -77,6 +77,7 @@ typedef struct idx_train_opts {
     size_t sample_docs; /* documents a first add samples from its batch; 0: DESIGN's formula */
     int kmeans_iters;
     uint64_t seed;
+    kern_dev device; /* where k-means and encoding assign tokens to centroids (assign.h) */
 } idx_train_opts;
 
 /*

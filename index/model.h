@@ -20,10 +20,13 @@ typedef struct idx_model {
 /*
  * Trains a model from n sample tokens x [n, dim] (L2-normalised): k centroids (k_req, or from
  * corpus_tokens by DESIGN's rule, at most the points k-means gets), spherical k-means on 95% of
- * the tokens and the codec from the held-out 5% (at most 50,000). TARTAN_ETRAIN, TARTAN_EEMPTY,
- * ENOMEM. Shuffles x in place (the sample is the largest thing a build holds: no copy).
+ * the tokens and the codec from the held-out 5% (at most 50,000). On KERN_DEV_CPU k-means is
+ * FAISS's; on KERN_DEV_CUDA it is idx_kmeans_device's (assign.h: the same sample, K, init and
+ * iteration rules, assignment on the GPU). TARTAN_ETRAIN, TARTAN_EEMPTY, ENOMEM, and the
+ * device's errors (TARTAN_ENODEV, TARTAN_EDEVICE). Shuffles x in place (the sample is the
+ * largest thing a build holds: no copy).
  */
-int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
+int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
                     size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m);
 void idx_model_free(idx_model *mod);
 

@@ -1,6 +1,7 @@
 /*
- * train.c: centroids and codec from a sample (DESIGN.md section 3): spherical k-means through
- * FAISS on most of the sample, the codec's cutoffs and weights from the residuals of the rest.
+ * train.c: centroids and codec from a sample (DESIGN.md section 3): spherical k-means (FAISS on
+ * the CPU, idx_kmeans_device on a GPU) on most of the sample, the codec's cutoffs and weights
+ * from the residuals of the rest.
  */
 #include "config.h"
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "assign.h"
 #include "kmeans.h"
 #include "model.h"
 #include "plan.h"
@@ -35,7 +37,7 @@ void idx_model_free(idx_model *mod)
     mod->centroids = NULL;
 }
 
-int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
+int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
                     size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m)
 {
     memset(out, 0, sizeof *out);
@@ -58,7 +60,7 @@ int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req
     float *tmp = malloc(dim * sizeof(float));
     float *cent = malloc(k * dim * sizeof(float));
     float *resid = malloc(held * dim * sizeof(float));
-    int64_t *lab = malloc(held * sizeof *lab);
+    uint32_t *lab = malloc(held * sizeof *lab);
     int rc = 0;
     if (!tmp || !cent || !resid || !lab) {
         rc = store_fail(m, ENOMEM, "out of memory training on %zu tokens", n);
@@ -76,17 +78,19 @@ int idx_model_train(float *x, size_t n, size_t dim, unsigned nbits, size_t k_req
     }
     float *shuf = x;
     char err[256] = "";
-    if (idx_kmeans_spherical(shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, err,
-                             sizeof err)) {
+    if (dev == KERN_DEV_CUDA) {
+        if ((rc = idx_kmeans_device(dev, shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent,
+                                    m)))
+            goto done;
+    } else if (idx_kmeans_spherical(shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, err,
+                                    sizeof err)) {
         rc = store_fail(m, TARTAN_ETRAIN, "k-means of %zu tokens into %zu centroids: %s", ntrain, k,
                         err);
         goto done;
     }
     const float *hx = shuf + ntrain * dim;
-    if (idx_flat_ip_search(cent, k, dim, hx, held, 1, lab, NULL, err, sizeof err)) {
-        rc = store_fail(m, TARTAN_ETRAIN, "assigning held-out tokens: %s", err);
+    if ((rc = idx_assign(dev, cent, k, dim, hx, held, lab, NULL, m)))
         goto done;
-    }
     for (size_t i = 0; i < held; i++)
         for (size_t j = 0; j < dim; j++)
             resid[i * dim + j] = hx[i * dim + j] - cent[(size_t)lab[i] * dim + j];

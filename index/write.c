@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kmeans.h"
+#include "assign.h"
 #include "model.h"
 #include "tartan.h"
 
@@ -32,39 +32,25 @@ static void encoded_free(encoded *e)
     memset(e, 0, sizeof *e);
 }
 
-/* Codes (nearest centroid by inner product), packed residuals and inverse norms. */
-static int encode(const idx_model *mod, const idx_batch *b, encoded *e, store_msg *m)
+/* Codes (nearest centroid by inner product, on dev), packed residuals and inverse norms (on
+ * the CPU's OpenMP threads: the code decides them, so they are the same whichever device
+ * assigned). */
+static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encoded *e, store_msg *m)
 {
     size_t n = b->n_rows, tb = idx_codec_token_bytes(&mod->codec);
     memset(e, 0, sizeof *e);
-    int64_t *lab = malloc(n * sizeof *lab);
     e->codes = malloc(n * sizeof *e->codes);
     e->packed = malloc(n * tb);
     e->inv_norms = malloc(n * sizeof(float));
-    if (!lab || !e->codes || !e->packed || !e->inv_norms) {
-        free(lab);
+    if (!e->codes || !e->packed || !e->inv_norms) {
         encoded_free(e);
         return store_fail(m, ENOMEM, "out of memory encoding %zu tokens", n);
     }
-    char err[256] = "";
-    if (idx_flat_ip_search(mod->centroids, mod->k, b->dim, b->emb, n, 1, lab, NULL, err,
-                           sizeof err)) {
-        free(lab);
+    int rc = idx_assign(dev, mod->centroids, mod->k, b->dim, b->emb, n, e->codes, NULL, m);
+    if (rc) {
         encoded_free(e);
-        return store_fail(m, TARTAN_ETRAIN, "assigning tokens to centroids: %s", err);
+        return rc;
     }
-    for (size_t i = 0; i < n; i++) {
-        /* FAISS answers -1 for a token it cannot place (NaN); the codec would then read
-         * outside the centroid table. Batches are checked finite and normalised, so this
-         * only guards against a bug upstream. */
-        if (lab[i] < 0 || lab[i] >= (int64_t)mod->k) {
-            free(lab);
-            encoded_free(e);
-            return store_fail(m, TARTAN_EINTERNAL, "token %zu was assigned to no centroid", i);
-        }
-        e->codes[i] = (uint32_t)lab[i];
-    }
-    free(lab);
     idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
     return 0;
 }
@@ -133,6 +119,49 @@ static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const cha
     return 0;
 }
 
+/*
+ * Writes a batch's inverted-list entries (code pc[i], document pd[i]; documents ascending in
+ * input order) in code order: a stable counting sort by code keeps each list's documents
+ * ascending, as the store's append wants. One document at a time scatters its ~60 puts over
+ * lists all across the B-tree; in code order consecutive puts land on the same pages, which
+ * measured 2.5x faster for the whole transaction at 131,072 centroids (14M tokens: 32 s to
+ * 13 s).
+ */
+static int ivf_flush(store_txn *txn, const uint32_t *pc, const uint32_t *pd, size_t np, uint32_t k,
+                     store_msg *m)
+{
+    if (np == 0)
+        return 0;
+    size_t *start = calloc((size_t)k + 1, sizeof *start);
+    uint32_t *sc = malloc(np * sizeof *sc), *sd = malloc(np * sizeof *sd);
+    int rc = 0;
+    if (!start || !sc || !sd) {
+        rc = store_fail(m, ENOMEM, "out of memory for %zu inverted-list entries", np);
+        goto out;
+    }
+    for (size_t i = 0; i < np; i++) {
+        if (pc[i] >= k) {
+            rc = store_fail(m, TARTAN_EINTERNAL, "code %u beyond the %u centroids", pc[i], k);
+            goto out;
+        }
+        start[pc[i] + 1]++;
+    }
+    for (uint32_t c = 0; c < k; c++)
+        start[c + 1] += start[c];
+    for (size_t i = 0; i < np; i++) {
+        size_t at = start[pc[i]]++;
+        sc[at] = pc[i];
+        sd[at] = pd[i];
+    }
+    for (size_t i = 0; i < np && !rc; i++)
+        rc = store_ivf_add(txn, sd[i], &sc[i], 1, m);
+out:
+    free(start);
+    free(sc);
+    free(sd);
+    return rc;
+}
+
 typedef struct add_ctx {
     const idx_batch *b;
     const encoded *e;
@@ -158,6 +187,12 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
         return IDX_ESTALE;
     }
     scratch s = {0};
+    /* The batch's inverted-list entries, written after its documents (ivf_flush). */
+    uint32_t *pc = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pc);
+    uint32_t *pd = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pd);
+    size_t np = 0;
+    if (!pc || !pd)
+        rc = store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < b->n_docs && !rc; i++) {
         const char *id = b->ids[i];
         size_t idlen = b->idlens[i];
@@ -201,13 +236,20 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
             break;
         memcpy(s.v, c->e->codes + off, ntok * sizeof(uint32_t));
         size_t nd = distinct(s.v, ntok);
-        if ((rc = store_ivf_add(txn, docno, s.v, nd, m)) ||
-            (rc = store_id_put(txn, id, idlen, docno, m)))
+        for (size_t j = 0; j < nd; j++, np++) {
+            pc[np] = s.v[j];
+            pd[np] = docno;
+        }
+        if ((rc = store_id_put(txn, id, idlen, docno, m)))
             break;
         h.n_docs++;
         h.n_tokens += ntok;
     }
     free(s.v);
+    if (!rc)
+        rc = ivf_flush(txn, pc, pd, np, h.n_centroids, m);
+    free(pc);
+    free(pd);
     if (!rc)
         rc = store_header_put(txn, &h, m);
     return rc;
@@ -262,7 +304,8 @@ static int train_from_batch(const idx_batch *b, const store_header *h, const idx
     free(pick);
     /* K from the batch's size: ColBERTv2 sizes it from the corpus, and this batch is all of
      * the corpus the index knows of yet. */
-    int rc = idx_model_train(x, ntok, b->dim, h->nbits, o ? o->n_centroids : 0, b->n_rows,
+    int rc = idx_model_train(o ? o->device : KERN_DEV_CPU, x, ntok, b->dim, h->nbits,
+                             o ? o->n_centroids : 0, b->n_rows,
                              o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h->kmeans_iters,
                              o ? o->seed : h->seed, mod, m);
     free(x);
@@ -291,7 +334,7 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
         if (fresh && (rc = train_from_batch(b, &h, o, &mod, m)))
             return rc;
         encoded e;
-        if ((rc = encode(&mod, b, &e, m))) {
+        if ((rc = encode(o ? o->device : KERN_DEV_CPU, &mod, b, &e, m))) {
             idx_model_free(&mod);
             return rc;
         }
@@ -342,8 +385,8 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     if (sample->dim != h.dim)
         return store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u", sample->dim,
                           h.dim);
-    rc = idx_model_train(sample->emb, sample->n_rows, h.dim, h.nbits, o ? o->n_centroids : 0,
-                         corpus_tokens,
+    rc = idx_model_train(o ? o->device : KERN_DEV_CPU, sample->emb, sample->n_rows, h.dim, h.nbits,
+                         o ? o->n_centroids : 0, corpus_tokens,
                          o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters,
                          o ? o->seed : h.seed, &mod, m);
     if (rc)
@@ -403,10 +446,10 @@ int idx_delete(store_env *env, const char *const *ids, size_t n, size_t *n_delet
             size_t len = ids[i] ? lens[i] : 0; /* read before lens is freed */
             free(lens);
             return store_fail(m, TARTAN_EBADID, "id %zu is %s", i,
-                              !ids[i]           ? "NULL"
-                              : len == 0        ? "empty"
+                              !ids[i]              ? "NULL"
+                              : len == 0           ? "empty"
                               : len > STORE_MAX_ID ? "longer than 511 bytes"
-                                                : "malformed (a control character)");
+                                                   : "malformed (a control character)");
         }
     }
     if (store_is_readonly(env)) {

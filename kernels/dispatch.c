@@ -86,6 +86,20 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
                     kern_gpu_centroid_scores(q, lq, centroids, n_centroids, dim, S));
 }
 
+int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
+                          size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    if (!x || !centroids || !best || dim == 0)
+        return bad("nearest_centroid: NULL argument or zero dim");
+    if (n_centroids == 0 || n_centroids > INT32_MAX)
+        return bad("nearest_centroid: the number of centroids must be 1 to INT32_MAX");
+    if (n == 0)
+        return KERN_OK;
+    return DISPATCH(dev,
+                    kern_cpu_nearest_centroid(x, n, centroids, n_centroids, dim, best, best_score),
+                    kern_gpu_nearest_centroid(x, n, centroids, n_centroids, dim, best, best_score));
+}
+
 int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
 {
     if (!a || !scores || !a->q || !a->qc || !a->bucket_weights || a->dim == 0)

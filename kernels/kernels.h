@@ -135,6 +135,19 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
                          size_t n_centroids, size_t dim, float *S);
 
 /* ---------------------------------------------------------------------------------------
+ * Nearest centroid (index building: k-means assignment, token encoding): for each of n points
+ * x [n, dim] fp32, the centroid of centroids [n_centroids, dim] fp32 with the greatest inner
+ * product: best [n] (int32), and its score best_score [n] (NULL: not wanted). Products in fp32
+ * (the devices' summation orders differ, so they may pick differently only where two scores are
+ * within fp32 rounding of each other); equal scores go to the lower index; a NaN score never
+ * wins (a point whose every score is NaN gets -1 and -inf). Nothing of size n * n_centroids is
+ * allocated on the GPU (scores and argmax are fused); the CPU scores chunks of about 64 MB.
+ * n_centroids must be 1 to INT32_MAX.
+ * ------------------------------------------------------------------------------------- */
+int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
+                          size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+
+/* ---------------------------------------------------------------------------------------
  * PLAID documents as the index stores them: per token a centroid code (uint16 when
  * code_bytes == 2, uint32 when 4), dim * nbits / 8 bytes of packed residual (ColBERTv2's bit
  * layout, see index/codec.h) and an fp32 inverse norm of the decompressed vector. A document is

@@ -31,6 +31,8 @@ int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t 
                        float *val);
 int kern_cpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores);
 int kern_cpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t *q, float *scales);
+int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids,
+                              size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 
 #ifdef TARTAN_HAVE_CUDA
 int kern_gpu_maxsim_dense(const kern_dense *a, float *scores);
@@ -45,6 +47,8 @@ int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t 
                        float *val);
 int kern_gpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores);
 int kern_gpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t *q, float *scales);
+int kern_gpu_nearest_centroid(const float *x, size_t n, const float *centroids,
+                              size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 int kern_gpu_device_count(void);
 int kern_gpu_malloc(void **p, size_t bytes);
 void kern_gpu_free(void *p);

@@ -13,9 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "assign.h"
 #include "codec.h"
+#include "kernels.h"
 #include "kmeans.h"
 #include "plan.h"
+#include "tartan.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -850,6 +853,278 @@ START_TEST(test_index_codec_rejects_invalid_shapes)
 }
 END_TEST
 
+/* ---- nearest centroid and device k-means (assign.h) ------------------------------------ */
+
+static void random_units(uint64_t *s, float *x, size_t n, size_t dim)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < dim; j++)
+            x[i * dim + j] = (float)rng_gauss(s);
+        normalise(x + i * dim, dim);
+    }
+}
+
+/*
+ * A chosen centroid agrees with the double-precision argmax: it is the argmax, or its true
+ * score is within fp32 rounding (1e-5 at unit norm) of the best, a near-tie either device may
+ * break either way. Its reported score is its true score within fp32 rounding.
+ */
+static void check_choice(const float *c, size_t k, size_t dim, const float *v, long long chosen,
+                         double reported, size_t point)
+{
+    ck_assert_msg(chosen >= 0 && (size_t)chosen < k, "point %zu: centroid %lld", point, chosen);
+    uint32_t ref = nearest_d(c, k, dim, v);
+    double best = dot_d(c + (size_t)ref * dim, v, dim);
+    double got = dot_d(c + (size_t)chosen * dim, v, dim);
+    ck_assert_msg((size_t)chosen == ref || best - got < 1e-5,
+                  "point %zu: centroid %lld (%.9f), the best is %u (%.9f)", point, chosen, got, ref,
+                  best);
+    if (!isnan(reported))
+        ck_assert_msg(fabs(reported - got) < 1e-5, "point %zu: score %.9f, true %.9f", point,
+                      reported, got);
+}
+
+START_TEST(test_index_assign_matches_double)
+{
+    /* Ragged n (not multiples of any tile), K not a power of two, d 64 / 128 / 256. */
+    static const struct {
+        size_t n, k, dim;
+    } shapes[] = {{1, 1, 64}, {517, 1023, 128}, {1000, 300, 64}, {129, 77, 256}, {70, 4097, 128}};
+    uint64_t s = 2024;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        size_t n = shapes[t].n, k = shapes[t].k, dim = shapes[t].dim;
+        float *x = xmalloc(sizeof(float) * n * dim);
+        float *c = xmalloc(sizeof(float) * k * dim);
+        int32_t *best = xmalloc(sizeof(int32_t) * n);
+        uint32_t *codes = xmalloc(sizeof(uint32_t) * n);
+        float *sc = xmalloc(sizeof(float) * n);
+        float *sc2 = xmalloc(sizeof(float) * n);
+        random_units(&s, x, n, dim);
+        random_units(&s, c, k, dim);
+        /* The kernel (what the GPU path mirrors) on the CPU. */
+        memset(best, 0xab, sizeof(int32_t) * n);
+        poison_f(sc, n);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best, sc), KERN_OK);
+        /* The index layer's CPU path (FAISS). */
+        memset(codes, 0xab, sizeof(uint32_t) * n);
+        poison_f(sc2, n);
+        store_msg m = {{0}};
+        ck_assert_int_eq(idx_assign(KERN_DEV_CPU, c, k, dim, x, n, codes, sc2, &m), 0);
+        for (size_t i = 0; i < n; i++) {
+            check_choice(c, k, dim, x + i * dim, best[i], sc[i], i);
+            check_choice(c, k, dim, x + i * dim, codes[i], sc2[i], i);
+        }
+        /* Without scores: the same choices. */
+        int32_t *best2 = xmalloc(sizeof(int32_t) * n);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best2, NULL),
+                         KERN_OK);
+        ck_assert(memcmp(best, best2, sizeof(int32_t) * n) == 0);
+        free(best2);
+        free(x);
+        free(c);
+        free(best);
+        free(codes);
+        free(sc);
+        free(sc2);
+    }
+}
+END_TEST
+
+START_TEST(test_index_assign_ties_go_to_lower_index)
+{
+    /* Centroids 3, 9 and 20 are the same vector; points equal to it score exactly the same
+     * against all three and must take 3. */
+    enum { K = 33, D = 64, N = 200 };
+    float *c = xmalloc(sizeof(float) * K * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    int32_t *best = xmalloc(sizeof(int32_t) * N);
+    uint64_t s = 99;
+    random_units(&s, c, K, D);
+    memcpy(c + 9 * D, c + 3 * D, sizeof(float) * D);
+    memcpy(c + 20 * D, c + 3 * D, sizeof(float) * D);
+    random_units(&s, x, N, D);
+    for (size_t i = 0; i < N; i += 2)
+        memcpy(x + i * D, c + 3 * D, sizeof(float) * D);
+    memset(best, 0xab, sizeof(int32_t) * N);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, D, best, NULL), KERN_OK);
+    for (size_t i = 0; i < N; i++) {
+        ck_assert(best[i] != 9 && best[i] != 20);
+        if (i % 2 == 0)
+            ck_assert_int_eq(best[i], 3);
+        else
+            check_choice(c, K, D, x + i * D, best[i], NAN, i);
+    }
+    free(c);
+    free(x);
+    free(best);
+}
+END_TEST
+
+START_TEST(test_index_assign_rejects_bad_arguments)
+{
+    enum { K = 8, D = 16, N = 4 };
+    float c[K * D] = {0}, x[N * D] = {0};
+    int32_t best[N];
+    uint32_t codes[N];
+    for (size_t i = 0; i < K; i++)
+        c[i * D] = 1.0f;
+    for (size_t i = 0; i < N; i++)
+        x[i * D + 1] = 1.0f;
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, 0, D, best, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, 0, best, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, NULL, N, c, K, D, best, NULL),
+                     KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, 0, c, K, D, best, NULL), KERN_OK);
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_assign(KERN_DEV_CPU, c, 0, D, x, N, codes, NULL, &m), TARTAN_EINVAL);
+    float cen[K * D];
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 1, cen, &m),
+                     TARTAN_EINVAL); /* k > n */
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, 2, 0, 256, 1, cen, &m),
+                     TARTAN_EINVAL);
+    /* The GPU where there is none: a clear code, not a crash. */
+    if (kern_cuda_device_count() == 0) {
+        int rc = idx_assign(KERN_DEV_CUDA, c, K, D, x, N, codes, NULL, &m);
+        ck_assert_msg(rc == TARTAN_ENODEV || rc == TARTAN_EDEVICE, "rc %d", rc);
+        ck_assert(m.text[0] != '\0');
+    }
+}
+END_TEST
+
+START_TEST(test_index_kmeans_device_recovers_clusters)
+{
+    float *centers = xmalloc(sizeof(float) * KM_CL * KM_DIM);
+    float *x = xmalloc(sizeof(float) * KM_N * KM_DIM);
+    float *cen = xmalloc(sizeof(float) * KM_K * KM_DIM);
+    float *cen2 = xmalloc(sizeof(float) * KM_K * KM_DIM);
+    clustered(11, KM_N, KM_DIM, KM_CL, 0.03, centers, x);
+    /* max_per_centroid 100 < KM_N / KM_K: the subsampling path runs too. */
+    for (int per = 100; per <= 256; per += 156) {
+        store_msg m = {{0}};
+        poison_f(cen, KM_K * KM_DIM);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, KM_N, KM_DIM, KM_K, 4, per, 7, cen, &m),
+                         0);
+        for (size_t i = 0; i < KM_K; i++) {
+            double nn = dot_d(cen + i * KM_DIM, cen + i * KM_DIM, KM_DIM);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "centroid %zu: squared norm %.7f", i, nn);
+        }
+        for (size_t c = 0; c < KM_CL; c++) {
+            double best = -2.0;
+            for (size_t i = 0; i < KM_K; i++) {
+                double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+                if (cs > best)
+                    best = cs;
+            }
+            ck_assert_msg(best > 0.99, "true center %zu: best centroid cosine %.4f", c, best);
+        }
+        for (size_t i = 0; i < KM_K; i++) {
+            double best = -2.0;
+            for (size_t c = 0; c < KM_CL; c++) {
+                double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+                if (cs > best)
+                    best = cs;
+            }
+            ck_assert_msg(best > 0.95, "centroid %zu: nearest true center cosine %.4f", i, best);
+        }
+        /* Reproducible: the same inputs and seed give the same centroids. */
+        poison_f(cen2, KM_K * KM_DIM);
+        ck_assert_int_eq(
+            idx_kmeans_device(KERN_DEV_CPU, x, KM_N, KM_DIM, KM_K, 4, per, 7, cen2, &m), 0);
+        ck_assert(memcmp(cen, cen2, sizeof(float) * KM_K * KM_DIM) == 0);
+    }
+    free(centers);
+    free(x);
+    free(cen);
+    free(cen2);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_device_refills_empty_clusters)
+{
+    /* 190 copies of one point and 10 others: with k 20 the initial centroids repeat the copy,
+     * all copies go to the lowest of the equal centroids and the others' clusters are empty.
+     * Each empty cluster takes a worst-served point, so every distinct point ends up with a
+     * centroid of its own, and no centroid is NaN or zero. */
+    enum { N = 200, D = 24, K = 20, DISTINCT = 10 };
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    uint64_t s = 5;
+    random_units(&s, x, DISTINCT + 1, D);
+    for (size_t i = DISTINCT + 1; i < N; i++)
+        memcpy(x + i * D, x + DISTINCT * D, sizeof(float) * D);
+    for (int seed = 1; seed <= 3; seed++) {
+        store_msg m = {{0}};
+        poison_f(cen, K * D);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, seed, cen, &m), 0);
+        for (size_t i = 0; i < K; i++) {
+            double nn = dot_d(cen + i * D, cen + i * D, D);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "seed %d centroid %zu: squared norm %f", seed, i,
+                          nn);
+        }
+        for (size_t p = 0; p <= DISTINCT; p++) {
+            uint32_t c = nearest_d(cen, K, D, x + p * D);
+            double cs = cosine_d(cen + c * D, x + p * D, D);
+            ck_assert_msg(cs > 0.9999, "seed %d point %zu: best centroid cosine %.6f", seed, p, cs);
+        }
+    }
+    free(x);
+    free(cen);
+}
+END_TEST
+
+START_TEST(test_index_device_option_reaches_build)
+{
+    /* The handle's device reaches training and encoding: asking for CUDA where there is none
+     * fails with TARTAN_ENODEV and leaves the index as it was; the CPU (or a present GPU)
+     * builds it. */
+    enum { DOCS = 60, LEN = 12, D = 64 };
+    char dir[] = "/tmp/tartan-index-device-XXXXXX", path[64], cmd[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ix", dir);
+    float *emb = xmalloc(sizeof(float) * DOCS * LEN * D);
+    size_t lens[DOCS];
+    char idbuf[DOCS][16];
+    const char *ids[DOCS];
+    uint64_t s = 17;
+    random_units(&s, emb, DOCS * LEN, D);
+    for (size_t i = 0; i < DOCS; i++) {
+        lens[i] = LEN;
+        snprintf(idbuf[i], sizeof idbuf[i], "doc%zu", i);
+        ids[i] = idbuf[i];
+    }
+    tartan_batch b = {DOCS, ids, lens, emb, DOCS * LEN, D, TARTAN_FLOAT32};
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE | TARTAN_EXCL;
+    o.dim = D;
+    o.n_centroids = 32;
+    int gpu = kern_cuda_device_count() > 0;
+    o.device = TARTAN_DEVICE_CUDA;
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    tartan_index_info info;
+    if (!gpu) {
+        ck_assert_int_eq(tartan_add(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_train(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_info(db, &info), 0);
+        ck_assert_uint_eq(info.n_docs, 0);
+        ck_assert_uint_eq(info.n_centroids, 0);
+        tartan_close(db);
+        o.flags = 0;
+        o.device = TARTAN_DEVICE_CPU;
+        ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    }
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    ck_assert_uint_eq(info.n_docs, DOCS);
+    ck_assert_uint_eq(info.n_centroids, 32);
+    tartan_close(db);
+    free(emb);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *t)
@@ -879,6 +1154,12 @@ int main(void)
     add(s, "codec_matches_double_reference", test_index_codec_matches_double_reference);
     add(s, "codec_parallel_matches_serial", test_index_codec_parallel_matches_serial);
     add(s, "codec_rejects_invalid_shapes", test_index_codec_rejects_invalid_shapes);
+    add(s, "assign_matches_double", test_index_assign_matches_double);
+    add(s, "assign_ties_go_to_lower_index", test_index_assign_ties_go_to_lower_index);
+    add(s, "assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments);
+    add(s, "kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters);
+    add(s, "kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters);
+    add(s, "device_option_reaches_build", test_index_device_option_reaches_build);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -1,7 +1,8 @@
 /*
  * cmd_add.c: `tartan add INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt] [--batch N]
- * [--replace]`: adds a corpus to an existing index in batches (one transaction each), with the
- * index's centroids and codec (an untrained index trains from the first batch).
+ * [--replace] [--device auto|cpu|cuda]`: adds a corpus to an existing index in batches (one
+ * transaction each), with the index's centroids and codec (an untrained index trains from the
+ * first batch); encoding runs on the device.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -14,12 +15,14 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tartan add INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
-               "                  [--batch N] [--replace]\n\n"
+               "                  [--batch N] [--replace] [--device D]\n\n"
                "Adds documents to the index INDEX. Without --ids the ids are the row numbers\n"
                "of L.npy. An id the index has already is an error unless --replace.\n\n"
                "  --batch N    documents per transaction (default: documents of about\n"
                "               262,144 tokens)\n"
-               "  --replace    replace documents whose ids exist\n");
+               "  --replace    replace documents whose ids exist\n"
+               "  --device D   where encoding runs: auto (default: the TARTAN_DEVICE\n"
+               "               variable, else a GPU when present), cpu or cuda\n");
 }
 
 int tool_cmd_add(int argc, char **argv)
@@ -30,12 +33,14 @@ int tool_cmd_add(int argc, char **argv)
         {"ids", required_argument, NULL, 'i'},
         {"batch", required_argument, NULL, 'n'},
         {"replace", no_argument, NULL, 'r'},
+        {"device", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *emb = NULL, *lens = NULL, *ids = NULL;
     size_t batch = 0;
     unsigned flags = 0;
+    tartan_device device = TARTAN_DEVICE_AUTO;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -57,6 +62,12 @@ int tool_cmd_add(int argc, char **argv)
             break;
         case 'r':
             flags |= TARTAN_REPLACE;
+            break;
+        case 'D':
+            if (tool_parse_device(optarg, &device)) {
+                fprintf(stderr, "tartan add: --device wants auto, cpu or cuda, not '%s'\n", optarg);
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -81,6 +92,7 @@ int tool_cmd_add(int argc, char **argv)
     tartan_options o;
     tartan_options_init(&o);
     o.dim = corpus.dim;
+    o.device = device;
     tartan_db *db;
     if ((rc = tartan_open(path, &o, &db))) {
         fprintf(stderr, "tartan add: %s\n", tartan_errmsg(NULL));

@@ -1,8 +1,9 @@
 /*
  * cmd_build.c: `tartan build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]
- * [--nbits 2] [--centroids K] [--batch N] [--seed S] [--sample N] [--kmeans-iters N]`:
- * creates an index, trains it from a sample drawn over the whole corpus, then adds the corpus
- * in batches (one transaction each), in memory bounded by the batch and the sample.
+ * [--nbits 2] [--centroids K] [--batch N] [--seed S] [--sample N] [--kmeans-iters N]
+ * [--device auto|cpu|cuda]`: creates an index, trains it from a sample drawn over the whole
+ * corpus, then adds the corpus in batches (one transaction each), in memory bounded by the batch
+ * and the sample. k-means and encoding run on the device (a GPU when there is one).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tartan build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
                "                    [--nbits 2] [--centroids K] [--batch N] [--seed S]\n"
-               "                    [--sample N] [--kmeans-iters N]\n\n"
+               "                    [--sample N] [--kmeans-iters N] [--device D]\n\n"
                "Creates the index directory INDEX (it must not hold an index yet) from\n"
                "embeddings E.npy [tokens, dim] (float32, float16 or bfloat16 as uint16) and\n"
                "document lengths L.npy [documents] (int32 or int64). Ids come from ids.txt, one\n"
@@ -30,7 +31,10 @@ static void usage(FILE *f)
                "  --seed S          sampling and k-means seed (default 42)\n"
                "  --sample N        documents sampled for training (default\n"
                "                    min(1 + 16 sqrt(120 N), N))\n"
-               "  --kmeans-iters N  k-means iterations (default 4)\n");
+               "  --kmeans-iters N  k-means iterations (default 4)\n"
+               "  --device D        where k-means and encoding run: auto (default: the\n"
+               "                    TARTAN_DEVICE variable, else a GPU when present), cpu\n"
+               "                    or cuda\n");
 }
 
 int tool_cmd_build(int argc, char **argv)
@@ -45,11 +49,13 @@ int tool_cmd_build(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},
         {"sample", required_argument, NULL, 'S'},
         {"kmeans-iters", required_argument, NULL, 'I'},
+        {"device", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *emb = NULL, *lens = NULL, *ids = NULL;
     size_t nbits = 2, k = 0, batch = 0, seed = 42, sample = 0, iters = 4;
+    tartan_device device = TARTAN_DEVICE_AUTO;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -81,6 +87,13 @@ int tool_cmd_build(int argc, char **argv)
             break;
         case 'I':
             v = &iters;
+            break;
+        case 'D':
+            if (tool_parse_device(optarg, &device)) {
+                fprintf(stderr, "tartan build: --device wants auto, cpu or cuda, not '%s'\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -127,6 +140,7 @@ int tool_cmd_build(int argc, char **argv)
     o.seed = seed;
     o.sample_docs = sample;
     o.kmeans_iters = (int)iters;
+    o.device = device;
     tartan_db *db;
     double t0 = tool_now();
     if ((rc = tartan_open(path, &o, &db))) {

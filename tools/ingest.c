@@ -25,6 +25,19 @@ int tool_parse_size(const char *s, size_t *v)
     return 0;
 }
 
+int tool_parse_device(const char *s, tartan_device *d)
+{
+    if (s && strcmp(s, "auto") == 0)
+        *d = TARTAN_DEVICE_AUTO;
+    else if (s && strcmp(s, "cpu") == 0)
+        *d = TARTAN_DEVICE_CPU;
+    else if (s && strcmp(s, "cuda") == 0)
+        *d = TARTAN_DEVICE_CUDA;
+    else
+        return -1;
+    return 0;
+}
+
 size_t tool_corpus_doclen(const tool_corpus *c, size_t i)
 {
     if (c->lens.dtype == TOOL_I32)

@@ -62,4 +62,7 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
 /* Parses a size argument ("4096"); 0 on success. */
 int tool_parse_size(const char *s, size_t *v);
 
+/* Parses a --device argument ("auto", "cpu" or "cuda"); 0 on success. */
+int tool_parse_device(const char *s, tartan_device *d);
+
 #endif

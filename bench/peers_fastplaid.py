@@ -308,9 +308,8 @@ def main():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import fast_plaid
-        from fast_plaid import search as fp_search
         import fast_plaid.search.fast_plaid as fp_mod
+        from fast_plaid import search as fp_search
 
     dev = a.device
     if dev.startswith("cuda") and not torch.cuda.is_available():
@@ -339,7 +338,8 @@ def main():
         "tool": "fast-plaid",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine_info(),
-        "device": torch.cuda.get_device_name() if gpu.cuda else "cpu (" + machine_info()["cpu"] + ")",
+        "device": (torch.cuda.get_device_name() if gpu.cuda
+                   else "cpu (" + machine_info()["cpu"] + ")"),
         "device_arg": dev,
         "versions": {
             "fast_plaid": pkg_version("fast-plaid"),
@@ -359,6 +359,7 @@ def main():
             "query_tokens": int(qs_np.shape[1]),
         },
         "reference": os.path.abspath(a.reference),
+        "recall_queries": nq - missing,
         "k": a.k,
         "settings": [],
     }
@@ -375,6 +376,13 @@ def main():
 
     # ---- build ----------------------------------------------------------------------
     own_tmp = a.index_dir is None
+    if a.index_dir and not a.reuse_index and os.path.isdir(a.index_dir):
+        # create() deletes every *.json and *.npy in its directory before writing
+        if (os.path.realpath(a.index_dir) == os.path.realpath(a.corpus)
+                or any(os.path.exists(os.path.join(a.index_dir, f))
+                       for f in ("embeddings.npy", "doclens.npy", "queries.npy"))):
+            sys.exit(f"--index-dir {a.index_dir} holds a corpus: fast-plaid's create() would "
+                     "delete its .npy files; give an empty or new directory")
     index_dir = a.index_dir or tempfile.mkdtemp(prefix="fastplaid-idx-")
     build = {"index_dir": index_dir, "nbits": a.nbits, "kmeans_iters": a.kmeans_iters,
              "seed": a.seed}
@@ -535,8 +543,8 @@ def main():
                 for gi, s in enumerate(info["settings"]):
                     if gi in tops:
                         s["recall_at_k_exact"] = recall(tops[gi], ex, qids, a.k)
-                log(f"exact MaxSim on the uncompressed embeddings: {info['exact']['seconds']:.1f} s;"
-                    f" the reference run's recall@{a.k} against it "
+                log(f"exact MaxSim on the uncompressed embeddings: "
+                    f"{info['exact']['seconds']:.1f} s; the reference run's recall@{a.k} against it "
                     f"{info['exact']['reference_recall_at_k']:.4f}")
             except Exception as e:  # noqa: BLE001
                 info["exact"] = {"error": f"{type(e).__name__}: {e}"}

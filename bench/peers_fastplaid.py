@@ -299,8 +299,9 @@ def main():
     ap.add_argument("--match-recall", type=float, default=None,
                     help="also report the fastest setting (batched) with recall >= this")
     ap.add_argument("--max-seconds", type=float, default=0,
-                    help="stop the sweep once this much time has passed since the start "
-                    "(0: no limit); what was measured is kept")
+                    help="measure no further sweep setting once this much time has passed "
+                    "since the start (0: no limit; the default setting and --exact-run always "
+                    "run); what was measured is kept")
     a = ap.parse_args()
     t_start = time.perf_counter()
 
@@ -315,6 +316,8 @@ def main():
     if dev.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("--device cuda, but torch sees no GPU")
     gpu = Gpu(torch, dev)
+    if gpu.cuda:
+        torch.cuda.set_device(torch.device(dev if ":" in dev else "cuda:0"))  # memory stats' device
     run_path = a.run or (os.path.splitext(a.out)[0] + ".run")
 
     emb, lens, ids, qs_np, qids = load_corpus(a.corpus)
@@ -464,7 +467,7 @@ def main():
             return r
 
         for gi, (p, f) in enumerate(grid):
-            if a.max_seconds and time.perf_counter() - t_start > a.max_seconds:
+            if gi and a.max_seconds and time.perf_counter() - t_start > a.max_seconds:
                 log(f"--max-seconds reached: {len(grid) - gi} settings left unmeasured")
                 info["sweep_cut_short"] = len(grid) - gi
                 break

@@ -12,7 +12,9 @@
  *
  *   bench/bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE] [--truth-out RUN]
  *        [--ncells 1,2,4] [--ndocs 256,1024,4096] [--thresholds T] [--reps N]
- *        [--mode auto|resident|streaming] [--cpu-queries N] [--batch N]
+ *        [--mode auto|resident|streaming] [--cpu-queries N] [--batch N] [--runs-out RUN]
+ * --runs-out: every setting's top 10 (first batched pass) in one TREC file, tagged
+ * tartan-gpu-nc<ncells>-th<threshold>-nd<ndocs>.
  */
 #include "config.h"
 
@@ -90,8 +92,27 @@ typedef struct measure {
     double recall, qps, p50, p99, mean, cand, exact;
 } measure;
 
-/* Batched (every query in calls of `batch`, best of reps) and one query a call. */
-static measure measure_params(bench *b, const tartan_search_params *p, int reps, size_t batch)
+/* Query i's hits as TREC lines tagged tag (the batched pass's results). */
+static void write_run(FILE *f, const tartan_results *r, size_t q0, const char *tag)
+{
+    for (size_t i = 0; i < r->n_queries; i++) {
+        const char *ids[10];
+        double sc[10];
+        size_t n = r->counts[i] < 10 ? r->counts[i] : 10;
+        for (size_t j = 0; j < n; j++) {
+            ids[j] = r->hits[r->offsets[i] + j].id;
+            sc[j] = r->hits[r->offsets[i] + j].score;
+        }
+        char qid[32];
+        snprintf(qid, sizeof qid, "%zu", q0 + i);
+        tool_run_write(f, qid, ids, sc, n, tag);
+    }
+}
+
+/* Batched (every query in calls of `batch`, best of reps) and one query a call; the first
+ * batched pass's top 10 go to runs (if not NULL) tagged tag. */
+static measure measure_params(bench *b, const tartan_search_params *p, int reps, size_t batch,
+                              FILE *runs, const char *tag)
 {
     measure m = {0};
     for (int rep = 0; rep < reps; rep++) {
@@ -100,6 +121,8 @@ static measure measure_params(bench *b, const tartan_search_params *p, int reps,
             size_t n = b->nq - q0 < batch ? b->nq - q0 : batch;
             tartan_results *r = run(b, q0, n, p);
             rec += recall10(b, r, q0);
+            if (runs && rep == 0)
+                write_run(runs, r, q0, tag);
             tartan_results_free(r);
         }
         double qps = (double)b->nq / (now() - t0);
@@ -145,13 +168,13 @@ static void usage(void)
     fprintf(stderr, "usage: bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE]\n"
                     "       [--truth-out RUN] [--ncells LIST] [--ndocs LIST] [--thresholds LIST]\n"
                     "       [--reps N] [--mode auto|resident|streaming] [--cpu-queries N]\n"
-                    "       [--batch N]\n");
+                    "       [--batch N] [--runs-out RUN]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    const char *index = NULL, *qpath = NULL, *json = NULL, *truth_out = NULL;
+    const char *index = NULL, *qpath = NULL, *json = NULL, *truth_out = NULL, *runs_out = NULL;
     const char *ncells_s = "1,2,4", *ndocs_s = "256,1024,4096", *thr_s = NULL, *mode_s = "auto";
     size_t nq = 0, cpu_q = 0, batch = 1000;
     int reps = 3;
@@ -172,6 +195,8 @@ int main(int argc, char **argv)
             json = v;
         else if (!strcmp(a, "--truth-out"))
             truth_out = v;
+        else if (!strcmp(a, "--runs-out"))
+            runs_out = v;
         else if (!strcmp(a, "--ncells"))
             ncells_s = v;
         else if (!strcmp(a, "--ndocs"))
@@ -295,13 +320,19 @@ int main(int argc, char **argv)
     printf("%-9s %6s %6s %6s %9s %10s %8s %8s %8s %10s %7s\n", "search", "ncells", "thresh",
            "ndocs", "recall@10", "queries/s", "p50 ms", "p99 ms", "mean ms", "candidates",
            "exact");
+    FILE *rf = runs_out ? fopen(runs_out, "w") : NULL;
     for (size_t s = 0; s < nset; s++) {
-        res[s] = measure_params(&b, &set[s], reps, batch);
+        char tag[96];
+        snprintf(tag, sizeof tag, "tartan-gpu-nc%zu-th%.2f-nd%zu", set[s].ncells,
+                 (double)set[s].centroid_score_threshold, set[s].ndocs);
+        res[s] = measure_params(&b, &set[s], reps, batch, rf, tag);
         printf("%-9s %6zu %6.2f %6zu %9.4f %10.0f %8.3f %8.3f %8.3f %10.0f %7.0f\n",
                s ? "sweep" : "defaults", set[s].ncells, (double)set[s].centroid_score_threshold,
                set[s].ndocs, res[s].recall, res[s].qps, res[s].p50, res[s].p99, res[s].mean,
                res[s].cand, res[s].exact);
     }
+    if (rf)
+        fclose(rf);
     double cpu_qps = 0, cpu_recall = 0;
     if (cpu_q) {
         size_t n = cpu_q < b.nq ? cpu_q : b.nq;

@@ -8,6 +8,7 @@
 
 #include "db.h"
 #include "device.h"
+#include "gpu.h"
 
 static void to_input(const tartan_batch *b, idx_input *in)
 {
@@ -81,7 +82,13 @@ int tartan_add(tartan_db *db, const tartan_batch *batch, unsigned flags)
         return eng_fail(db, rc, &m);
     }
     pthread_mutex_lock(&db->write_lock);
+    /* GPU work of the whole process goes one call at a time (gpu.h): a GPU search waits for
+     * this add's k-means and encoding, and the other way round. */
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_lock();
     rc = idx_add(db->env, &b, (flags & TARTAN_REPLACE) != 0, &o, &m);
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_unlock();
     pthread_mutex_unlock(&db->write_lock);
     idx_batch_free(&b);
     return rc ? eng_fail(db, rc, &m) : 0;
@@ -102,7 +109,11 @@ int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens
         return eng_fail(db, rc, &m);
     }
     pthread_mutex_lock(&db->write_lock);
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_lock();
     rc = idx_train(db->env, &b, corpus_tokens, &o, &m);
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_unlock();
     pthread_mutex_unlock(&db->write_lock);
     idx_batch_free(&b);
     return rc ? eng_fail(db, rc, &m) : 0;

@@ -20,6 +20,10 @@ CORPUS holds embeddings.npy [T, d], doclens.npy [N], ids.txt, and queries.npy: [
   top-10 in top ndocs/4   share of the exact top 10 that are among the ndocs/4 best documents
                           by centroid-only MaxSim over the whole corpus (stage 3 without
                           pruning; PLAID keeps ndocs/4 documents for exact scoring).
+  within-document cosine  mean cosine between two tokens of one document (100 documents):
+                          how strongly a passage's context shapes its tokens.
+  random-document score   MaxSim per query token against random documents (200): the floor
+                          the top scores stand above.
 """
 import argparse
 import json
@@ -80,17 +84,26 @@ def main():
     tok = {"mean": float(cos.mean()), "p25": float(np.percentile(cos, 25)),
            "p50": float(np.percentile(cos, 50)), "p75": float(np.percentile(cos, 75))}
 
+    docs = rng.choice(N, size=min(200, N), replace=False)
+    within = []
+    for i in docs[:100]:
+        D = np.asarray(emb[starts[i] : starts[i] + doclens[i]], dtype=np.float32)
+        n = D.shape[0]
+        if n > 1:
+            within.append(((D @ D.T).sum() - np.trace(D @ D.T)) / (n * n - n))
+
     # Exact and centroid-only MaxSim of the first nq queries against every document.
     E = np.asarray(emb, dtype=np.float32)
     nq = min(a.nq, qlens.shape[0])
     keep = a.ndocs // 4
-    top1, gap10, gap100, err, inkeep, cand_rank = [], [], [], [], [], []
+    top1, gap10, gap100, err, inkeep, rnd = [], [], [], [], [], []
     for j in range(nq):
         q = np.asarray(queries[qstart[j] : qstart[j + 1]], dtype=np.float32)
         lq = q.shape[0]
         exact = maxsim_all(E @ q.T, starts) / lq
         approx = maxsim_all((cent @ q.T)[codes], starts) / lq
         order = np.argsort(-exact, kind="stable")
+        rnd.append(exact[docs].mean())
         top1.append(exact[order[0]])
         gap10.append(exact[order[0]] - exact[order[9]])
         gap100.append(exact[order[0]] - exact[order[99]])
@@ -102,7 +115,9 @@ def main():
         "centroids": int(cent.shape[0]), "queries": nq,
         "mean_query_tokens": float(qlens[:nq].mean()),
         "token_centroid_cos": tok,
+        "within_document_cos": float(np.mean(within)),
         "per_query_token": {
+            "random_document": float(np.mean(rnd)),
             "top1": float(np.mean(top1)), "gap_top1_top10": float(np.mean(gap10)),
             "gap_top1_top100": float(np.mean(gap100)),
             "centroid_approx_abs_err_top100": float(np.mean(err)),

@@ -14,17 +14,21 @@
  * Every document and query is a pure function of (seed, its number): a corpus streams in any
  * order, in parallel, in bounded memory, and regenerates bit for bit.
  *
- * Two versions of the query and noise model (bench/RESULTS.md, "Calibrating the generator"):
- * - TOOL_SYNTH_V1, the first one: noise 0.45, context 0.3; a query is a third to a half
- *   content tokens in a context of its own, the rest expansion tokens. Its documents are
- *   nearly tied (the exact top 10 per query token within 0.11 of the top 1) and its queries
- *   match their relevant document weakly (0.47 a query token), far from real embeddings.
- * - TOOL_SYNTH_V2 (the default), calibrated against real token embeddings (BEIR SciFact,
- *   MiniLM): a stronger document context (noise 0.5, context 0.6: tokens of one document are
- *   as alike as real ones, and as far from their k-means centroid); a query shares its
- *   relevant document's topic (query_context of its context is the document's), and has
- *   function tokens like a document; expansion tokens (ColBERT's [MASK] padding) only when
- *   query_content < 1.
+ * Two versions of the model (bench/RESULTS.md, "Calibrating the generator", has the figures):
+ * - TOOL_SYNTH_V1, the first one: noise 0.45, context 0.3, every document's topic terms and
+ *   context independent of every other's; a query is a third to a half content tokens in a
+ *   context of its own, the rest expansion tokens. Measured against real token embeddings
+ *   (BEIR SciFact, MiniLM), its queries match their best document weakly and its documents
+ *   are nearly tied (scores per query token: top 1 0.47, top 1 - top 10 0.12, against 0.70
+ *   and 0.165), and tokens of one document are less alike than real ones (0.11 against 0.25).
+ * - TOOL_SYNTH_V2 (the default), calibrated on those statistics, one parameter for each:
+ *   a stronger document context (context 0.6, noise 0.5: tokens of one document as alike as
+ *   real ones); topic groups of about group_docs documents sharing group_terms of their topic
+ *   terms and group_context of their context (a collection has many documents on one
+ *   subject: they set the spread of the top 10 and top 100 scores); a query is about its
+ *   document's topic (query_context of its context is the document's) and has function
+ *   tokens like a document (real queries are all tokens, no [MASK] padding); expansion
+ *   tokens only when query_content < 1.
  */
 #ifndef TARTAN_TOOLS_SYNTH_H
 #define TARTAN_TOOLS_SYNTH_H
@@ -55,8 +59,8 @@ typedef struct tool_synth_params {
      * and share of query tokens built from terms, the rest expansion tokens (default 1). */
     float query_context;
     float query_content;
-    /* V2 only: documents per topic group (0: none; default 50), the share of a document's
-     * topic terms (default 0.5) and of its context (default 0.7) taken from its group's. */
+    /* V2 only: documents per topic group (0: none; default 200), the share of a document's
+     * topic terms (default 0.6) and of its context (default 0.7) taken from its group's. */
     size_t group_docs;
     float group_terms;
     float group_context;

@@ -19,8 +19,8 @@
  *   context independent of every other's; a query is a third to a half content tokens in a
  *   context of its own, the rest expansion tokens. Measured against real token embeddings
  *   (BEIR SciFact, MiniLM), its queries match their best document weakly and its documents
- *   are nearly tied (scores per query token: top 1 0.47, top 1 - top 10 0.12, against 0.70
- *   and 0.165), and tokens of one document are less alike than real ones (0.11 against 0.25).
+ *   are nearly tied (scores per query token: top 1 0.47, top 1 - top 10 0.11, against 0.70
+ *   and 0.16), and tokens of one document are less alike than real ones (0.11 against 0.25).
  * - TOOL_SYNTH_V2 (the default), calibrated on those statistics, one parameter for each:
  *   a stronger document context (context 0.6, noise 0.5: tokens of one document as alike as
  *   real ones); topic groups of about group_docs documents sharing group_terms of their topic

@@ -1560,7 +1560,7 @@ START_TEST(test_tools_synth_deterministic_any_threads)
         gen_dir(a, &p, dt, 1, &ta);
         gen_dir(b, &p, dt, 3, &tb);
         ck_assert_uint_eq(ta, tb);
-        static const char *files[] = {"embeddings.npy", "doclens.npy", "ids.txt",
+        static const char *files[] = {"embeddings.npy", "doclens.npy",   "ids.txt",
                                       "queries.npy",    "query_ids.txt", "qrels.tsv"};
         for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
             char pa[600], pb[600];
@@ -1597,8 +1597,8 @@ START_TEST(test_tools_synth_deterministic_any_threads)
                     double got = npy_elem(&e, (row + t) * p.dim + k);
                     if (dt == TOOL_F16)
                         want = kern_f16_to_f32(tool_f32_to_f16(want));
-                    ck_assert_msg(got == want, "doc %zu token %zu [%zu]: %g, want %g", i, t, k,
-                                  got, (double)want);
+                    ck_assert_msg(got == want, "doc %zu token %zu [%zu]: %g, want %g", i, t, k, got,
+                                  (double)want);
                     norm += got * got;
                 }
                 ck_assert_double_eq_tol(sqrt(norm), 1.0, dt == TOOL_F16 ? 2e-3 : 1e-5);
@@ -1707,8 +1707,8 @@ START_TEST(test_tools_synth_f16_rounding)
                 continue;
             double other = kern_f16_to_f32((uint16_t)((h & 0x8000u) | (unsigned)m));
             double de = fabs(got - x), dn = fabs(other - x);
-            ck_assert_msg(de < dn || (de == dn && (mag & 1u) == 0), "%a -> %a, %a nearer", x,
-                          got, other);
+            ck_assert_msg(de < dn || (de == dn && (mag & 1u) == 0), "%a -> %a, %a nearer", x, got,
+                          other);
         }
     }
 }
@@ -1753,14 +1753,31 @@ START_TEST(test_tools_synth_rejects_bad_params)
         tool_synth_params_init(&p);
         p.n_docs = 10;
         switch (c) {
-        case 0: p.dim = 0; break;
-        case 1: p.model = 3; break;
-        case 2: p.noise = NAN; break;
-        case 3: p.context = -1.f; break;
-        case 4: p.query_context = 1.5f; break;
-        case 5: p.group_terms = NAN; break;
-        case 6: p.query_content = -0.1f; break;
-        case 7: p.len_min = 50; p.len_mean = 10; break;
+        case 0:
+            p.dim = 0;
+            break;
+        case 1:
+            p.model = 3;
+            break;
+        case 2:
+            p.noise = NAN;
+            break;
+        case 3:
+            p.context = -1.f;
+            break;
+        case 4:
+            p.query_context = 1.5f;
+            break;
+        case 5:
+            p.group_terms = NAN;
+            break;
+        case 6:
+            p.query_content = -0.1f;
+            break;
+        case 7:
+            p.len_min = 50;
+            p.len_mean = 10;
+            break;
         }
         s = (tool_synth *)&p;
         ck_assert_int_eq(tool_synth_new(&p, &s), TARTAN_EINVAL);

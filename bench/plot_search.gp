@@ -35,7 +35,14 @@ set ylabel "recall@10 against exhaustive"
 set logscale x
 set grid
 set key bottom right
-set yrange [*:1.005]
+# At least 0.94 to 1, so that the 0.95 and 0.99 lines show even when every point is near 1.
+ylo = 0.94
+do for [i = 0:nb - 2] {
+    stats datafile index i using 4 nooutput
+    if (STATS_min - 0.01 < ylo) { ylo = STATS_min - 0.01 }
+}
+if (exists("ymin")) ylo = ymin
+set yrange [ylo:1.005]
 set style data linespoints
 set arrow 1 from graph 0, first 0.95 to graph 1, first 0.95 nohead dt 2 lc rgb "gray40"
 set arrow 2 from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 3 lc rgb "gray40"

@@ -1,7 +1,7 @@
 /*
  * cmd_gen.c: `tartan gen OUTDIR --docs N ...` writes a synthetic late-interaction corpus
  * (tools/synth.h) as the files `tartan build` and `tartan search` read, plus qrels for
- * `tartan eval`. Streams: memory stays bounded by one chunk of documents, whatever N is.
+ * `tartan eval` (tools/synth_write.c: streamed, in bounded memory, whatever N is).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,21 +16,32 @@
 #include "synth.h"
 #include "tartan.h"
 
-/* Documents generated (in parallel) before each write: about 50 MB of fp32 at the defaults. */
-#define GEN_CHUNK 1024
-
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tartan gen OUTDIR --docs N [--queries N] [--dim D] [--doc-len L]\n"
-            "                  [--fixed-len] [--query-len L] [--terms N] [--seed S]\n\n"
-            "Writes a synthetic ColBERT-like corpus into OUTDIR: embeddings.npy [T, D] float32,\n"
-            "doclens.npy [N] int32, ids.txt, queries.npy [Q, L, D] float32, query_ids.txt and\n"
-            "qrels.tsv (BEIR layout: each query is relevant to the document it was built from).\n"
-            "Document lengths vary around --doc-len (log-normal, like text passages); with\n"
-            "--fixed-len every document has exactly --doc-len tokens (ColPali-style pages:\n"
-            "--doc-len 1030 --fixed-len --query-len 24).\n"
-            "Defaults: --queries 100 --dim 128 --doc-len 100 --query-len 32 --seed 42.\n");
+    fprintf(
+        f, "usage: tartan gen OUTDIR --docs N [--queries N] [--dim D] [--doc-len L]\n"
+           "                  [--fixed-len] [--query-len L] [--terms N] [--seed S]\n"
+           "                  [--dtype f32|f16] [--model 1|2] [--noise X] [--context X]\n"
+           "                  [--query-context X] [--query-content X] [--group-docs N]\n"
+           "                  [--group-terms X] [--group-context X]\n\n"
+           "Writes a synthetic ColBERT-like corpus into OUTDIR: embeddings.npy [T, D],\n"
+           "doclens.npy [N] int32, ids.txt, queries.npy [Q, L, D], query_ids.txt and\n"
+           "qrels.tsv (BEIR layout: each query is relevant to the document it was built from).\n"
+           "Document lengths vary around --doc-len, the mean tokens per document (log-normal,\n"
+           "like text passages; MS MARCO-like: --doc-len 70); with --fixed-len every document\n"
+           "has exactly --doc-len tokens (ColPali-like pages: --doc-len 1030 --fixed-len\n"
+           "--query-len 24). --dtype f16 writes embeddings and queries as float16 (half the\n"
+           "size; tartan build and search read it).\n"
+           "--model 2 (default) is calibrated against real token embeddings; --model 1 is the\n"
+           "first, harder model (noise 0.45, context 0.3, queries of a third to a half content\n"
+           "tokens). --noise, --context (token and document-context noise norms), --query-context\n"
+           "(share of a query's context from its document, model 2) and --query-content (share\n"
+           "of query tokens that are not expansion tokens, model 2), --group-docs (documents per\n"
+           "topic group, 0 for none, model 2), --group-terms and --group-context (shares of a\n"
+           "document's topic terms and context from its group's, model 2) override the model's\n"
+           "values.\n"
+           "Defaults: --queries 100 --dim 128 --doc-len 100 --query-len 32 --seed 42\n"
+           "--dtype f32 --model 2.\n");
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -44,6 +55,17 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+static int parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= 0.f && v <= 100.f))
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -51,171 +73,96 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int write_docs(const tool_synth *s, const tool_synth_params *p, const char *dir,
-                      size_t *total_tokens)
-{
-    char path[1024], err[1400];
-    int rc = 0;
-    int32_t *lens = malloc((p->n_docs ? p->n_docs : 1) * sizeof(int32_t));
-    float *buf = NULL;
-    tool_npy_writer *w = NULL;
-    FILE *ids = NULL;
-    if (!lens)
-        return ENOMEM;
-    size_t T = 0, longest = 0;
-    for (size_t i = 0; i < p->n_docs; i++) {
-        size_t n = tool_synth_doclen(s, i);
-        lens[i] = (int32_t)n;
-        T += n;
-        if (n > longest)
-            longest = n;
-    }
-    *total_tokens = T;
-    snprintf(path, sizeof path, "%s/doclens.npy", dir);
-    size_t shape[2] = {p->n_docs, p->dim};
-    if ((rc = tool_npy_save(path, TOOL_I32, 1, shape, lens, err, sizeof err)))
-        goto fail;
-    snprintf(path, sizeof path, "%s/ids.txt", dir);
-    if (!(ids = fopen(path, "w"))) {
-        rc = errno;
-        snprintf(err, sizeof err, "%s: %s", path, strerror(rc));
-        goto fail;
-    }
-    for (size_t i = 0; i < p->n_docs; i++)
-        fprintf(ids, "doc%zu\n", i);
-    if (fclose(ids) != 0) {
-        ids = NULL;
-        rc = errno;
-        snprintf(err, sizeof err, "%s: %s", path, strerror(rc));
-        goto fail;
-    }
-    ids = NULL;
-
-    snprintf(path, sizeof path, "%s/embeddings.npy", dir);
-    shape[0] = T;
-    if ((rc = tool_npy_writer_open(&w, path, TOOL_F32, 2, shape, err, sizeof err)))
-        goto fail;
-    size_t cap = GEN_CHUNK * longest * p->dim;
-    if (!(buf = malloc((cap ? cap : 1) * sizeof(float)))) {
-        rc = ENOMEM;
-        snprintf(err, sizeof err, "%s: out of memory", path);
-        goto fail;
-    }
-    size_t offs[GEN_CHUNK + 1];
-    for (size_t c0 = 0; c0 < p->n_docs; c0 += GEN_CHUNK) {
-        size_t c1 = c0 + GEN_CHUNK < p->n_docs ? c0 + GEN_CHUNK : p->n_docs;
-        offs[0] = 0;
-        for (size_t i = c0; i < c1; i++)
-            offs[i - c0 + 1] = offs[i - c0] + (size_t)lens[i];
-#pragma omp parallel for schedule(dynamic, 16)
-        for (size_t i = c0; i < c1; i++)
-            tool_synth_doc(s, i, buf + offs[i - c0] * p->dim);
-        if ((rc = tool_npy_writer_rows(w, buf, offs[c1 - c0], err, sizeof err)))
-            goto fail;
-    }
-    rc = tool_npy_writer_close(w, err, sizeof err);
-    w = NULL;
-    if (rc)
-        goto fail;
-    free(buf);
-    free(lens);
-    return 0;
-fail:
-    fprintf(stderr, "tartan gen: %s\n", err);
-    if (ids)
-        fclose(ids);
-    tool_npy_writer_abort(w);
-    free(buf);
-    free(lens);
-    return rc;
-}
-
-static int write_queries(const tool_synth *s, const tool_synth_params *p, const char *dir)
-{
-    char path[1024], err[1400];
-    int rc = 0;
-    FILE *qids = NULL, *qrels = NULL;
-    size_t *rel = malloc((p->n_queries ? p->n_queries : 1) * sizeof(size_t));
-    float *q = malloc((p->n_queries ? p->n_queries : 1) * p->qlen * p->dim * sizeof(float));
-    if (!rel || !q) {
-        free(rel);
-        free(q);
-        fprintf(stderr, "tartan gen: out of memory for %zu queries\n", p->n_queries);
-        return ENOMEM;
-    }
-#pragma omp parallel for schedule(dynamic, 4)
-    for (size_t j = 0; j < p->n_queries; j++)
-        tool_synth_query(s, j, q + j * p->qlen * p->dim, &rel[j]);
-    snprintf(path, sizeof path, "%s/queries.npy", dir);
-    size_t shape[3] = {p->n_queries, p->qlen, p->dim};
-    if ((rc = tool_npy_save(path, TOOL_F32, 3, shape, q, err, sizeof err)))
-        goto fail;
-    snprintf(path, sizeof path, "%s/query_ids.txt", dir);
-    if (!(qids = fopen(path, "w")))
-        goto fail_errno;
-    snprintf(path, sizeof path, "%s/qrels.tsv", dir);
-    if (!(qrels = fopen(path, "w")))
-        goto fail_errno;
-    fprintf(qrels, "query-id\tcorpus-id\tscore\n");
-    for (size_t j = 0; j < p->n_queries; j++) {
-        fprintf(qids, "q%zu\n", j);
-        fprintf(qrels, "q%zu\tdoc%zu\t1\n", j, rel[j]);
-    }
-    if (fclose(qrels) != 0) {
-        qrels = NULL;
-        goto fail_errno;
-    }
-    qrels = NULL;
-    if (fclose(qids) != 0) {
-        qids = NULL;
-        goto fail_errno;
-    }
-    free(rel);
-    free(q);
-    return 0;
-fail_errno:
-    rc = errno;
-    snprintf(err, sizeof err, "%s: %s", path, strerror(rc));
-fail:
-    fprintf(stderr, "tartan gen: %s\n", err);
-    if (qids)
-        fclose(qids);
-    if (qrels)
-        fclose(qrels);
-    free(rel);
-    free(q);
-    return rc;
-}
-
 int tool_cmd_gen(int argc, char **argv)
 {
     tool_synth_params p;
     tool_synth_params_init(&p);
     p.n_queries = 100;
-    int have_docs = 0, fixed_len = 0;
+    int have_docs = 0, fixed_len = 0, model = TOOL_SYNTH_V2;
+    tool_dtype dtype = TOOL_F32;
+    /* Noise settings given on the command line win over the model's, whatever the order. */
+    float noise = -1.f, context = -1.f, qcontext = -1.f, qcontent = -1.f, gterms = -1.f,
+          gcontext = -1.f;
+    size_t gdocs = (size_t)-1;
     static const struct option opts[] = {
-        {"docs", required_argument, NULL, 'n'},   {"queries", required_argument, NULL, 'q'},
-        {"dim", required_argument, NULL, 'd'},    {"doc-len", required_argument, NULL, 'l'},
-        {"query-len", required_argument, NULL, 'L'}, {"terms", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+        {"docs", required_argument, NULL, 'n'},
+        {"queries", required_argument, NULL, 'q'},
+        {"dim", required_argument, NULL, 'd'},
+        {"doc-len", required_argument, NULL, 'l'},
+        {"query-len", required_argument, NULL, 'L'},
+        {"terms", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
         {"fixed-len", no_argument, NULL, 'F'},
+        {"dtype", required_argument, NULL, 'D'},
+        {"model", required_argument, NULL, 'M'},
+        {"noise", required_argument, NULL, 'N'},
+        {"context", required_argument, NULL, 'C'},
+        {"query-context", required_argument, NULL, 'Q'},
+        {"query-content", required_argument, NULL, 'K'},
+        {"group-docs", required_argument, NULL, 'G'},
+        {"group-terms", required_argument, NULL, 'T'},
+        {"group-context", required_argument, NULL, 'X'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         size_t v = 0;
-        if (c == 'h') {
+        float x = 0.f;
+        switch (c) {
+        case 'h':
             usage(stdout);
             return 0;
-        }
-        if (c == 'F') {
+        case 'F':
             fixed_len = 1;
             continue;
+        case 'D':
+            if (strcmp(optarg, "f32") == 0 || strcmp(optarg, "float32") == 0)
+                dtype = TOOL_F32;
+            else if (strcmp(optarg, "f16") == 0 || strcmp(optarg, "float16") == 0)
+                dtype = TOOL_F16;
+            else {
+                fprintf(stderr, "tartan gen: --dtype is f32 or f16, not '%s'\n", optarg);
+                return 2;
+            }
+            continue;
+        case 'M':
+            if (strcmp(optarg, "1") == 0)
+                model = TOOL_SYNTH_V1;
+            else if (strcmp(optarg, "2") == 0)
+                model = TOOL_SYNTH_V2;
+            else {
+                fprintf(stderr, "tartan gen: --model is 1 or 2, not '%s'\n", optarg);
+                return 2;
+            }
+            continue;
+        case 'N':
+        case 'C':
+        case 'Q':
+        case 'K':
+        case 'T':
+        case 'X': {
+            int unit = c != 'N' && c != 'C'; /* a share: at most 1 */
+            if (parse_float(optarg, &x) != 0 || (unit && x > 1.f)) {
+                fprintf(stderr, "tartan gen: bad value '%s' (a number, at least 0%s)\n", optarg,
+                        unit ? " and at most 1" : "");
+                return 2;
+            }
+            *(c == 'N'   ? &noise
+              : c == 'C' ? &context
+              : c == 'Q' ? &qcontext
+              : c == 'K' ? &qcontent
+              : c == 'T' ? &gterms
+                         : &gcontext) = x;
+            continue;
         }
-        if (c == '?' || parse_size(optarg, &v) != 0) {
-            if (c != '?')
-                fprintf(stderr, "tartan gen: not a non-negative integer: '%s'\n", optarg);
+        case '?':
+            usage(stderr);
+            return 2;
+        }
+        if (parse_size(optarg, &v) != 0) {
+            fprintf(stderr, "tartan gen: not a non-negative integer: '%s'\n", optarg);
             usage(stderr);
             return 2;
         }
@@ -242,6 +189,9 @@ int tool_cmd_gen(int argc, char **argv)
         case 's':
             p.seed = v;
             break;
+        case 'G':
+            gdocs = v;
+            break;
         }
     }
     if (optind != argc - 1 || !have_docs || p.n_docs == 0) {
@@ -249,6 +199,21 @@ int tool_cmd_gen(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    tool_synth_params_model(&p, model);
+    if (noise >= 0.f)
+        p.noise = noise;
+    if (context >= 0.f)
+        p.context = context;
+    if (qcontext >= 0.f)
+        p.query_context = qcontext;
+    if (qcontent >= 0.f)
+        p.query_content = qcontent;
+    if (gdocs != (size_t)-1)
+        p.group_docs = gdocs;
+    if (gterms >= 0.f)
+        p.group_terms = gterms;
+    if (gcontext >= 0.f)
+        p.group_context = gcontext;
     if (fixed_len)
         p.len_min = p.len_max = p.len_mean;
     else if (p.len_mean < p.len_min)
@@ -266,13 +231,15 @@ int tool_cmd_gen(int argc, char **argv)
     }
     double t0 = now_s();
     size_t T = 0;
-    rc = write_docs(s, &p, dir, &T);
-    if (!rc)
-        rc = write_queries(s, &p, dir);
+    char err[4200];
+    rc = tool_synth_write(s, &p, dir, dtype, &T, err, sizeof err);
     tool_synth_free(s);
-    if (rc)
+    if (rc) {
+        fprintf(stderr, "tartan gen: %s\n", err);
         return 1;
-    printf("wrote %zu documents (%zu tokens, dim %zu) and %zu queries to %s in %.1f s\n",
-           p.n_docs, T, p.dim, p.n_queries, dir, now_s() - t0);
+    }
+    printf("wrote %zu documents (%zu tokens, dim %zu, %s, model %d) and %zu queries to %s in "
+           "%.1f s\n",
+           p.n_docs, T, p.dim, tool_dtype_name(dtype), p.model, p.n_queries, dir, now_s() - t0);
     return 0;
 }

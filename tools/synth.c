@@ -82,6 +82,29 @@ static size_t draw_term(const tool_synth *s, rng *r, size_t lo, size_t hi)
     return a;
 }
 
+void tool_synth_params_model(tool_synth_params *p, int model)
+{
+    p->model = model == TOOL_SYNTH_V1 ? TOOL_SYNTH_V1 : TOOL_SYNTH_V2;
+    if (p->model == TOOL_SYNTH_V1) {
+        p->noise = 0.45f;
+        p->context = 0.3f;
+        p->query_context = 0.f;
+        p->query_content = 0.f;
+        p->group_docs = 0;
+        p->group_terms = 0.f;
+        p->group_context = 0.f;
+    } else {
+        /* Calibrated against SciFact / MiniLM token statistics (bench/RESULTS.md). */
+        p->noise = 0.5f;
+        p->context = 0.6f;
+        p->query_context = 0.8f;
+        p->query_content = 1.f;
+        p->group_docs = 200;
+        p->group_terms = 0.6f;
+        p->group_context = 0.7f;
+    }
+}
+
 void tool_synth_params_init(tool_synth_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -90,11 +113,10 @@ void tool_synth_params_init(tool_synth_params *p)
     p->len_mean = 100;
     p->len_min = 8;
     p->topics = 12;
-    p->noise = 0.45f;
-    p->context = 0.3f;
     p->function_frac = 0.2f;
     p->qlen = 32;
     p->seed = 42;
+    tool_synth_params_model(p, TOOL_SYNTH_V2);
 }
 
 int tool_synth_new(const tool_synth_params *in, tool_synth **out)
@@ -102,6 +124,16 @@ int tool_synth_new(const tool_synth_params *in, tool_synth **out)
     *out = NULL;
     tool_synth_params p = *in;
     if (p.dim == 0 || p.dim > 65536 || p.len_mean == 0 || p.qlen == 0 || p.topics == 0)
+        return TARTAN_EINVAL;
+    if (p.model != TOOL_SYNTH_V1 && p.model != TOOL_SYNTH_V2)
+        return TARTAN_EINVAL;
+    /* Negated comparisons also refuse NaN. */
+    if (!(p.noise >= 0.f && p.noise <= 100.f) || !(p.context >= 0.f && p.context <= 100.f) ||
+        !(p.function_frac >= 0.f && p.function_frac <= 1.f) ||
+        !(p.query_context >= 0.f && p.query_context <= 1.f) ||
+        !(p.query_content >= 0.f && p.query_content <= 1.f) ||
+        !(p.group_terms >= 0.f && p.group_terms <= 1.f) ||
+        !(p.group_context >= 0.f && p.group_context <= 1.f) || !(p.zipf >= 0.0 && p.zipf <= 10.0))
         return TARTAN_EINVAL;
     if (p.len_min == 0)
         p.len_min = 1;
@@ -170,29 +202,64 @@ size_t tool_synth_doclen(const tool_synth *s, size_t i)
     return n;
 }
 
+/*
+ * A document's topic terms and, when ctx is not NULL, its context [dim] (scratch: 2 * dim
+ * floats), drawn from its stream r = stream(seed, 3, doc), which is left where the document's
+ * tokens start. Model V2 puts documents into topic groups of about group_docs documents (as
+ * a real collection has many documents on one subject): a group has its own topic terms and
+ * context; a document takes each of its topic terms from its group's list with probability
+ * group_terms, and group_context of its context from its group's (the norm kept).
+ */
+static void doc_topics(const tool_synth *s, rng *r, size_t *topics, size_t nt, float *ctx,
+                       float *scratch)
+{
+    const size_t dim = s->p.dim;
+    size_t groups = s->p.group_docs ? s->p.n_docs / s->p.group_docs : 0;
+    if (s->p.model == TOOL_SYNTH_V1 || groups == 0) {
+        for (size_t k = 0; k < nt; k++)
+            topics[k] = draw_term(s, r, FUNCTION_TERMS, s->p.n_terms);
+        if (ctx) {
+            memset(ctx, 0, dim * sizeof(float));
+            add_noise(r, ctx, dim, s->p.context);
+        }
+        return;
+    }
+    rng g = stream(s->p.seed, 5, next_u64(r) % groups);
+    for (size_t k = 0; k < nt; k++) {
+        size_t own = draw_term(s, r, FUNCTION_TERMS, s->p.n_terms);
+        size_t shared = draw_term(s, &g, FUNCTION_TERMS, s->p.n_terms);
+        topics[k] = uniform(r) < s->p.group_terms ? shared : own;
+    }
+    if (ctx) {
+        float *own = scratch, *shared = scratch + dim;
+        memset(own, 0, dim * sizeof(float));
+        add_noise(r, own, dim, s->p.context);
+        memset(shared, 0, dim * sizeof(float));
+        add_noise(&g, shared, dim, s->p.context);
+        float a = s->p.group_context, b = sqrtf(1.f - a * a);
+        for (size_t j = 0; j < dim; j++)
+            ctx[j] = a * shared[j] + b * own[j];
+    }
+}
+
 void tool_synth_doc(const tool_synth *s, size_t i, float *out)
 {
     const size_t dim = s->p.dim, len = tool_synth_doclen(s, i);
     rng r = stream(s->p.seed, 3, i);
     size_t topics[64];
     size_t nt = s->p.topics < 64 ? s->p.topics : 64;
-    for (size_t k = 0; k < nt; k++)
-        topics[k] = draw_term(s, &r, FUNCTION_TERMS, s->p.n_terms);
     /* The document's context, shared by its tokens. */
-    float ctx_buf[1024];
+    float ctx_buf[3 * 1024];
     float *ctx = dim <= 1024 ? ctx_buf : NULL;
     float *ctx_heap = NULL;
     if (!ctx)
-        ctx = ctx_heap = malloc(dim * sizeof(float));
-    if (!ctx) { /* no memory: fall back to no context, still a valid document */
+        ctx = ctx_heap = malloc(3 * dim * sizeof(float));
+    doc_topics(s, &r, topics, nt, ctx, ctx ? ctx + dim : NULL);
+    if (!ctx) /* no memory: fall back to no context, still a valid document */
         memset(out, 0, len * dim * sizeof(float));
-    } else {
-        memset(ctx, 0, dim * sizeof(float));
-        add_noise(&r, ctx, dim, s->p.context);
-    }
     for (size_t t = 0; t < len; t++) {
         size_t term = uniform(&r) < s->p.function_frac ? draw_term(s, &r, 0, FUNCTION_TERMS)
-                                                      : topics[next_u64(&r) % nt];
+                                                       : topics[next_u64(&r) % nt];
         float *x = out + t * dim;
         memcpy(x, s->centres + term * dim, dim * sizeof(float));
         if (ctx)
@@ -202,6 +269,69 @@ void tool_synth_doc(const tool_synth *s, size_t i, float *out)
         normalise(x, dim);
     }
     free(ctx_heap);
+}
+
+/* Expansion tokens, like ColBERT's [MASK] padding: near the mean of the content tokens. */
+static void expansion_tokens(const tool_synth *s, rng *r, float *out, size_t content)
+{
+    const size_t dim = s->p.dim;
+    for (size_t t = content; t < s->p.qlen; t++) {
+        float *x = out + t * dim;
+        memset(x, 0, dim * sizeof(float));
+        for (size_t c = 0; c < content; c++)
+            for (size_t k = 0; k < dim; k++)
+                x[k] += out[c * dim + k];
+        normalise(x, dim);
+        add_noise(r, x, dim, 0.6f);
+        normalise(x, dim);
+    }
+}
+
+/*
+ * Model V2: the query is about its document's topic, so its context is mostly the document's
+ * (query_context of it, the rest its own, the norm kept); its tokens are drawn like a
+ * document's (function terms at function_frac), content terms mostly the document's topics
+ * (70%), the others any term (users ask in other words).
+ */
+static void query_v2(const tool_synth *s, rng *r, rng *dr, size_t *topics, size_t nt, float *out)
+{
+    const size_t dim = s->p.dim, qlen = s->p.qlen;
+    size_t content = (size_t)((double)qlen * s->p.query_content + 0.5);
+    if (content == 0)
+        content = 1;
+    if (content > qlen)
+        content = qlen;
+    float ctx_buf[3 * 1024];
+    float *ctx = dim <= 1024 ? ctx_buf : malloc(3 * dim * sizeof(float));
+    /* The document's topics and context, drawn from its stream as tool_synth_doc draws them. */
+    doc_topics(s, dr, topics, nt, ctx, ctx ? ctx + dim : NULL);
+    if (ctx) {
+        float *own = ctx + dim;
+        memset(own, 0, dim * sizeof(float));
+        add_noise(r, own, dim, s->p.context);
+        float a = s->p.query_context, b = sqrtf(1.f - a * a);
+        for (size_t k = 0; k < dim; k++)
+            ctx[k] = a * ctx[k] + b * own[k];
+    }
+    for (size_t t = 0; t < content; t++) {
+        float *x = out + t * dim;
+        size_t term;
+        if (uniform(r) < s->p.function_frac)
+            term = draw_term(s, r, 0, FUNCTION_TERMS);
+        else if (uniform(r) < 0.7)
+            term = topics[next_u64(r) % nt];
+        else
+            term = draw_term(s, r, FUNCTION_TERMS, s->p.n_terms);
+        memcpy(x, s->centres + term * dim, dim * sizeof(float));
+        if (ctx)
+            for (size_t k = 0; k < dim; k++)
+                x[k] += ctx[k];
+        add_noise(r, x, dim, s->p.noise);
+        normalise(x, dim);
+    }
+    if (ctx != ctx_buf)
+        free(ctx);
+    expansion_tokens(s, r, out, content);
 }
 
 void tool_synth_query(const tool_synth *s, size_t j, float *out, size_t *relevant)
@@ -216,8 +346,12 @@ void tool_synth_query(const tool_synth *s, size_t j, float *out, size_t *relevan
     rng dr = stream(s->p.seed, 3, doc);
     size_t topics[64];
     size_t nt = s->p.topics < 64 ? s->p.topics : 64;
-    for (size_t k = 0; k < nt; k++)
-        topics[k] = draw_term(s, &dr, FUNCTION_TERMS, s->p.n_terms);
+    if (s->p.model == TOOL_SYNTH_V2) {
+        query_v2(s, &r, &dr, topics, nt, out);
+        return;
+    }
+    doc_topics(s, &dr, topics, nt, NULL, NULL);
+    /* Model V1. */
     /* Content tokens, a third to a half of the query: mostly the document's terms in the
      * query's own context, some terms the document lacks (users ask in other words). */
     size_t content = qlen / 3 + (size_t)(next_u64(&r) % (qlen / 6 + 1));
@@ -242,15 +376,5 @@ void tool_synth_query(const tool_synth *s, size_t j, float *out, size_t *relevan
     }
     if (ctx != ctx_buf)
         free(ctx);
-    /* Expansion tokens, like ColBERT's [MASK] padding: near the mean of the content. */
-    for (size_t t = content; t < qlen; t++) {
-        float *x = out + t * dim;
-        memset(x, 0, dim * sizeof(float));
-        for (size_t c = 0; c < content; c++)
-            for (size_t k = 0; k < dim; k++)
-                x[k] += out[c * dim + k];
-        normalise(x, dim);
-        add_noise(&r, x, dim, 0.6f);
-        normalise(x, dim);
-    }
+    expansion_tokens(s, &r, out, content);
 }

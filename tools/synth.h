@@ -13,6 +13,22 @@
  *   padding behaves so). Other documents sharing its terms are the hard negatives.
  * Every document and query is a pure function of (seed, its number): a corpus streams in any
  * order, in parallel, in bounded memory, and regenerates bit for bit.
+ *
+ * Two versions of the model (bench/RESULTS.md, "Calibrating the generator", has the figures):
+ * - TOOL_SYNTH_V1, the first one: noise 0.45, context 0.3, every document's topic terms and
+ *   context independent of every other's; a query is a third to a half content tokens in a
+ *   context of its own, the rest expansion tokens. Measured against real token embeddings
+ *   (BEIR SciFact, MiniLM), its queries match their best document weakly and its documents
+ *   are nearly tied (scores per query token: top 1 0.47, top 1 - top 10 0.11, against 0.70
+ *   and 0.16), and tokens of one document are less alike than real ones (0.11 against 0.25).
+ * - TOOL_SYNTH_V2 (the default), calibrated on those statistics, one parameter for each:
+ *   a stronger document context (context 0.6, noise 0.5: tokens of one document as alike as
+ *   real ones); topic groups of about group_docs documents sharing group_terms of their topic
+ *   terms and group_context of their context (a collection has many documents on one
+ *   subject: they set the spread of the top 10 and top 100 scores); a query is about its
+ *   document's topic (query_context of its context is the document's) and has function
+ *   tokens like a document (real queries are all tokens, no [MASK] padding); expansion
+ *   tokens only when query_content < 1.
  */
 #ifndef TARTAN_TOOLS_SYNTH_H
 #define TARTAN_TOOLS_SYNTH_H
@@ -20,27 +36,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "npy.h"
+
+enum { TOOL_SYNTH_V1 = 1, TOOL_SYNTH_V2 = 2 };
+
 typedef struct tool_synth_params {
+    int model; /* TOOL_SYNTH_V1 or TOOL_SYNTH_V2 (default) */
     size_t n_docs;
-    size_t dim;         /* default 128 */
-    size_t n_terms;     /* term centres; 0: about 4 * sqrt(total tokens), at least 64 */
-    double zipf;        /* Zipf exponent of term frequencies, default 1.0 */
-    size_t len_mean;    /* mean document length in tokens, default 100 */
-    size_t len_min;     /* default 8 */
-    size_t len_max;     /* default 4 * len_mean */
-    size_t topics;      /* topic terms per document, default 12 */
-    float noise;        /* per-token noise norm relative to the unit centre, default 0.45 */
-    float context;      /* document context norm, default 0.3 */
-    float function_frac;/* share of tokens drawn from the 64 most frequent terms, default 0.2 */
+    size_t dim;          /* default 128 */
+    size_t n_terms;      /* term centres; 0: about 4 * sqrt(total tokens), at least 64 */
+    double zipf;         /* Zipf exponent of term frequencies, default 1.0 */
+    size_t len_mean;     /* mean document length in tokens, default 100 */
+    size_t len_min;      /* default 8 */
+    size_t len_max;      /* default 4 * len_mean */
+    size_t topics;       /* topic terms per document, default 12 */
+    float noise;         /* per-token noise norm relative to the unit centre (V2 0.5, V1 0.45) */
+    float context;       /* document context norm (V2 0.6, V1 0.3) */
+    float function_frac; /* share of tokens drawn from the 64 most frequent terms, default 0.2 */
     size_t n_queries;
-    size_t qlen;        /* query tokens, default 32 */
+    size_t qlen; /* query tokens, default 32 */
+    /* V2 only: share of the query's context that is its relevant document's (default 0.8),
+     * and share of query tokens built from terms, the rest expansion tokens (default 1). */
+    float query_context;
+    float query_content;
+    /* V2 only: documents per topic group (0: none; default 200), the share of a document's
+     * topic terms (default 0.6) and of its context (default 0.7) taken from its group's. */
+    size_t group_docs;
+    float group_terms;
+    float group_context;
     uint64_t seed;
 } tool_synth_params;
 
 typedef struct tool_synth tool_synth;
 
-/* Fills the defaults above (n_docs, n_queries left 0). */
+/* Fills the defaults above (n_docs, n_queries left 0) of model V2. */
 void tool_synth_params_init(tool_synth_params *p);
+/* Sets model (V1 or V2) and its noise, context and query defaults; leaves the rest. */
+void tool_synth_params_model(tool_synth_params *p, int model);
 
 /* Builds the term centres. Returns 0, or an errno / TARTAN_E code (bad sizes, ENOMEM). */
 int tool_synth_new(const tool_synth_params *p, tool_synth **out);
@@ -54,5 +86,18 @@ void tool_synth_doc(const tool_synth *s, size_t i, float *out);
 
 /* Query j: out [qlen, dim], L2-normalised; *relevant = the document it was built from. */
 void tool_synth_query(const tool_synth *s, size_t j, float *out, size_t *relevant);
+
+/*
+ * Writes the corpus of s (made from p, with p->n_queries queries) into the directory dir
+ * (which must exist): embeddings.npy [T, dim], doclens.npy [N] int32, ids.txt, queries.npy
+ * [Q, qlen, dim], query_ids.txt, qrels.tsv. dtype TOOL_F32 or TOOL_F16 (embeddings and
+ * queries; fp16 halves the files). The files are the same whatever the thread count.
+ * *total_tokens: T. Returns 0, or an error code with its message in err.
+ */
+int tool_synth_write(const tool_synth *s, const tool_synth_params *p, const char *dir,
+                     tool_dtype dtype, size_t *total_tokens, char *err, size_t errlen);
+
+/* fp32 to IEEE binary16, round to nearest even. */
+uint16_t tool_f32_to_f16(float f);
 
 #endif

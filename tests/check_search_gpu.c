@@ -92,8 +92,7 @@ static void corpus_make(corpus *c, size_t dim, size_t n_docs, size_t nq, size_t 
         size_t t3[3] = {rnd() % c->ntopic, rnd() % c->ntopic, rnd() % c->ntopic};
         for (size_t t = 0; t < c->doclens[i]; t++, row++)
             for (size_t j = 0; j < dim; j++)
-                c->emb[row * dim + j] =
-                    (float)(c->topics[t3[rnd() % 3] * dim + j] + 0.7 * gauss());
+                c->emb[row * dim + j] = (float)(c->topics[t3[rnd() % 3] * dim + j] + 0.7 * gauss());
     }
     c->nq = nq;
     c->qlens = xmalloc(nq * sizeof(size_t));
@@ -176,26 +175,98 @@ static tartan_results *search(tartan_db *db, const corpus *c, tartan_search_para
     return r;
 }
 
+/* GPU scores carry fp16 rounding in the residual term (kernels.h): about 1e-4 per query
+ * token, adding up as a random walk over the tokens, plus fp32 rounding. */
+#define TOL 2e-4
+static double tol_for(double score, size_t lq, double rel)
+{
+    return rel == 0 ? 0 : rel * fmax(1.0, fabs(score)) + 3e-4 * sqrt((double)lq);
+}
+
 /*
  * The GPU's results equal the CPU's: the same number of hits, at each rank the same score
  * within tol (relative), and the same id unless the two scores there are within tol of each
  * other (a near-tie, which rounding may order either way). Returns how many ranks swapped.
+ * For exhaustive search, where both sides score every document exactly.
  */
-static size_t expect_close(const tartan_results *a, const tartan_results *b, double tol)
+static size_t expect_close(const corpus *c, const tartan_results *a, const tartan_results *b,
+                           double tol)
 {
     size_t swaps = 0;
     for (size_t qi = 0; qi < a->n_queries; qi++) {
         ck_assert_uint_eq(a->counts[qi], b->counts[qi]);
         for (size_t j = 0; j < a->counts[qi]; j++) {
             const tartan_hit *x = &a->hits[a->offsets[qi] + j], *y = &b->hits[b->offsets[qi] + j];
-            double t = tol * fmax(1.0, fabs(x->score));
-            ck_assert_msg(fabs(x->score - y->score) <= t, "query %zu rank %zu: %.7f vs %.7f",
-                          qi, j, x->score, y->score);
+            double t = tol_for(x->score, c->qlens[qi], tol);
+            ck_assert_msg(fabs(x->score - y->score) <= t,
+                          "query %zu (%zu tokens) rank %zu: %.7f vs %.7f", qi, c->qlens[qi], j,
+                          x->score, y->score);
             if (strcmp(x->id, y->id))
                 swaps++;
         }
     }
     return swaps;
+}
+
+/*
+ * PLAID on the GPU against PLAID on the CPU. Stages 1-3 decide on centroid scores that the two
+ * devices round differently (fp32 sums in another order), so a document near the threshold or
+ * at the ndocs boundary may reach exact scoring on one side only. What must hold: the same
+ * number of hits per query; every GPU hit's score equals the CPU's exact score of that document
+ * within tol (an exhaustive CPU search restricted to the GPU's hits); hits best first. Returns
+ * how many GPU hits are not in the CPU's results.
+ */
+static size_t expect_plaid(tartan_db *db, const corpus *c, const tartan_results *a,
+                           const tartan_results *b, double tol)
+{
+    size_t differ = 0, row0 = 0;
+    for (size_t qi = 0; qi < a->n_queries; row0 += c->qlens[qi], qi++) {
+        size_t n = b->counts[qi];
+        ck_assert_uint_eq(a->counts[qi], n);
+        if (!n)
+            continue;
+        const char **ids = malloc(n * sizeof *ids);
+        ck_assert_ptr_nonnull(ids);
+        for (size_t j = 0; j < n; j++) {
+            const tartan_hit *y = &b->hits[b->offsets[qi] + j];
+            ids[j] = y->id;
+            if (j)
+                ck_assert(y->score <= b->hits[b->offsets[qi] + j - 1].score);
+            int found = 0;
+            for (size_t i = 0; i < n && !found; i++)
+                found = !strcmp(a->hits[a->offsets[qi] + i].id, y->id);
+            differ += !found;
+        }
+        tartan_search_params p;
+        tartan_search_params_init(&p, n);
+        p.exhaustive = 1;
+        p.subset = ids;
+        p.n_subset = n;
+        p.device = TARTAN_DEVICE_CPU;
+        tartan_queries q = {.n_queries = 1,
+                            .qlen = c->qlens[qi],
+                            .embeddings = c->q + row0 * c->dim,
+                            .n_rows = c->qlens[qi],
+                            .dim = c->dim,
+                            .dtype = TARTAN_FLOAT32};
+        tartan_results *e = NULL;
+        ck_assert_msg(tartan_search(db, &q, &p, &e) == 0, "%s", tartan_errmsg(db));
+        ck_assert_uint_eq(e->counts[0], n);
+        for (size_t j = 0; j < n; j++) {
+            const tartan_hit *y = &b->hits[b->offsets[qi] + j];
+            const tartan_hit *x = NULL;
+            for (size_t i = 0; i < n && !x; i++)
+                if (!strcmp(e->hits[i].id, y->id))
+                    x = &e->hits[i];
+            ck_assert_ptr_nonnull(x);
+            ck_assert_msg(fabs(x->score - y->score) <= tol_for(x->score, c->qlens[qi], tol),
+                          "query %zu (%zu tokens) %s: GPU %.7f, CPU exact %.7f", qi, c->qlens[qi],
+                          y->id, y->score, x->score);
+        }
+        tartan_results_free(e);
+        free(ids);
+    }
+    return differ;
 }
 
 /* Double-precision MaxSim of query qi against every live document, through the decompressed
@@ -251,8 +322,6 @@ static double brute_best(tartan_db *db, const corpus *c, size_t qi, char *best_i
     return best;
 }
 
-/* GPU scores carry fp16 rounding in the small residual term (kernels.h): 2e-4 relative. */
-#define TOL 2e-4
 
 START_TEST(test_gpu_plaid_equals_cpu)
 {
@@ -275,15 +344,14 @@ START_TEST(test_gpu_plaid_equals_cpu)
         }
         tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
         tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-        swaps += expect_close(a, b, TOL);
+        swaps += expect_plaid(db, &c, a, b, TOL);
         hits += a->offsets[a->n_queries];
         tartan_results_free(a);
         tartan_results_free(b);
     }
     ck_assert_uint_gt(hits, 1000);
-    /* Two documents swap only where their scores agree within TOL (checked above); such
-     * near-ties are a few percent of the ranks at most (1.1% seen on an H200). */
-    ck_assert_msg(swaps * 20 <= hits, "%zu of %zu ranks differ", swaps, hits);
+    /* Rounding decides PLAID's boundary cases for a few documents at most. */
+    ck_assert_msg(swaps * 20 <= hits, "%zu of %zu hits differ", swaps, hits);
     tartan_close(db);
     corpus_free(&c);
 }
@@ -300,15 +368,16 @@ START_TEST(test_gpu_exhaustive_matches_bruteforce)
     p.exhaustive = 1;
     tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
     tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-    expect_close(a, b, TOL);
+    expect_close(&c, a, b, TOL);
     for (size_t qi = 0; qi < c.nq; qi++) {
         char id[64];
         double best = brute_best(db, &c, qi, id);
         const tartan_hit *h = &b->hits[b->offsets[qi]];
-        ck_assert_msg(fabs(h->score - best) <= TOL * fmax(1.0, fabs(best)),
+        ck_assert_msg(fabs(h->score - best) <= tol_for(best, c.qlens[qi], TOL),
                       "query %zu: %.7f vs brute force %.7f", qi, h->score, best);
         if (strcmp(h->id, id))
-            ck_assert_msg(fabs(b->hits[b->offsets[qi] + 1].score - h->score) <= TOL * fabs(best),
+            ck_assert_msg(fabs(b->hits[b->offsets[qi] + 1].score - h->score) <=
+                              2 * tol_for(best, c.qlens[qi], TOL),
                           "query %zu: best %s, brute force %s", qi, h->id, id);
     }
     tartan_results_free(a);
@@ -349,11 +418,13 @@ START_TEST(test_gpu_follows_changes)
             p.exhaustive = ex;
             a = search(db, &c, &p, TARTAN_DEVICE_CPU);
             b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-            expect_close(a, b, TOL);
+            if (ex)
+                expect_close(&c, a, b, TOL);
+            else
+                ck_assert_uint_le(expect_plaid(db, &c, a, b, TOL) * 10, a->offsets[a->n_queries]);
             for (size_t h = 0; round >= 2 && h < b->offsets[b->n_queries]; h++) {
                 size_t num = strtoul(b->hits[h].id + 1, NULL, 10);
-                ck_assert_msg(num >= 900 || num % 3 != 0, "deleted %s returned",
-                              b->hits[h].id);
+                ck_assert_msg(num >= 900 || num % 3 != 0, "deleted %s returned", b->hits[h].id);
             }
             tartan_results_free(a);
             tartan_results_free(b);
@@ -383,7 +454,10 @@ START_TEST(test_gpu_subset)
             p.exhaustive = ex;
             tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
             tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-            expect_close(a, b, TOL);
+            if (ex)
+                expect_close(&c, a, b, TOL);
+            else
+                ck_assert_uint_le(expect_plaid(db, &c, a, b, TOL) * 10, a->offsets[a->n_queries]);
             for (size_t h = 0; h < b->offsets[b->n_queries]; h++) {
                 int found = 0;
                 for (size_t i = 0; i < sizes[si] && !found; i++)
@@ -428,13 +502,13 @@ START_TEST(test_gpu_streaming_equals_resident)
     for (int ex = 0; ex < 2; ex++) {
         p.exhaustive = ex;
         b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-        ck_assert_uint_eq(expect_close(a[ex], b, 0.0), 0);
+        ck_assert_uint_eq(expect_close(&c, a[ex], b, 0.0), 0);
         tartan_results_free(b);
         if (ex) {
             /* Exhaustive in slices that overlap copies and scoring: 7 slices, odd sizes. */
             eng_gpu_set_slice(db->gpu, 117);
             b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-            ck_assert_uint_eq(expect_close(a[ex], b, 0.0), 0);
+            ck_assert_uint_eq(expect_close(&c, a[ex], b, 0.0), 0);
             tartan_results_free(b);
         }
         tartan_results_free(a[ex]);
@@ -525,7 +599,10 @@ START_TEST(test_gpu_dims_nbits)
             p.exhaustive = ex;
             tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
             tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
-            expect_close(a, b, TOL);
+            if (ex)
+                expect_close(&c, a, b, TOL);
+            else
+                ck_assert_uint_le(expect_plaid(db, &c, a, b, TOL) * 10, a->offsets[a->n_queries]);
             tartan_results_free(a);
             tartan_results_free(b);
         }
@@ -550,8 +627,12 @@ START_TEST(test_gpu_device_env)
     ck_assert_ptr_nonnull(db->gpu); /* it ran on the GPU */
     tartan_results_free(a);
     setenv("TARTAN_DEVICE", "gpu0", 1);
-    tartan_queries q = {.n_queries = c.nq, .qlens = c.qlens, .embeddings = c.q,
-                        .n_rows = c.q_rows, .dim = c.dim, .dtype = TARTAN_FLOAT32};
+    tartan_queries q = {.n_queries = c.nq,
+                        .qlens = c.qlens,
+                        .embeddings = c.q,
+                        .n_rows = c.q_rows,
+                        .dim = c.dim,
+                        .dtype = TARTAN_FLOAT32};
     tartan_results *r = NULL;
     p.device = TARTAN_DEVICE_AUTO;
     ck_assert_int_eq(tartan_search(db, &q, &p, &r), TARTAN_EINVAL);

@@ -6,6 +6,9 @@
 set -eu
 top_builddir=${top_builddir:-.}
 tartan="$top_builddir/tartan"
+# The CPU path throughout, GPU or not (the GPU path has its own tests): runs are compared byte
+# for byte below.
+export TARTAN_DEVICE=cpu
 [ -x "$tartan" ] || { echo "no $tartan: build it first"; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/tartan-cli-XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -160,6 +163,11 @@ expect 2 "queries is required" search "$idx"
 expect 2 "INDEX is required" search --queries "$q"
 expect 2 "unrecognized option" search "$idx" --queries "$q" --bogus
 expect 2 "whitespace" search "$idx" --queries "$q" --tag "a b"
+expect 2 "auto, cpu or cuda" search "$idx" --queries "$q" --device gpu
+# --device cpu: the same run as the default device (the CPU, by TARTAN_DEVICE above).
+search --exhaustive --device cpu -o "$work/exh_cpu.run"
+cmp -s "$work/exh_cpu.run" "$work/after_exh.run" && ok "--device cpu: same run" ||
+    fail "--device cpu: another run"
 expect 1 "no such index" search "$work/nowhere" --queries "$q"
 expect 1 "missing.npy" search "$idx" --queries "$work/missing.npy"
 expect 1 "doclens.npy" search "$idx" --queries "$work/c/doclens.npy"

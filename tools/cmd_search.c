@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "                     [--exhaustive] [--subset IDS] [--ncells N]\n"
             "                     [--threshold T] [--ndocs N] [--format trec|jsonl]\n"
             "                     [--query-ids FILE] [--tag NAME] [--batch N]\n"
-            "                     [--threads N] [-o FILE] [--quiet]\n\n"
+            "                     [--threads N] [--device D] [-o FILE] [--quiet]\n\n"
             "Searches INDEX for the best K documents of each query and writes one line per\n"
             "result as a TREC run (qid Q0 docid rank score tag), or one JSON object per\n"
             "query with --format jsonl.\n\n"
@@ -65,6 +65,8 @@ static void usage(FILE *f)
             "                      default standard output\n"
             "  --batch N           queries per search call (default %d)\n"
             "  --threads N         threads (default: OpenMP's, all cores)\n"
+            "  --device D          auto (default: the TARTAN_DEVICE variable, else a GPU\n"
+            "                      when present), cpu or cuda\n"
             "  -q, --quiet         no summary on standard error\n",
             DEFAULT_BATCH);
 }
@@ -81,7 +83,8 @@ enum {
     OPT_QUERY_IDS,
     OPT_TAG,
     OPT_BATCH,
-    OPT_THREADS
+    OPT_THREADS,
+    OPT_DEVICE
 };
 
 /* The queries of the file, however they are laid out. */
@@ -359,6 +362,7 @@ int tool_cmd_search(int argc, char **argv)
         {"tag", required_argument, NULL, OPT_TAG},
         {"batch", required_argument, NULL, OPT_BATCH},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"output", required_argument, NULL, 'o'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -367,6 +371,7 @@ int tool_cmd_search(int argc, char **argv)
     const char *qpath = NULL, *lpath = NULL, *subset_path = NULL, *qids_path = NULL;
     const char *out_path = NULL, *tag = "tartan";
     size_t k = 10, ncells = 0, ndocs = 0, batch = DEFAULT_BATCH, threads = 0;
+    tartan_device device = TARTAN_DEVICE_AUTO;
     int exhaustive = 0, jsonl = 0, quiet = 0, have_threshold = 0;
     double threshold = 0;
     int c;
@@ -429,6 +434,13 @@ int tool_cmd_search(int argc, char **argv)
         case OPT_THREADS:
             bad = parse_num("threads", optarg, &threads);
             break;
+        case OPT_DEVICE:
+            if (tool_parse_device(optarg, &device)) {
+                fprintf(stderr, "tartan search: --device is auto, cpu or cuda, not '%s'\n",
+                        optarg);
+                bad = 1;
+            }
+            break;
         case 'o':
             out_path = optarg;
             break;
@@ -478,6 +490,7 @@ int tool_cmd_search(int argc, char **argv)
         p.centroid_score_threshold = (float)threshold;
     p.exhaustive = exhaustive;
     p.threads = (int)threads;
+    p.device = device;
 
     const char *index = argv[optind];
     char err[1400];

@@ -13,6 +13,8 @@
  *   bench/bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE] [--truth-out RUN]
  *        [--ncells 1,2,4] [--ndocs 256,1024,4096] [--thresholds T] [--reps N]
  *        [--mode auto|resident|streaming] [--cpu-queries N] [--batch N] [--runs-out RUN]
+ * --residual-tiles 2|4: the residual kernel's tiles in flight (kernels/tune_cuda.h; default
+ * automatic), to compare the exact stage's variants on one index.
  * --runs-out: every setting's top 10 (first batched pass) in one TREC file, tagged
  * tartan-gpu-nc<ncells>-th<threshold>-nd<ndocs>.
  */
@@ -31,6 +33,7 @@
 #include "npy.h"
 #include "tartan.h"
 #include "trec_run.h"
+#include "tune_cuda.h"
 
 typedef struct bench {
     tartan_db *db;
@@ -211,6 +214,8 @@ int main(int argc, char **argv)
             cpu_q = strtoul(v, NULL, 10);
         else if (!strcmp(a, "--batch"))
             batch = strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--residual-tiles"))
+            kern_gpu_tune.residual_tiles = atoi(v);
         else
             usage();
     }

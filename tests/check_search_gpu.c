@@ -22,6 +22,7 @@
 #include "index.h"
 #include "kernels.h"
 #include "tartan.h"
+#include "tune_cuda.h"
 
 static void setup(void)
 {
@@ -369,6 +370,12 @@ START_TEST(test_gpu_exhaustive_matches_bruteforce)
     tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
     tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
     expect_close(&c, a, b, TOL);
+    /* The residual kernel's other tiling (4 tiles in flight) gives the same bits. */
+    kern_gpu_tune.residual_tiles = 4;
+    tartan_results *b4 = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    kern_gpu_tune.residual_tiles = 0;
+    ck_assert_uint_eq(expect_close(&c, b, b4, 0.0), 0);
+    tartan_results_free(b4);
     for (size_t qi = 0; qi < c.nq; qi++) {
         char id[64];
         double best = brute_best(db, &c, qi, id);

@@ -28,6 +28,10 @@ int eng_device_pick(tartan_device want, kern_dev *out, store_msg *m)
                                   "TARTAN_DEVICE is '%.40s'; it must be auto, cpu or cuda", e);
         }
     }
+    if (want == TARTAN_DEVICE_CPU) {
+        *out = KERN_DEV_CPU;
+        return 0;
+    }
     int gpus = kern_cuda_device_count();
     if (want == TARTAN_DEVICE_CUDA && gpus <= 0)
         return store_fail(m, TARTAN_ENODEV,
@@ -37,7 +41,7 @@ int eng_device_pick(tartan_device want, kern_dev *out, store_msg *m)
                           "the CUDA device was asked for, but this build has no CUDA"
 #endif
         );
-    *out = want == TARTAN_DEVICE_CPU || gpus <= 0 ? KERN_DEV_CPU : KERN_DEV_CUDA;
+    *out = gpus > 0 ? KERN_DEV_CUDA : KERN_DEV_CPU;
     return 0;
 }
 

@@ -94,7 +94,7 @@ struct eng_gpu {
     /* Search workspace. */
     dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
         docs4, vals, allowed, list;
-    size_t bits_zeroed; /* bytes of bits known to be zero */
+    int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
     xslot xs[2];
@@ -363,7 +363,6 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
             return store_fail(m, ENOMEM, "GPU search: out of memory for staging");
     }
     g->s_n = 0;
-    uint64_t old_live = g->n_docs;
     int verify = r->verify;
     if (full) {
         /* Every document, in number order, checksums verified once here. */
@@ -403,8 +402,6 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         return rc;
     /* Deletions among the older documents: the live count says whether there were any. */
     if (!full && g->n_docs != h->n_docs) {
-        uint64_t added = g->n_docs - old_live;
-        (void)added;
         uint32_t *seen = calloc(words ? words : 1, sizeof *seen);
         if (!seen)
             return store_fail(m, ENOMEM, "GPU search: out of memory");
@@ -809,12 +806,14 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         if ((rc = dbuf_need(&g->probes, c->T * nc * 4, 0, m)) ||
             (rc = dbuf_need(&g->counts, nq * 8, 0, m)))
             return rc;
-        if (g->bits.cap < nq * words * 4 || g->bits_zeroed < nq * words * 4) {
-            if ((rc = dbuf_need(&g->bits, nq * words * 4, 0, m)))
-                return rc;
+        /* The bitmaps are all zero between searches (take clears what mark set); a new
+         * buffer, or one a failed search left marked, is cleared first. */
+        const size_t old_cap = g->bits.cap; /* a new buffer always has a larger capacity */
+        if ((rc = dbuf_need(&g->bits, nq * words * 4, 0, m)))
+            return rc;
+        if (g->bits.cap != old_cap || g->bits_dirty)
             KTRY(kern_cuda_memset(g->bits.p, 0, g->bits.cap), "memset");
-            g->bits_zeroed = g->bits.cap;
-        }
+        g->bits_dirty = 1;
         KTRY(kern_cuda_probe(g->ST.p, K, c->T, nc, g->probes.p), "probes");
         KTRY(kern_cuda_candidates_mark(g->probes.p, nc, g->q_off.p, c->h_off, nq, g->ivf_off.p,
                                        g->ivf_docs.p, g->live.p, s->allowed ? g->allowed.p : NULL,
@@ -844,6 +843,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         t0 = t1;
         if (width == 0) {
             /* No candidates: the bitmaps are still all zero. */
+            g->bits_dirty = 0;
             for (size_t i = 0; i < nq; i++)
                 s->hit_n[c->qa + i] = 0;
             return 0;
@@ -858,6 +858,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             (rc = dbuf_need(&g->scores, nq * n3 * 4, 0, m)))
             return rc;
         KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
+        g->bits_dirty = 0;
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
         KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
                                    g->codes.p, g->docs1.p, width, 1, g->counts.p,

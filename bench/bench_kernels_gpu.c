@@ -210,7 +210,7 @@ typedef struct result {
     double recall; /* recall@10 against exact fp32 MaxSim, or 0 where not measured */
 } result;
 
-static result results[32];
+static result results[48];
 static int nresults;
 static double copy_tbps;
 
@@ -385,6 +385,97 @@ static void bench_topk(const char *name, size_t rows, size_t n, size_t k)
     record(name, desc, us, spread, rows * n * 4.0 + rows * k * 12.0, 0);
     kern_gpu_free(c.x), kern_gpu_free(c.idx), kern_gpu_free(c.val);
 }
+
+/* Exhaustive-search shape: nq queries (Lq 32) each against the same nd documents (lengths
+ * 50-90, mean 70, as the 1M-document corpus), nbits 2, dim 128, K 131,072 centroids (the 1M
+ * corpus's), through kern_cuda_exact_scores (cross pairs), with the score table's columns of
+ * all nq queries side by side as the GPU search lays them out. The documents (nd * 70 * 40 B)
+ * exceed L2, so each query's pass reads them from memory as a full search does. */
+typedef struct exact_ctx {
+    kern_cuda_exact a;
+    float *scores;
+} exact_ctx;
+
+static void exact_call(void *p, int rep)
+{
+    (void)rep;
+    exact_ctx *c = p;
+    KK(kern_cuda_exact_scores(&c->a, c->scores));
+}
+
+static void bench_exact(const char *name, size_t nq, size_t nd)
+{
+    const size_t dim = 128, lq = 32, K = 131072, T = nq * lq;
+    const unsigned nbits = 2;
+    const size_t rb = dim * nbits / 8;
+    int64_t *off = malloc((nd + 1) * 8), *qoff = malloc((nq + 1) * 8);
+    off[0] = 0;
+    for (size_t i = 0; i < nd; i++)
+        off[i + 1] = off[i] + 50 + (int64_t)(mix(4242 + i) % 41);
+    for (size_t i = 0; i <= nq; i++)
+        qoff[i] = (int64_t)(i * lq);
+    const size_t tot = (size_t)off[nd];
+    float *q = malloc(T * dim * 4), *st = calloc(K * T + KERN_CUDA_ST_SLACK, 4);
+    for (size_t i = 0; i < T * dim; i++)
+        q[i] = (float)((double)(mix(11 + i) % 20001) / 10000.0 - 1.0) * 0.15f;
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)(K * T); i++)
+        st[i] = (float)((double)(mix(99 + (uint64_t)i) % 20001) / 10000.0 - 1.0) * 0.8f;
+    float w[4] = {-0.045f, -0.012f, 0.012f, 0.045f};
+    uint32_t *codes = malloc(tot * 4), *docs = malloc(nd * 4);
+    uint8_t *res = malloc(tot * rb);
+    float *inv = malloc(tot * 4);
+    for (size_t t = 0; t < tot; t++) {
+        codes[t] = (uint32_t)(mix(5 * t + 1) % K);
+        inv[t] = 0.95f + (float)(mix(5 * t + 2) % 1000) * 1e-4f;
+    }
+    for (size_t i = 0; i < tot * rb; i++)
+        res[i] = (uint8_t)mix(3 * i + 17);
+    for (size_t i = 0; i < nd; i++)
+        docs[i] = (uint32_t)i;
+    exact_ctx c;
+    c.a = (kern_cuda_exact){.dim = dim,
+                            .nbits = nbits,
+                            .q = upload(q, T * dim * 4),
+                            .q_off = upload(qoff, (nq + 1) * 8),
+                            .h_q_off = qoff,
+                            .nq = nq,
+                            .ST = upload(st, (K * T + KERN_CUDA_ST_SLACK) * 4),
+                            .ld = T,
+                            .n_centroids = K,
+                            .bucket_weights = upload(w, sizeof w),
+                            .doc_off = upload(off, (nd + 1) * 8),
+                            .codes = upload(codes, tot * 4),
+                            .residuals = upload(res, tot * rb),
+                            .inv_norms = upload(inv, tot * 4),
+                            .docs = upload(docs, nd * 4),
+                            .per_q = nd,
+                            .cross = 1};
+    KK(kern_gpu_malloc((void **)&c.scores, nq * nd * 4));
+    int reps = g_reps;
+    g_reps = 11;
+    double spread, us = time_call(exact_call, &c, &spread);
+    g_reps = reps;
+    char desc[160];
+    snprintf(desc, sizeof desc,
+             "exact %zu q x %zu docs (cross), avg %.1f tok, K %zu: %.3f ms a query at 1M docs",
+             nq, nd, (double)tot / nd, K, us / 1e3 / nq * (1e6 / nd));
+    /* Bytes: each query's pass reads every document (codes 4 B + residual 32 B + norm 4 B a
+     * token); the q.C table once. */
+    record(name, desc, us, spread, nq * tot * (rb + 8.0) + K * T * 4.0 + nq * nd * 4.0,
+           2.0 * lq * tot * dim * nq);
+    kern_gpu_free((void *)c.a.q), kern_gpu_free((void *)c.a.q_off), kern_gpu_free((void *)c.a.ST);
+    kern_gpu_free((void *)c.a.bucket_weights), kern_gpu_free((void *)c.a.doc_off);
+    kern_gpu_free((void *)c.a.codes), kern_gpu_free((void *)c.a.residuals);
+    kern_gpu_free((void *)c.a.inv_norms), kern_gpu_free((void *)c.a.docs), kern_gpu_free(c.scores);
+    free(off), free(qoff), free(q), free(st), free(codes), free(docs), free(res), free(inv);
+}
+
+/* The residual kernel's launch variants (kern_gpu_tune), each benchmarked under its own name. */
+static const struct {
+    const char *suffix;
+    int tiles, pipe, ctas;
+} res_variants[] = {{"", 0, 0, 0}, {"_np", 0, 2, 0}, {"_c4", 0, 0, 4}, {"_np4", 0, 2, 4}, {"_t4", 4, 0, 0}};
 
 /* ---- INT8 MaxSim ------------------------------------------------------------------------ */
 typedef struct i8_ctx {
@@ -648,15 +739,23 @@ int main(int argc, char **argv)
         bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_1k"))
         bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
-    if (want(only, "plaid_10k"))
-        bench_plaid("plaid_10k", 10000, 0);
-    if (want(only, "plaid_t4_10k")) { /* variant: 4 tiles in flight per warp, fewer warps */
-        kern_gpu_tune.residual_tiles = 4;
-        bench_plaid("plaid_t4_10k", 10000, 0);
-        kern_gpu_tune.residual_tiles = 0;
+    for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
+        char nm[3][48];
+        snprintf(nm[0], sizeof nm[0], "plaid%s_10k", res_variants[v].suffix);
+        snprintf(nm[1], sizeof nm[1], "plaid_qc%s_10k", res_variants[v].suffix);
+        snprintf(nm[2], sizeof nm[2], "exact%s_64x32k", res_variants[v].suffix);
+        kern_gpu_tune.residual_tiles = res_variants[v].tiles;
+        kern_gpu_tune.residual_pipe = res_variants[v].pipe;
+        kern_gpu_tune.residual_ctas = res_variants[v].ctas;
+        if (want(only, nm[0]))
+            bench_plaid(nm[0], 10000, 0);
+        if (v == 0 && want(only, nm[1]))
+            bench_plaid(nm[1], 10000, 1);
+        if (want(only, nm[2]))
+            bench_exact(nm[2], 64, 32768);
+        kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
+        kern_gpu_tune.residual_ctas = 0;
     }
-    if (want(only, "plaid_qc_10k"))
-        bench_plaid("plaid_qc_10k", 10000, 1);
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);
     if (want(only, "topk_ncells"))

@@ -171,7 +171,8 @@ static void usage(void)
     fprintf(stderr, "usage: bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE]\n"
                     "       [--truth-out RUN] [--ncells LIST] [--ndocs LIST] [--thresholds LIST]\n"
                     "       [--reps N] [--mode auto|resident|streaming] [--cpu-queries N]\n"
-                    "       [--batch N] [--runs-out RUN]\n");
+                    "       [--batch N] [--runs-out RUN] [--residual-tiles 2|4]\n"
+                    "       [--residual-pipe 1|2] [--residual-ctas 3|4]\n");
     exit(2);
 }
 
@@ -216,6 +217,10 @@ int main(int argc, char **argv)
             batch = strtoul(v, NULL, 10);
         else if (!strcmp(a, "--residual-tiles"))
             kern_gpu_tune.residual_tiles = atoi(v);
+        else if (!strcmp(a, "--residual-pipe")) /* 1 pipelined (default), 2 not */
+            kern_gpu_tune.residual_pipe = atoi(v);
+        else if (!strcmp(a, "--residual-ctas")) /* 3 (default) or 4 */
+            kern_gpu_tune.residual_ctas = atoi(v);
         else
             usage();
     }

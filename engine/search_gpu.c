@@ -769,7 +769,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
     /* Queries and the score table. */
     if ((rc = dbuf_need(&g->q, c->T * g->dim * 4, 0, m)) ||
         (rc = dbuf_need(&g->q_off, (nq + 1) * 8, 0, m)) ||
-        (rc = dbuf_need(&g->ST, K * c->T * 4, 0, m)))
+        (rc = dbuf_need(&g->ST, (K * c->T + KERN_CUDA_ST_SLACK) * 4, 0, m)))
         return rc;
     KTRY(kern_cuda_upload(g->q.p, q->emb + q->off[c->qa] * g->dim, c->T * g->dim * 4), "upload");
     KTRY(kern_cuda_upload(g->q_off.p, c->h_off, (nq + 1) * 8), "upload");

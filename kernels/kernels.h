@@ -277,9 +277,12 @@ int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel, 
  * n / per_q against document docs[n] (docs [nq, per_q]) or, with cross, docs[n % per_q]
  * (docs [per_q], the same list for every query); a KERN_NO_DOC document, or one without
  * tokens, scores KERN_EMPTY_SCORE. The
- * query's tokens are rows of q [*, dim] (fp32) at q_off, its q . C table the columns of ST.
- * Precision as kern_maxsim_residual's on the GPU. scores [nq, per_q].
+ * query's tokens are rows of q [*, dim] (fp32) at q_off, its q . C table the columns of ST
+ * [n_centroids, ld], which must be followed by KERN_CUDA_ST_SLACK floats of readable memory
+ * (the kernel reads a query's rows in groups of 32 at fixed offsets and ignores those past its
+ * end). Precision as kern_maxsim_residual's on the GPU. scores [nq, per_q].
  */
+#define KERN_CUDA_ST_SLACK 32
 typedef struct kern_cuda_exact {
     size_t dim;
     unsigned nbits;

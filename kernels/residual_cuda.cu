@@ -71,7 +71,8 @@ template <int W> __device__ __forceinline__ uint32_t byte_at(const uint32_t (&w)
     return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
 }
 
-/* One query (q_off NULL): q [lq, dim], qcT [n_centroids, lq]. Batched (q_off set): pair n is
+/* One query (q_off NULL): q [lq, dim], qcT [n_centroids, lq] (+ KERN_CUDA_ST_SLACK floats: the
+ * fast kernel reads the 32 rows of a unit at fixed offsets, past lq too, and ignores those). Batched (q_off set): pair n is
  * query n / per_q (rows [q_off[qi], q_off[qi + 1]) of q, columns of qcT [n_centroids, ldq] at
  * the same offsets) against docs[cross ? n % per_q : n]. */
 struct res_args {
@@ -105,25 +106,94 @@ __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_
 
 constexpr int RES_WARPS = 4;
 
+/* The loads of RNG 8-token tiles of one document: each lane's packed residual words of token
+ * tok0 + 8j + g, and the codes and inverse norms of tokens tok0 + 8j + 2 t4 (+1), the columns of
+ * its accumulator fragment. Tokens past the end repeat the last one (masked in the max). */
+template <int NB, int KT, int RNG> struct res_tile {
+    static constexpr int BPT = KT * NB / 2, WPT = (BPT + 3) / 4;
+    uint32_t wds[RNG][WPT];
+    uint32_t cd[RNG][2];
+    float nrm[RNG][2];
+};
+
+template <int NB, int KT, int RNG>
+__device__ __forceinline__ void load_tile(res_tile<NB, KT, RNG> &t, const kern_pdoc &doc, int tok0,
+                                          int rbytes, unsigned code_bytes, int g, int t4)
+{
+    constexpr int BPT = res_tile<NB, KT, RNG>::BPT, WPT = res_tile<NB, KT, RNG>::WPT;
+    const int ntok = (int)doc.ntok;
+    const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
+#pragma unroll
+    for (int j = 0; j < RNG; j++) {
+        const int tb = min(tok0 + 8 * j + g, ntok - 1);
+        const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
+        if (al4) {
+#pragma unroll
+            for (int i = 0; i < WPT; i++)
+                t.wds[j][i] = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
+        } else {
+#pragma unroll
+            for (int i = 0; i < WPT; i++) {
+                uint32_t w = 0;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (i * 4 + e < BPT)
+                        w |= (uint32_t)__ldg(rp + i * 4 + e) << (8 * e);
+                t.wds[j][i] = w;
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tc = min(tok0 + 8 * j + 2 * t4 + e, ntok - 1);
+            t.cd[j][e] = load_code(doc.codes, code_bytes, tc);
+            t.nrm[j][e] = __ldg(doc.inv_norms + tc);
+        }
+    }
+}
+
+/* From pair n on (grid stride), the first pair whose document has tokens; the pairs skipped
+ * get the empty score. */
+__device__ __forceinline__ long long next_pair(const res_args &a, long long n, long long stride,
+                                               int lane, kern_pdoc &doc)
+{
+    for (; n < a.nd; n += stride) {
+        doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
+        if (doc.ntok > 0)
+            break;
+        if (lane == 0)
+            a.scores[n] = KERN_EMPTY_SCORE;
+    }
+    return n;
+}
+
 /*
  * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
- * packed bytes of each token. Persistent: warps walk the documents with a grid stride.
+ * packed bytes of each token. Persistent: warps walk the (query, document) pairs with a grid
+ * stride. PIPE: software pipeline, the loads of the next RNG tiles (of this document, or of the
+ * warp's next pair) are issued before the math of the current ones, so that a warp always has
+ * a round trip to memory in flight; without it each step loads, waits, gathers, waits, then
+ * computes. MINB: CTAs per SM the registers are fitted to.
  */
-template <int NB, int KT, int RNG>
-__global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) : 1)
-    residual_mma_kernel(res_args a)
+template <int NB, int KT, int RNG, bool PIPE, int MINB>
+__global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_args a)
 {
-    constexpr int BPT = KT * NB / 2;   /* packed bytes per lane per token */
+    using tile_t = res_tile<NB, KT, RNG>;
+    constexpr int WPT = tile_t::WPT;
     constexpr int VPB = 8 / NB;        /* values per byte */
     constexpr int MT = 2;              /* 32 query rows per pass */
-    constexpr int WPT = (BPT + 3) / 4; /* 32-bit words holding them */
     /* Decode tables. nbits 1 and 2: a nibble (4 or 2 dims) -> its weights as fp16, one copy
      * of the 16 entries per lane so that a warp's 32 lookups of random nibbles hit 32 distinct
      * banks (a shared byte-keyed table costs several wavefronts per lookup in bank conflicts).
      * nbits 4 and 8: byte -> its VPB weights, one shared copy. */
     __shared__ __align__(16) __half s_lut[NB >= 4 ? 256 : 1][VPB];
-    __shared__ __align__(16) uint32_t s_nib[NB <= 2 ? 16 * 32 * (NB == 1 ? 2 : 1) : 1];
+    __shared__ __align__(16) uint32_t s_nib[NB == 1 ? 16 * 32 * 2 : 1];
+    /* nbits 2: byte -> its 4 weights (b01, b23), one copy per lane of a half warp: entry
+     * (v, l) at byte v * 128 + l * 8, so a warp's 32 lookups fill 2 wavefronts whatever the
+     * bytes (lanes l and l + 16 share a column and are the second wavefront anyway). The
+     * offset of a lookup is one shift and one mask-or of the packed word (32 KB a CTA). */
+    __shared__ __align__(16) uint2 s_b2[NB == 2 ? 256 * 16 : 1];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const uint32_t lane16 = (uint32_t)(lane & 15);
     if (NB >= 4) {
         for (int v = threadIdx.x; v < 256; v += blockDim.x)
             for (int j = 0; j < VPB; j++) {
@@ -135,13 +205,17 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
     } else {
         /* Nibble bits from the most significant: nbits 2 -> dims (b3 | b2 << 1), (b1 | b0 << 1);
          * nbits 1 -> dims b3, b2, b1, b0. */
-        for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
-            const int v = i / 32, l = i % 32;
-            if (NB == 2) {
-                const int b0 = ((v >> 3) & 1) | (((v >> 2) & 1) << 1);
-                const int b1 = ((v >> 1) & 1) | ((v & 1) << 1);
-                s_nib[v * 32 + l] = pack_h2(a.w[b0], a.w[b1]);
-            } else {
+        if (NB == 2) {
+            for (int i = threadIdx.x; i < 256 * 16; i += blockDim.x) {
+                const int v = i / 16;
+                int b[4];
+                for (int d = 0; d < 4; d++)
+                    b[d] = ((v >> (7 - 2 * d)) & 1) | (((v >> (6 - 2 * d)) & 1) << 1);
+                s_b2[i] = make_uint2(pack_h2(a.w[b[0]], a.w[b[1]]), pack_h2(a.w[b[2]], a.w[b[3]]));
+            }
+        } else {
+            for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
+                const int v = i / 32, l = i % 32;
                 reinterpret_cast<uint2 *>(s_nib)[v * 32 + l] =
                     make_uint2(pack_h2(a.w[(v >> 3) & 1], a.w[(v >> 2) & 1]),
                                pack_h2(a.w[(v >> 1) & 1], a.w[v & 1]));
@@ -158,8 +232,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
     bool have_a = false; /* A fragments of unit 0 of query last_q already in registers */
     long long last_q = -1;
 
-    for (long long n = (long long)blockIdx.x * RES_WARPS + (threadIdx.x >> 5); n < a.nd;
-         n += warps) {
+    kern_pdoc doc;
+    long long n = next_pair(a, (long long)blockIdx.x * RES_WARPS + (threadIdx.x >> 5), warps,
+                            lane, doc);
+    tile_t cur;
+    if (PIPE && n < a.nd)
+        load_tile(cur, doc, 0, rbytes, a.code_bytes, g, t4);
+    while (n < a.nd) {
         long long qi = 0;
         int lq = a.lq;
         const float *qp = a.q, *qcT = a.qcT;
@@ -170,17 +249,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
             qp += row0 * dim;
             qcT += row0;
         }
-        const long long ldq = a.ldq;
+        const uint32_t ldq4 = (uint32_t)a.ldq * 4u; /* bytes a centroid row (< 4 GiB) */
         const int units = (lq + 16 * MT - 1) / (16 * MT);
-        const kern_pdoc doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
         const int ntok = (int)doc.ntok;
+        long long n_next = a.nd;
+        kern_pdoc doc_next = doc;
         float total = 0.f;
-        if (ntok == 0) {
-            if (lane == 0)
-                a.scores[n] = KERN_EMPTY_SCORE;
-            continue;
-        }
-        const bool al4 = ((uintptr_t)doc.residuals % 4 == 0) && (rbytes % 4 == 0) && (BPT % 4 == 0);
+        bool advanced = false; /* the next pair found and its first tiles loaded */
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
             if (units > 1 || !have_a || qi != last_q) {
@@ -209,50 +284,40 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 rmax[mt][0] = rmax[mt][1] = -INFINITY;
+            const char *qbase = reinterpret_cast<const char *>(qcT + r0 + g);
             for (int tok0 = 0; tok0 < ntok; tok0 += 8 * RNG) {
-                /* All loads of RNG 8-token tiles first (one round trip to memory for 8 * RNG
-                 * tokens), then the q.C gathers that depend on the codes, then the math. */
-                uint32_t wds[RNG][WPT];
-                uint32_t cd[RNG][2];
-                float nrm[RNG][2];
-#pragma unroll
-                for (int j = 0; j < RNG; j++) {
-                    const int tb = min(tok0 + 8 * j + g, ntok - 1);
-                    const uint8_t *rp = doc.residuals + (long long)tb * rbytes + t4 * BPT;
-                    if (al4) {
-#pragma unroll
-                        for (int i = 0; i < WPT; i++)
-                            wds[j][i] = __ldg(reinterpret_cast<const uint32_t *>(rp) + i);
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < WPT; i++) {
-                            uint32_t w = 0;
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                if (i * 4 + e < BPT)
-                                    w |= (uint32_t)__ldg(rp + i * 4 + e) << (8 * e);
-                            wds[j][i] = w;
-                        }
-                    }
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int tc = min(tok0 + 8 * j + 2 * t4 + e, ntok - 1);
-                        cd[j][e] = load_code(doc.codes, a.code_bytes, tc);
-                        nrm[j][e] = __ldg(doc.inv_norms + tc);
-                    }
-                }
+                if (!PIPE)
+                    load_tile(cur, doc, tok0, rbytes, a.code_bytes, g, t4);
+                /* The q.C gathers of the current tiles (their codes are here): a token's row of
+                 * the table at one multiply-add, its 4 query rows of this lane at fixed offsets
+                 * from it. Rows past lq read the table's slack or other columns (never used). */
                 float qv[RNG][MT][2][2];
 #pragma unroll
                 for (int j = 0; j < RNG; j++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                    for (int e = 0; e < 2; e++) {
+                        const float *row = reinterpret_cast<const float *>(
+                            qbase + (unsigned long long)cur.cd[j][e] * ldq4);
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = min(r0 + mt * 16 + g + 8 * h, lq - 1);
+                        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                            for (int e = 0; e < 2; e++)
-                                qv[j][mt][h][e] = __ldg(qcT + (long long)cd[j][e] * ldq + r);
-                        }
+                            for (int h = 0; h < 2; h++)
+                                qv[j][mt][h][e] = __ldg(row + mt * 16 + 8 * h);
+                    }
+                /* ...then the next tiles' loads, all in flight during the math below. */
+                tile_t nxt;
+                if (PIPE) {
+                    if (tok0 + 8 * RNG < ntok) {
+                        load_tile(nxt, doc, tok0 + 8 * RNG, rbytes, a.code_bytes, g, t4);
+                    } else if (u + 1 < units) {
+                        load_tile(nxt, doc, 0, rbytes, a.code_bytes, g, t4);
+                    } else {
+                        n_next = next_pair(a, n + warps, warps, lane, doc_next);
+                        advanced = true;
+                        if (n_next < a.nd)
+                            load_tile(nxt, doc_next, 0, rbytes, a.code_bytes, g, t4);
+                    }
+                }
                 /* k steps outermost: the RNG * MT accumulators are independent, so
                  * consecutive MMAs never wait on each other. */
                 float acc[RNG][MT][4];
@@ -268,26 +333,31 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                         /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
                         uint32_t b01, b23;
                         if (NB == 1) {
-                            const uint32_t v = byte_at<WPT>(wds[j], kt / 2);
+                            const uint32_t v = byte_at<WPT>(cur.wds[j], kt / 2);
                             const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
                             const uint2 l = reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
                             b01 = l.x;
                             b23 = l.y;
                         } else if (NB == 2) {
-                            const uint32_t v = byte_at<WPT>(wds[j], kt);
-                            b01 = s_nib[(v >> 4) * 32 + lane];
-                            b23 = s_nib[(v & 15u) * 32 + lane];
+                            /* byte kt of the lane's words, times 16, or the lane's column */
+                            const uint32_t wv = cur.wds[j][kt >> 2];
+                            const int sh = 8 * (kt & 3);
+                            const uint32_t idx =
+                                ((sh >= 4 ? wv >> (sh - 4) : wv << (4 - sh)) & 0xff0u) | lane16;
+                            const uint2 l = s_b2[idx];
+                            b01 = l.x;
+                            b23 = l.y;
                         } else if (NB == 4) {
                             b01 = *reinterpret_cast<const uint32_t *>(
-                                s_lut[byte_at<WPT>(wds[j], 2 * kt)]);
+                                s_lut[byte_at<WPT>(cur.wds[j], 2 * kt)]);
                             b23 = *reinterpret_cast<const uint32_t *>(
-                                s_lut[byte_at<WPT>(wds[j], 2 * kt + 1)]);
+                                s_lut[byte_at<WPT>(cur.wds[j], 2 * kt + 1)]);
                         } else {
                             uint32_t h[4];
 #pragma unroll
                             for (int e = 0; e < 4; e++)
                                 h[e] = *reinterpret_cast<const uint16_t *>(
-                                    s_lut[byte_at<WPT>(wds[j], 4 * kt + e)]);
+                                    s_lut[byte_at<WPT>(cur.wds[j], 4 * kt + e)]);
                             b01 = h[0] | (h[1] << 16);
                             b23 = h[2] | (h[3] << 16);
                         }
@@ -299,18 +369,20 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
                 }
 #pragma unroll
                 for (int j = 0; j < RNG; j++) {
-                    const int tc0 = tok0 + 8 * j + 2 * t4;
-                    const bool v0 = tc0 < ntok, v1 = tc0 + 1 < ntok;
+                    /* No mask: a column past the document's end is its last token again (the
+                     * loads clamp), whose score is already in the max. */
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * nrm[j][0];
-                            const float s1 = (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * nrm[j][1];
-                            rmax[mt][h] =
-                                fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
+                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * cur.nrm[j][0];
+                            const float s1 =
+                                (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * cur.nrm[j][1];
+                            rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
                         }
                 }
+                if (PIPE)
+                    cur = nxt;
             }
             float part = 0.f;
 #pragma unroll
@@ -330,6 +402,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, KT <= 8 ? (RNG <= 2 ? 4 : 3) :
         }
         if (lane == 0)
             a.scores[n] = total;
+        if (!advanced) { /* no pipeline, or a query without rows */
+            n_next = next_pair(a, n + warps, warps, lane, doc_next);
+            if (PIPE && n_next < a.nd)
+                load_tile(cur, doc_next, 0, rbytes, a.code_bytes, g, t4);
+        }
+        n = n_next;
+        doc = doc_next;
     }
 }
 
@@ -393,26 +472,37 @@ int resident_blocks(const void *fn, int threads, long long want, int *blocks)
     return KERN_OK;
 }
 
-template <int NB, int KT, int RNG> int launch_residual_k(const res_args &a)
+template <int NB, int KT, int RNG, bool PIPE, int MINB> int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
-    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG>, RES_WARPS * 32,
-                              (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) != KERN_OK)
+    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB>,
+                              RES_WARPS * 32, (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) !=
+        KERN_OK)
         return rc;
-    residual_mma_kernel<NB, KT, RNG><<<blocks, RES_WARPS * 32>>>(a);
+    residual_mma_kernel<NB, KT, RNG, PIPE, MINB><<<blocks, RES_WARPS * 32>>>(a);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
 
 template <int NB, int KT> int launch_residual_kt(const res_args &a)
 {
-    /* Tiles in flight per warp: 2 (128 registers, 4 CTAs per SM) unless overridden; 4 keeps
-     * more loads and MMAs in flight per warp but fits 3 CTAs and spills a little: measured
-     * slower (bench/NOTES-gpu.md). dim 256 always takes 2 (registers). */
-    const int t = kern_gpu_tune.residual_tiles;
-    if (KT > 8 || t != 4)
-        return launch_residual_k<NB, KT, 2>(a);
-    return launch_residual_k<NB, KT, 4>(a);
+    /* dim 256: 2 tiles, one CTA's worth of registers. Otherwise the default is 2 tiles in
+     * flight per warp, pipelined, registers fitted to 3 CTAs (12 warps) per SM: measured the
+     * fastest (bench/NOTES-gpu.md, "Residual kernel, third session"). The variants
+     * (kern_gpu_tune, for benchmarks and tests) are no pipeline, 4 CTAs (128 registers, which
+     * spills), and 4 tiles. */
+    if (KT > 8)
+        return launch_residual_k<NB, KT, 2, true, 1>(a);
+    const kern_gpu_tuning t = kern_gpu_tune;
+    const bool pipe = t.residual_pipe != 2;
+    if (t.residual_tiles == 4)
+        return pipe ? launch_residual_k<NB, KT, 4, true, 3>(a)
+                    : launch_residual_k<NB, KT, 4, false, 3>(a);
+    if (t.residual_ctas == 4)
+        return pipe ? launch_residual_k<NB, KT, 2, true, 4>(a)
+                    : launch_residual_k<NB, KT, 2, false, 4>(a);
+    return pipe ? launch_residual_k<NB, KT, 2, true, 3>(a)
+                : launch_residual_k<NB, KT, 2, false, 3>(a);
 }
 
 template <int NB> int launch_residual(const res_args &a)
@@ -483,7 +573,9 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
     }
     float *qcT = NULL;
     int rc;
-    const size_t qc_bytes = a->n_centroids * (a->lq ? a->lq : 1) * sizeof(float);
+    /* The transposed table with the slack the fast kernel reads past its last row. */
+    const size_t qc_bytes =
+        (a->n_centroids * (a->lq ? a->lq : 1) + KERN_CUDA_ST_SLACK) * sizeof(float);
     if ((rc = kern_scratch((void **)&qcT, qc_bytes)) != KERN_OK)
         return rc;
     if (a->lq > 0 && (rc = transpose(a->qc, qcT, a->lq, a->n_centroids)) != KERN_OK)
@@ -505,8 +597,8 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.nd = (long long)a->nd;
         r.scores = scores;
         /* Instantiated dims; others (and the empty query) take the fp32 path. */
-        const bool fast =
-            a->lq > 0 && (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
+        const bool fast = a->lq > 0 && a->lq < (1u << 30) &&
+                          (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
         if (fast) {
             switch (a->nbits) {
             case 1:
@@ -651,7 +743,8 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.docs = pd;
         r.nd = pairs;
         r.scores = scores;
-        const bool fast = a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256;
+        const bool fast = a->ld < (1u << 30) &&
+                          (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
         if (fast) {
             switch (a->nbits) {
             case 1:

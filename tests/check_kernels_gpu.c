@@ -611,6 +611,31 @@ START_TEST(test_kernels_gpu_residual_matches_reference)
 }
 END_TEST
 
+/* Many more documents than resident warps: each warp walks several documents, so the
+ * pipelined kernel's loads of a warp's next document (issued during the current one's last
+ * tiles) are exercised, with empty documents, queries over several 32-row units and a query
+ * without rows among them; every launch variant of the kernel. */
+START_TEST(test_kernels_gpu_residual_variants_many_docs)
+{
+    static const struct {
+        int tiles, pipe, ctas;
+    } v[] = {{0, 0, 0}, {0, 2, 0}, {0, 0, 4}, {0, 2, 4}, {4, 0, 0}, {4, 2, 0}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        kern_gpu_tune.residual_tiles = v[i].tiles;
+        kern_gpu_tune.residual_pipe = v[i].pipe;
+        kern_gpu_tune.residual_ctas = v[i].ctas;
+        fprintf(stderr, "variant tiles %d pipe %d ctas %d\n", v[i].tiles, v[i].pipe, v[i].ctas);
+        run_residual(128, 2, 4, 5000, 32, 24);
+        run_residual(64, 1, 2, 4000, 40, 19);
+        run_residual(96, 4, 4, 3000, 7, 33);
+        run_residual(128, 8, 2, 3000, 33, 9);
+        run_residual(128, 2, 2, 3000, 0, 12);
+    }
+    kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
+    kern_gpu_tune.residual_ctas = 0;
+}
+END_TEST
+
 START_TEST(test_kernels_gpu_centroid_interaction_matches_reference)
 {
     for (int rep = 0; rep < 6; rep++) {
@@ -964,6 +989,7 @@ static Suite *suite(void)
         {"varlen", test_kernels_gpu_varlen_matches_reference, 120},
         {"centroid_scores", test_kernels_gpu_centroid_scores_match_reference, 60},
         {"residual", test_kernels_gpu_residual_matches_reference, 120},
+        {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"memory", test_kernels_gpu_memory_stays_within_inputs, 120},

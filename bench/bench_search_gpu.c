@@ -172,7 +172,7 @@ static void usage(void)
                     "       [--truth-out RUN] [--ncells LIST] [--ndocs LIST] [--thresholds LIST]\n"
                     "       [--reps N] [--mode auto|resident|streaming] [--cpu-queries N]\n"
                     "       [--batch N] [--runs-out RUN] [--residual-tiles 2|4]\n"
-                    "       [--residual-pipe 1|2] [--residual-ctas 3|4]\n");
+                    "       [--residual-pipe 1|2] [--residual-ctas 3|4] [--residual-sched 1|2]\n");
     exit(2);
 }
 
@@ -221,6 +221,8 @@ int main(int argc, char **argv)
             kern_gpu_tune.residual_pipe = atoi(v);
         else if (!strcmp(a, "--residual-ctas")) /* 3 (default) or 4 */
             kern_gpu_tune.residual_ctas = atoi(v);
+        else if (!strcmp(a, "--residual-sched")) /* 1 claimed (default), 2 grid stride */
+            kern_gpu_tune.residual_sched = atoi(v);
         else
             usage();
     }

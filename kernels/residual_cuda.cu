@@ -87,6 +87,7 @@ struct res_args {
     const kern_pdoc *docs;
     long long nd;
     float *scores;
+    unsigned long long *ticket; /* zeroed claim counter, or NULL for a grid stride */
 };
 
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
@@ -151,17 +152,32 @@ __device__ __forceinline__ void load_tile(res_tile<NB, KT, RNG> &t, const kern_p
     }
 }
 
-/* From pair n on (grid stride), the first pair whose document has tokens; the pairs skipped
- * get the empty score. */
-__device__ __forceinline__ long long next_pair(const res_args &a, long long n, long long stride,
+/* The warp's next pair after n: with a ticket counter, the next unclaimed one (pairs [0,
+ * warps) are each warp's first, the rest are claimed in order), so that warps that drew short
+ * documents take more of them; without, a grid stride. */
+__device__ __forceinline__ long long advance(const res_args &a, long long n, long long warps,
+                                             int lane)
+{
+    if (!a.ticket)
+        return n + warps;
+    unsigned long long t = 0;
+    if (lane == 0)
+        t = atomicAdd(a.ticket, 1ull);
+    return warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+}
+
+/* From pair n on, the first pair whose document has tokens; the pairs skipped get the empty
+ * score. */
+__device__ __forceinline__ long long next_pair(const res_args &a, long long n, long long warps,
                                                int lane, kern_pdoc &doc)
 {
-    for (; n < a.nd; n += stride) {
+    while (n < a.nd) {
         doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
         if (doc.ntok > 0)
             break;
         if (lane == 0)
             a.scores[n] = KERN_EMPTY_SCORE;
+        n = advance(a, n, warps, lane);
     }
     return n;
 }
@@ -312,7 +328,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                     } else if (u + 1 < units) {
                         load_tile(nxt, doc, 0, rbytes, a.code_bytes, g, t4);
                     } else {
-                        n_next = next_pair(a, n + warps, warps, lane, doc_next);
+                        n_next = next_pair(a, advance(a, n, warps, lane), warps, lane, doc_next);
                         advanced = true;
                         if (n_next < a.nd)
                             load_tile(nxt, doc_next, 0, rbytes, a.code_bytes, g, t4);
@@ -403,7 +419,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         if (lane == 0)
             a.scores[n] = total;
         if (!advanced) { /* no pipeline, or a query without rows */
-            n_next = next_pair(a, n + warps, warps, lane, doc_next);
+            n_next = next_pair(a, advance(a, n, warps, lane), warps, lane, doc_next);
             if (PIPE && n_next < a.nd)
                 load_tile(cur, doc_next, 0, rbytes, a.code_bytes, g, t4);
         }
@@ -479,8 +495,22 @@ template <int NB, int KT, int RNG, bool PIPE, int MINB> int launch_residual_k(co
                               RES_WARPS * 32, (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) !=
         KERN_OK)
         return rc;
-    residual_mma_kernel<NB, KT, RNG, PIPE, MINB><<<blocks, RES_WARPS * 32>>>(a);
-    KERN_CUDA_LAUNCHED("residual_mma_kernel");
+    res_args b = a;
+    b.ticket = NULL;
+    if (kern_gpu_tune.residual_sched != 2) {
+        if ((rc = kern_scratch((void **)&b.ticket, sizeof *b.ticket)) != KERN_OK)
+            return rc;
+        cudaError_t e = cudaMemsetAsync(b.ticket, 0, sizeof *b.ticket, 0);
+        if (e != cudaSuccess) {
+            kern_scratch_free(b.ticket, sizeof *b.ticket);
+            return kern_cuda_fail(e, "cudaMemsetAsync (ticket)", __FILE__, __LINE__);
+        }
+    }
+    residual_mma_kernel<NB, KT, RNG, PIPE, MINB><<<blocks, RES_WARPS * 32>>>(b);
+    cudaError_t e = cudaGetLastError();
+    kern_scratch_free(b.ticket, sizeof *b.ticket);
+    if (e != cudaSuccess)
+        return kern_cuda_fail(e, "launch of residual_mma_kernel", __FILE__, __LINE__);
     return KERN_OK;
 }
 
@@ -596,6 +626,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.docs = a->docs;
         r.nd = (long long)a->nd;
         r.scores = scores;
+        r.ticket = NULL; /* set at launch */
         /* Instantiated dims; others (and the empty query) take the fp32 path. */
         const bool fast = a->lq > 0 && a->lq < (1u << 30) &&
                           (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
@@ -743,6 +774,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.docs = pd;
         r.nd = pairs;
         r.scores = scores;
+        r.ticket = NULL; /* set at launch */
         const bool fast = a->ld < (1u << 30) &&
                           (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
         if (fast) {

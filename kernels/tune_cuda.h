@@ -14,6 +14,7 @@ typedef struct kern_gpu_tuning {
     int residual_tiles; /* residual kernel: 8-token tiles in flight per warp, 2 or 4 */
     int residual_pipe;  /* residual kernel: 1 pipelined (the default), 2 not */
     int residual_ctas;  /* residual kernel: CTAs per SM its registers are fitted to, 3 (default) or 4 */
+    int residual_sched; /* residual kernel: 1 documents claimed from a counter (default), 2 grid stride */
     int i8_tiles;       /* int8 MaxSim kernel: 8-token tiles in flight per warp, 2 or 4 */
 } kern_gpu_tuning;
 

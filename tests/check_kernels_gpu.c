@@ -618,13 +618,16 @@ END_TEST
 START_TEST(test_kernels_gpu_residual_variants_many_docs)
 {
     static const struct {
-        int tiles, pipe, ctas;
-    } v[] = {{0, 0, 0}, {0, 2, 0}, {0, 0, 4}, {0, 2, 4}, {4, 0, 0}, {4, 2, 0}};
+        int tiles, pipe, ctas, sched;
+    } v[] = {{0, 0, 0, 0}, {0, 0, 0, 2}, {0, 2, 0, 0}, {0, 2, 0, 2},
+             {0, 0, 4, 0}, {0, 2, 4, 2}, {4, 0, 0, 0}, {4, 2, 0, 2}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         kern_gpu_tune.residual_tiles = v[i].tiles;
         kern_gpu_tune.residual_pipe = v[i].pipe;
         kern_gpu_tune.residual_ctas = v[i].ctas;
-        fprintf(stderr, "variant tiles %d pipe %d ctas %d\n", v[i].tiles, v[i].pipe, v[i].ctas);
+        kern_gpu_tune.residual_sched = v[i].sched;
+        fprintf(stderr, "variant tiles %d pipe %d ctas %d sched %d\n", v[i].tiles, v[i].pipe,
+                v[i].ctas, v[i].sched);
         run_residual(128, 2, 4, 5000, 32, 24);
         run_residual(64, 1, 2, 4000, 40, 19);
         run_residual(96, 4, 4, 3000, 7, 33);
@@ -632,6 +635,7 @@ START_TEST(test_kernels_gpu_residual_variants_many_docs)
         run_residual(128, 2, 2, 3000, 0, 12);
     }
     kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
+    kern_gpu_tune.residual_sched = 0;
     kern_gpu_tune.residual_ctas = 0;
 }
 END_TEST

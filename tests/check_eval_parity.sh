@@ -132,6 +132,14 @@ for trial in range(13 if scifact else 12):
                "--per-query", "--json", jpath, "--level", str(level)]
         if complete:
             cmd.append("--complete")
+        if not qrels:
+            # A rare draw with no judged query: there is nothing to evaluate, and the tool
+            # says so with an error (trec_eval's reference would be empty), not a table.
+            p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if p.returncode == 0 or "no judgments" not in p.stderr:
+                print(f"trial {trial}: empty qrels: exit {p.returncode}, {p.stderr.strip()!r}")
+                failures += 1
+            continue
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         got = json.load(open(jpath))
         want = reference(qrels, run, level)

@@ -217,6 +217,10 @@ static double copy_tbps;
 static void record(const char *name, const char *desc, double us, double spread, double bytes,
                    double flops)
 {
+    if (nresults == (int)(sizeof results / sizeof results[0])) {
+        fprintf(stderr, "bench_kernels_gpu: more shapes than results[] holds\n");
+        exit(1);
+    }
     result *r = &results[nresults++];
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->desc, sizeof r->desc, "%s", desc);

@@ -63,6 +63,9 @@ typedef struct eng_stage_stats {
 /* Monotonic seconds. */
 double eng_now(void);
 
+/* Makes *p (of *cap elements of sz bytes) hold at least n, doubling; 0 or ENOMEM (*p kept). */
+int eng_grow(void **p, size_t *cap, size_t n, size_t sz);
+
 /*
  * PLAID (DESIGN.md section 4) for query qi through reader r, which the calling thread alone
  * uses; ws is the thread's workspace (zeroed before the first use, freed with

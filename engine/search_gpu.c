@@ -216,21 +216,6 @@ void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_by
 
 /* ---- catching up with the snapshot ---------------------------------------------------- */
 
-static int host_grow(void **p, size_t *cap, size_t n, size_t sz)
-{
-    if (n <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 1024;
-    while (c < n)
-        c *= 2;
-    void *q = realloc(*p, c * sz);
-    if (!q)
-        return ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 /* Copies the staged tokens to the end of the device arrays. */
 static int flush_stage(eng_gpu *g, store_msg *m)
 {
@@ -259,7 +244,7 @@ static int flush_stage(eng_gpu *g, store_msg *m)
 static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const kern_pdoc *d,
                       store_msg *m)
 {
-    if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)docno + 2, sizeof(int64_t)))
+    if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)docno + 2, sizeof(int64_t)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
     for (uint32_t x = g->next_docno; x < docno; x++)
         g->h_doc_off[x + 1] = g->h_doc_off[x];
@@ -342,13 +327,13 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         KTRY(kern_cuda_upload(g->centroids.p, r->centroids, (size_t)g->K * g->dim * 4),
              "upload");
         KTRY(kern_cuda_upload(g->weights.p, r->codec.weights, sizeof r->codec.weights), "upload");
-        if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)))
+        if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)))
             return store_fail(m, ENOMEM, "GPU search: out of memory");
         g->h_doc_off[0] = 0;
     }
     g->valid = 0; /* until the end: a failure leaves a mirror that reloads */
     size_t words = ((size_t)h->next_docno + 31) / 32;
-    if (host_grow((void **)&g->h_live, &g->h_live_words, words ? words : 1, sizeof(uint32_t)))
+    if (eng_grow((void **)&g->h_live, &g->h_live_words, words ? words : 1, sizeof(uint32_t)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
     uint32_t from = full ? 0 : g->next_docno;
     memset(g->h_live + (from >> 5) + ((from & 31) ? 1 : 0), 0,
@@ -392,7 +377,7 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
     if (rc)
         return rc;
     /* Numbers past the last live document still get their (empty) runs. */
-    if (host_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)h->next_docno + 1,
+    if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)h->next_docno + 1,
                   sizeof(int64_t)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
     for (uint32_t x = g->next_docno; x < h->next_docno; x++)

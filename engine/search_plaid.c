@@ -102,7 +102,7 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
 }
 
 /* Grows *p to hold n elements of size sz (contents kept). */
-static int grow(void **p, size_t *cap, size_t n, size_t sz)
+int eng_grow(void **p, size_t *cap, size_t n, size_t sz)
 {
     if (n <= *cap)
         return 0;
@@ -155,14 +155,14 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         nt = s->ndocs;
     if (nt < s->ndocs_exact)
         nt = s->ndocs_exact;
-    if (grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
+    if (eng_grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
         goto oom;
     if (ws->t_cap < nt) {
         size_t cap = ws->t_cap;
-        if (grow((void **)&ws->tix, &cap, nt, sizeof(int64_t)))
+        if (eng_grow((void **)&ws->tix, &cap, nt, sizeof(int64_t)))
             goto oom;
         cap = ws->t_cap;
-        if (grow((void **)&ws->tval, &cap, nt, sizeof(float)))
+        if (eng_grow((void **)&ws->tval, &cap, nt, sizeof(float)))
             goto oom;
         ws->t_cap = cap;
     }
@@ -372,7 +372,7 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
     unsigned cb = r->h.code_bytes;
     for (size_t i = 0; i < n; i++)
         ntok += pd[i].ntok;
-    if (grow((void **)&ws->codes2, &ws->c2_cap, ntok, sizeof *ws->codes2))
+    if (eng_grow((void **)&ws->codes2, &ws->c2_cap, ntok, sizeof *ws->codes2))
         return store_fail(m, ENOMEM, "search: out of memory for candidate codes");
     int rc = 0;
     uint32_t *dst = ws->codes2;
@@ -401,7 +401,7 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
         ws->cmap[ws->ulist[j]] = -1;
     if (rc)
         return rc;
-    if (grow((void **)&ws->S2, &ws->S2_cap, lq * kk, sizeof(float)))
+    if (eng_grow((void **)&ws->S2, &ws->S2_cap, lq * kk, sizeof(float)))
         return store_fail(m, ENOMEM, "search: out of memory for scores");
     for (size_t i = 0; i < lq; i++) {
         const float *row = ws->S + i * K;
@@ -495,7 +495,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     size_t n2 = s->ndocs < n ? s->ndocs : n;
     if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval)))
         return eng_kern_fail(krc, m, "top-k");
-    if (grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv))
+    if (eng_grow((void **)&ws->surv, &ws->s_cap, n2, sizeof *ws->surv))
         return store_fail(m, ENOMEM, "search: out of memory");
     kern_pdoc *spd = realloc(ws->spd, (n2 ? n2 : 1) * sizeof *spd);
     if (!spd)

@@ -549,6 +549,34 @@ template <int NB> int launch_residual(const res_args &a)
     }
 }
 
+/* Runs r: the MMA kernel for the instantiated dims (with a query and a table whose row bytes
+ * fit 32 bits), the exact fp32 kernel otherwise. who names the caller in errors. */
+int run_residual(const res_args &r, const char *who)
+{
+    const bool fast = r.lq > 0 && r.ldq < (1ll << 30) &&
+                      (r.dim == 64 || r.dim == 96 || r.dim == 128 || r.dim == 256);
+    if (fast) {
+        switch (r.nbits) {
+        case 1:
+            return launch_residual<1>(r);
+        case 2:
+            return launch_residual<2>(r);
+        case 4:
+            return launch_residual<4>(r);
+        default:
+            return launch_residual<8>(r);
+        }
+    }
+    const long long blocks = (r.nd + 3) / 4;
+    if (blocks > 0x7fffffffLL) {
+        kern_set_error("%s (cuda): too many documents", who);
+        return KERN_EINVAL;
+    }
+    residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
+    KERN_CUDA_LAUNCHED("residual_simple_kernel");
+    return KERN_OK;
+}
+
 /* Centroid interaction: a warp per document, lanes over query rows. */
 __global__ void interaction_kernel(const float *__restrict__ ST, int lq, unsigned code_bytes,
                                    const kern_pdoc *__restrict__ docs, long long nd,
@@ -627,37 +655,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.nd = (long long)a->nd;
         r.scores = scores;
         r.ticket = NULL; /* set at launch */
-        /* Instantiated dims; others (and the empty query) take the fp32 path. */
-        const bool fast = a->lq > 0 && a->lq < (1u << 30) &&
-                          (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
-        if (fast) {
-            switch (a->nbits) {
-            case 1:
-                rc = launch_residual<1>(r);
-                break;
-            case 2:
-                rc = launch_residual<2>(r);
-                break;
-            case 4:
-                rc = launch_residual<4>(r);
-                break;
-            default:
-                rc = launch_residual<8>(r);
-                break;
-            }
-        } else {
-            const long long blocks = (r.nd + 3) / 4;
-            if (blocks > 0x7fffffffLL) {
-                kern_set_error("maxsim_residual (cuda): too many documents");
-                rc = KERN_EINVAL;
-                goto out;
-            }
-            residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
-            cudaError_t e = cudaGetLastError();
-            rc = e == cudaSuccess
-                     ? KERN_OK
-                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
-        }
+        rc = run_residual(r, "maxsim_residual");
     }
 out:
     kern_scratch_free(qcT, qc_bytes);
@@ -775,36 +773,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.nd = pairs;
         r.scores = scores;
         r.ticket = NULL; /* set at launch */
-        const bool fast = a->ld < (1u << 30) &&
-                          (a->dim == 64 || a->dim == 96 || a->dim == 128 || a->dim == 256);
-        if (fast) {
-            switch (a->nbits) {
-            case 1:
-                rc = launch_residual<1>(r);
-                break;
-            case 2:
-                rc = launch_residual<2>(r);
-                break;
-            case 4:
-                rc = launch_residual<4>(r);
-                break;
-            default:
-                rc = launch_residual<8>(r);
-                break;
-            }
-        } else {
-            const long long blocks = (pairs + 3) / 4;
-            if (blocks > 0x7fffffffLL) {
-                kern_set_error("exact_scores (cuda): too many pairs");
-                rc = KERN_EINVAL;
-                goto out;
-            }
-            residual_simple_kernel<<<(unsigned)blocks, 128>>>(r);
-            e = cudaGetLastError();
-            rc = e == cudaSuccess
-                     ? KERN_OK
-                     : kern_cuda_fail(e, "launch of residual_simple_kernel", __FILE__, __LINE__);
-        }
+        rc = run_residual(r, "exact_scores");
     }
 out:
     kern_scratch_free(pd, (size_t)npd * sizeof *pd);

@@ -132,12 +132,17 @@ for trial in range(13 if scifact else 12):
                "--per-query", "--json", jpath, "--level", str(level)]
         if complete:
             cmd.append("--complete")
-        if not qrels:
-            # A rare draw with no judged query: there is nothing to evaluate, and the tool
-            # says so with an error (trec_eval's reference would be empty), not a table.
+        # Rare draws with nothing to evaluate: no judged query at all, or (without --complete)
+        # no query both judged and retrieved. The tool stops with an error saying which
+        # (trec_eval's reference would be empty), not an empty table.
+        nothing = ("no judgments" if not qrels else
+                   "no query has both results and judgments"
+                   if not complete and not set(qrels) & set(run) else None)
+        if nothing:
             p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            if p.returncode == 0 or "no judgments" not in p.stderr:
-                print(f"trial {trial}: empty qrels: exit {p.returncode}, {p.stderr.strip()!r}")
+            if p.returncode == 0 or nothing not in p.stderr:
+                print(f"trial {trial}: expected '{nothing}': exit {p.returncode}, "
+                      f"{p.stderr.strip()!r}")
                 failures += 1
             continue
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -210,7 +210,7 @@ typedef struct result {
     double recall; /* recall@10 against exact fp32 MaxSim, or 0 where not measured */
 } result;
 
-static result results[48];
+static result results[64];
 static int nresults;
 static double copy_tbps;
 
@@ -744,6 +744,14 @@ int main(int argc, char **argv)
         bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_1k"))
         bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
+    /* The same two compute-bound shapes on the mma.sync tile kernel (the default on sm_90 is
+     * the wgmma kernel; elsewhere these equal the two above). */
+    kern_gpu_tune.dense_path = 1;
+    if (want(only, "multi_mma_32x10k"))
+        bench_dense("multi_mma_32x10k", 32, 32, 10000, 300, l2);
+    if (want(only, "colpali_mma_1k"))
+        bench_dense("colpali_mma_1k", 1, 1024, 1000, 1030, l2);
+    kern_gpu_tune.dense_path = 0;
     for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
         char nm[3][48];
         snprintf(nm[0], sizeof nm[0], "plaid%s_10k", res_variants[v].suffix);

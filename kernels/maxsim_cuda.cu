@@ -22,6 +22,9 @@
  * Dimensions over 128 are tiled: the accumulators of one token group sum over passes of 128
  * dims (A fragments reloaded per pass, from L1), so any multiple of 32 up to any size works.
  *
+ * On sm_90 the tile kernel's shapes (dense queries, no document masks, dim 64/96/128) go to
+ * the warpgroup-MMA kernel of maxsim_wgmma_cuda.cu instead.
+ *
  * Everything else (fp32 inputs, other dims, misaligned pointers) takes an exact fp32 path on
  * the CUDA cores: one CTA per (query, document) pair.
  */
@@ -30,6 +33,8 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "maxsim_wgmma_cuda.h"
+#include "tune_cuda.h"
 
 namespace
 {
@@ -677,6 +682,20 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
         /* Many query rows per document (>= 8 units): arithmetic dominates, so share each
          * document tile among eight warps through shared memory. Needs one pass (dim <= 128). */
         const bool tile = units >= 8 && c32 == nch && nch >= 2;
+        /* On sm_90 the same shapes go to the warpgroup-MMA kernel (dense queries, no
+         * document masks, dim 64/96/128); tune.dense_path 1 or 2 forces one of the two. */
+        const int path = kern_gpu_tune.dense_path;
+        if ((tile && path != 1) || path == 2) {
+            wg_dense w = {dtype == KERN_BF16, a.dim, a.q, a.qmask, a.nq, a.lq,
+                          a.d,                a.nd,  a.ld, a.scores};
+            const char *why = "varlen or masked documents";
+            if (!a.q_off && !a.d_off && !a.dmask && kern_wgmma_usable(&w, &why))
+                return kern_wgmma_maxsim_dense(&w);
+            if (path == 2) {
+                kern_set_error("maxsim (cuda): the wgmma path cannot run this call: %s", why);
+                return KERN_EINVAL;
+            }
+        }
         return dtype == KERN_BF16 ? launch_mma<true>(a, mt, nch, wm, tile)
                                   : launch_mma<false>(a, mt, nch, wm, tile);
     }

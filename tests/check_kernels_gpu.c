@@ -217,7 +217,7 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
     void *qh = make_emb(t, nq * lq * dim, qv);
     void *dh = make_emb(t, nd * ld * dim, dv);
     uint8_t *qm = NULL, *dm = NULL;
-    if (masks) {
+    if (masks) { /* 1: query and document masks; 2: query masks only */
         qm = malloc(nq * lq);
         dm = malloc(nd * ld);
         for (size_t i = 0; i < nq * lq; i++)
@@ -234,10 +234,12 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
         for (size_t n = 2; n < nd; n++) /* a few more empty ones among the rest */
             if (rng_unit() < 0.05)
                 memset(dm + n * ld, 0, ld);
+        if (masks == 2)
+            free(dm), dm = NULL;
     }
     size_t es = kern_dtype_size(t);
-    kern_dense a = {t,  dim, dev_put(qh, nq * lq * dim * es), masks ? dev_put(qm, nq * lq) : NULL,
-                    nq, lq,  dev_put(dh, nd * ld * dim * es), masks ? dev_put(dm, nd * ld) : NULL,
+    kern_dense a = {t,  dim, dev_put(qh, nq * lq * dim * es), qm ? dev_put(qm, nq * lq) : NULL,
+                    nq, lq,  dev_put(dh, nd * ld * dim * es), dm ? dev_put(dm, nd * ld) : NULL,
                     nd, ld};
     float *sd = dev_poisoned(nq * nd);
     expect_ok(kern_maxsim_dense(KERN_DEV_CUDA, &a, sd));
@@ -292,6 +294,50 @@ START_TEST(test_kernels_gpu_dense_matches_reference)
     run_dense(KERN_BF16, 128, 1, 700, 3, 150, 1);
     /* More documents than resident CTAs, with masks (empty documents between full ones). */
     run_dense(KERN_BF16, 128, 2, 20, 1500, 24, 1);
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_dense_wgmma)
+{
+    /* The warpgroup-MMA kernel (sm_90), forced: every block shape and row-block layout. */
+    int major = 0, dev = 0;
+    ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
+    ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                     cudaSuccess);
+    kern_gpu_tune.dense_path = 2;
+    if (major == 9) {
+        /* 256-row blocks of 8 whole queries, the last block part padding. */
+        run_dense(KERN_BF16, 128, 9, 32, 37, 300, 0);
+        /* 3 units a query (5 queries a block), query masks, a partial last tile. */
+        run_dense(KERN_F16, 64, 3, 40, 20, 65, 2);
+        /* 128-row blocks; 1-token documents. */
+        run_dense(KERN_BF16, 96, 2, 16, 50, 1, 0);
+        run_dense(KERN_F16, 128, 5, 7, 9, 64, 2);
+        /* Queries longer than a block: parts in scratch, added by the second kernel. */
+        run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
+        run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
+        /* More row blocks than resident CTAs: block-major order, the query rows reloaded. */
+        run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
+    } else {
+        /* Elsewhere the forced path is refused with a message, and nothing is written. */
+        void *zeros = calloc(300 * 32 * 128, 2);
+        kern_dense a = {KERN_BF16, 128, NULL, NULL, 300, 32, NULL, NULL, 10, 30};
+        a.q = dev_put(zeros, 300 * 32 * 128 * 2);
+        a.d = dev_put(zeros, 10 * 30 * 128 * 2);
+        float *sd = dev_poisoned(3000);
+        ck_assert_int_eq(kern_maxsim_dense(KERN_DEV_CUDA, &a, sd), KERN_EINVAL);
+        ck_assert_ptr_nonnull(strstr(kern_last_error(), "wgmma"));
+        float *got = dev_get_floats(sd, 3000);
+        for (int i = 0; i < 3000; i++)
+            ck_assert(isnan(got[i])); /* still the poison */
+        kern_gpu_free((void *)a.q), kern_gpu_free((void *)a.d), kern_gpu_free(sd);
+        free(zeros), free(got);
+    }
+    /* The mma.sync tile kernel on the same kind of shapes, forced. */
+    kern_gpu_tune.dense_path = 1;
+    run_dense(KERN_BF16, 128, 9, 32, 37, 300, 0);
+    run_dense(KERN_F16, 64, 3, 40, 20, 65, 2);
+    kern_gpu_tune.dense_path = 0;
 }
 END_TEST
 
@@ -989,6 +1035,7 @@ static Suite *suite(void)
         int timeout;
     } cases[] = {
         {"dense", test_kernels_gpu_dense_matches_reference, 120},
+        {"dense_wgmma", test_kernels_gpu_dense_wgmma, 120},
         {"long_documents", test_kernels_gpu_long_documents, 120},
         {"varlen", test_kernels_gpu_varlen_matches_reference, 120},
         {"centroid_scores", test_kernels_gpu_centroid_scores_match_reference, 60},

@@ -6,7 +6,7 @@
  * (M = 64 tokens) and a block of NB query rows is its B (N = NB, 128 or 256), both read by the
  * tensor cores straight from shared memory. One warpgroup (128 threads) is a CTA; its NB query
  * rows stay in shared memory while the documents stream through a ring of 64-token tiles
- * (cp.async, one tile ahead per stage). A tile costs dim/16 wgmma instructions of 64 x NB x 16,
+ * (cp.async, two tiles ahead with three stages). A tile costs dim/16 wgmma instructions of 64 x NB x 16,
  * then each thread folds its 64 x NB accumulators into a running max per query row (the max is
  * over tokens, the MMA's M: a thread's two token rows per column fold in registers, the rest at
  * the document's end through shuffles and shared memory). So the query-token x document-token
@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
     constexpr int UB = NB / 16;                /* units per block */
     constexpr int QSLAB = NB * 16, TSLAB = WG_TOK * 16;
     constexpr int QBYTES = KC * QSLAB, TBYTES = KC * TSLAB;
+    static_assert(TBYTES >= 4 * NB * (int)sizeof(float), "a stage holds the reduction");
     extern __shared__ __align__(128) uint8_t smem[];
-    __shared__ float s_red[4][NB];
     __shared__ float s_usum[UB];
     __shared__ long long s_uq[UB]; /* unit -> query, or -1 for padding */
     __shared__ int s_ur0[UB];      /* unit -> first row */
@@ -306,12 +306,14 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
 #pragma unroll
         for (int i = 0; i < NB / 4; i++)
             rmax[i] = -INFINITY;
+        int last_slot = 0;
         for (int t = 0; t < nt; t++) {
             cp_wait<ST - 2>();
             proxy_fence();
             __syncthreads();
             issue();
             const uint32_t ta = st + (uint32_t)c_slot * TBYTES;
+            last_slot = c_slot;
             c_slot = c_slot + 1 == ST ? 0 : c_slot + 1;
             float acc[NB / 2];
             wg_fence();
@@ -339,8 +341,10 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
                         rmax[2 * j + e] = fmaxf(rmax[2 * j + e], acc[4 * j + e]);
             }
         }
-        /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps. */
+        /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps,
+         * through the stage of the last tile (free until the next issue, after a barrier). */
         if (nt > 0) {
+            float(*s_red)[NB] = reinterpret_cast<float(*)[NB]>(smem + QBYTES + last_slot * TBYTES);
 #pragma unroll
             for (int i = 0; i < NB / 4; i++) {
                 float m = rmax[i];
@@ -432,13 +436,16 @@ template <bool BF16, int KS, int NB, int ST> int launch(wg_args a)
 
 template <bool BF16, int NB> int launch_ks(const wg_args &a, int ks)
 {
+    /* Stages: 3 for 256-row blocks (two CTAs an SM still fit: 64 + 48 KB at dim 128); 2 for
+     * 128-row blocks, where three CTAs an SM fit. */
+    constexpr int ST = NB == 256 ? 3 : 2;
     switch (ks) {
     case 4:
-        return launch<BF16, 4, NB, 2>(a);
+        return launch<BF16, 4, NB, ST>(a);
     case 6:
-        return launch<BF16, 6, NB, 2>(a);
+        return launch<BF16, 6, NB, ST>(a);
     default:
-        return launch<BF16, 8, NB, 2>(a);
+        return launch<BF16, 8, NB, ST>(a);
     }
 }
 

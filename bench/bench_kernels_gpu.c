@@ -740,6 +740,22 @@ int main(int argc, char **argv)
         bench_dense("rerank_1k", 1, 32, 1000, 300, l2);
     if (want(only, "ragged_10k"))
         bench_ragged("ragged_10k", 10000, l2);
+    /* The one-query shapes on each streaming kernel, forced: CTA and warp per document. */
+    for (int sp = 1; sp <= 2; sp++) {
+        const char *sfx = sp == 1 ? "cta" : "warp";
+        char nm[3][48];
+        snprintf(nm[0], sizeof nm[0], "rerank_%s_10k", sfx);
+        snprintf(nm[1], sizeof nm[1], "rerank_%s_1k", sfx);
+        snprintf(nm[2], sizeof nm[2], "ragged_%s_10k", sfx);
+        kern_gpu_tune.stream_path = sp;
+        if (want(only, nm[0]))
+            bench_dense(nm[0], 1, 32, 10000, 300, l2);
+        if (want(only, nm[1]))
+            bench_dense(nm[1], 1, 32, 1000, 300, l2);
+        if (want(only, nm[2]))
+            bench_ragged(nm[2], 10000, l2);
+    }
+    kern_gpu_tune.stream_path = 0;
     if (want(only, "multi_32x10k"))
         bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_1k"))

@@ -396,6 +396,165 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
     }
 }
 
+/* The warp kernel for a varlen query longer than one warp's rows (its length is known only on
+ * the device): each document streams once per block of 16 * MT rows, unpipelined, documents by
+ * a grid stride. A separate branch from the start, so that it shares no live registers with the
+ * main path. */
+template <bool BF16, int MT, int NCH, int NG>
+__device__ __forceinline__ void warp_long_query(const ms_args &a, const uint16_t *Qq, int qlen)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const uint16_t *D = static_cast<const uint16_t *>(a.d);
+    for (long long n = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5); n < a.nd;
+         n += warps) {
+        long long dstart;
+        int dlen;
+        doc_range(a, n, &dstart, &dlen);
+        const uint16_t *Dd = D + dstart * a.dim;
+        float sum = 0.f;
+        bool any = false;
+        for (int r0 = 0; r0 < qlen; r0 += 16 * MT) {
+            uint4 af[MT][NCH][2];
+            load_a<MT, NCH>(af, Qq, r0, qlen, a.dim, 0, g, t4);
+            float rmax[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                rmax[mt][0] = rmax[mt][1] = -INFINITY;
+            for (int tok0 = 0; tok0 < dlen; tok0 += NG * 8) {
+                uint4 bf[NG][NCH];
+                load_b<NG, NCH>(bf, Dd, tok0, dlen, a.dim, 0, g, t4);
+                float acc[MT][NG][4];
+                zero_acc<MT, NG>(acc);
+                mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
+                fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
+#pragma unroll
+                for (int j = 0; j < NG; j++)
+                    any = any || dtok_valid(a, n, tok0 + j * 8 + 2 * t4, dlen) ||
+                          dtok_valid(a, n, tok0 + j * 8 + 2 * t4 + 1, dlen);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float m = rmax[mt][h];
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    if (t4 == 0 && qrow_valid(a, 0, r0 + mt * 16 + g + 8 * h, qlen))
+                        sum += m;
+                }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const bool nonempty = __any_sync(0xffffffffu, any);
+        if (lane == 0)
+            a.scores[n] = nonempty ? sum : KERN_EMPTY_SCORE;
+    }
+}
+
+/*
+ * The warp kernel (one query of at most 16 * MT rows, memory-bound: rerank and ragged rerank):
+ * every warp streams whole documents, claimed in turn from a counter, with the query's A
+ * fragments in registers for the whole launch. No warp waits for others at a document's end
+ * (the CTA kernel's warps split a document and meet at barriers, so a short or ragged document
+ * leaves some of them idle), and the next document's first tokens are in flight while the
+ * current one finishes.
+ */
+template <bool BF16, int MT, int NCH, int NG>
+__global__ void __launch_bounds__(128, MT >= 4 ? 1 : 3)
+    maxsim_warp_kernel(ms_args a, unsigned long long *ticket)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const int dim = a.dim;
+    const uint16_t *Q = static_cast<const uint16_t *>(a.q);
+    const uint16_t *D = static_cast<const uint16_t *>(a.d);
+    long long qstart;
+    int qlen;
+    query_range(a, 0, &qstart, &qlen);
+    if (qlen > 16 * MT) {
+        warp_long_query<BF16, MT, NCH, NG>(a, Q + qstart * dim, qlen);
+        return;
+    }
+    uint4 af[MT][NCH][2];
+    load_a<MT, NCH>(af, Q + qstart * dim, 0, qlen, dim, 0, g, t4);
+
+    /* Warp w's first document is w; later ones come from the counter, claimed as a document
+     * starts. (Claiming one document ahead, so that the atomic's round trip is never waited
+     * for, measured slower: a warp then holds two documents and the tail is longer.) */
+    long long n = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    long long dstart = 0;
+    int dlen = 0;
+    if (n < a.nd)
+        doc_range(a, n, &dstart, &dlen);
+    uint4 nb[NG][NCH];
+    if (n < a.nd && dlen > 0)
+        load_b<NG, NCH>(nb, D + dstart * dim, 0, dlen, dim, 0, g, t4);
+    while (n < a.nd) {
+        unsigned long long t = 0;
+        if (lane == 0)
+            t = atomicAdd(ticket, 1ull);
+        const long long nn = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+        long long ns = 0;
+        int nl = 0;
+        if (nn < a.nd)
+            doc_range(a, nn, &ns, &nl);
+        bool next_loaded = false;
+        float rmax[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            rmax[mt][0] = rmax[mt][1] = -INFINITY;
+        bool any = false; /* with document masks: a valid token among this lane's columns */
+        const uint16_t *Dd = D + dstart * dim;
+        for (int tok0 = 0; tok0 < dlen; tok0 += NG * 8) {
+            uint4 bf[NG][NCH];
+#pragma unroll
+            for (int j = 0; j < NG; j++)
+#pragma unroll
+                for (int c = 0; c < NCH; c++)
+                    bf[j][c] = nb[j][c];
+            if (tok0 + NG * 8 < dlen) {
+                load_b<NG, NCH>(nb, Dd, tok0 + NG * 8, dlen, dim, 0, g, t4);
+            } else if (nl > 0) {
+                load_b<NG, NCH>(nb, D + ns * dim, 0, nl, dim, 0, g, t4);
+                next_loaded = true;
+            }
+            float acc[MT][NG][4];
+            zero_acc<MT, NG>(acc);
+            mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
+            fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
+            if (a.dmask)
+#pragma unroll
+                for (int j = 0; j < NG; j++)
+                    any = any || dtok_valid(a, n, tok0 + j * 8 + 2 * t4, dlen) ||
+                          dtok_valid(a, n, tok0 + j * 8 + 2 * t4 + 1, dlen);
+        }
+        if (!next_loaded && nl > 0)
+            load_b<NG, NCH>(nb, D + ns * dim, 0, nl, dim, 0, g, t4);
+        float sum = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float m = rmax[mt][h];
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                if (t4 == 0 && qrow_valid(a, 0, mt * 16 + g + 8 * h, qlen))
+                    sum += m;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const bool nonempty = a.dmask ? __any_sync(0xffffffffu, any) : dlen > 0;
+        if (lane == 0)
+            a.scores[n] = nonempty ? sum : KERN_EMPTY_SCORE;
+        n = nn;
+        dstart = ns;
+        dlen = nl;
+    }
+}
+
 /*
  * The tile kernel (compute-bound shapes: many query rows per document, e.g. ColPali pages or
  * many queries). Eight warps, each owning a unit of query rows with its A fragments in
@@ -605,6 +764,47 @@ int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
     return KERN_OK;
 }
 
+/* The warp kernel on a persistent grid, its documents claimed from a zeroed counter. */
+template <bool BF16, int MT, int NCH> int launch_warp(const ms_args &a)
+{
+    constexpr int NG = 2;
+    const void *fn = (const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>;
+    int dev = 0, sms = 0, per_sm = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 128, 0));
+    long long want = (long long)sms * (per_sm > 0 ? per_sm : 1);
+    if (want > (a.nd + 3) / 4)
+        want = (a.nd + 3) / 4;
+    unsigned long long *ticket = NULL;
+    int rc = kern_scratch((void **)&ticket, sizeof *ticket);
+    if (rc != KERN_OK)
+        return rc;
+    cudaError_t e = cudaMemsetAsync(ticket, 0, sizeof *ticket, 0);
+    if (e == cudaSuccess) {
+        maxsim_warp_kernel<BF16, MT, NCH, NG><<<(unsigned)want, 128>>>(a, ticket);
+        e = cudaGetLastError();
+    }
+    kern_scratch_free(ticket, sizeof *ticket);
+    if (e != cudaSuccess)
+        return kern_cuda_fail(e, "launch of maxsim_warp_kernel", __FILE__, __LINE__);
+    return KERN_OK;
+}
+
+template <bool BF16, int MT> int launch_warp_nch(const ms_args &a, int nch)
+{
+    switch (nch) {
+    case 4:
+        return launch_warp<BF16, MT, 4>(a);
+    case 3:
+        return launch_warp<BF16, MT, 3>(a);
+    case 2:
+        return launch_warp<BF16, MT, 2>(a);
+    default:
+        return launch_warp<BF16, MT, 1>(a);
+    }
+}
+
 /* Four warps per CTA: eight would split short documents finer, but at the 128 registers
  * that two such CTAs per SM allow the kernel spills heavily (ptxas: 792 bytes). */
 template <bool BF16, int MT, int NCH> int launch_stream(const ms_args &a, int wm, unsigned qblocks)
@@ -644,8 +844,13 @@ template <bool BF16, int MT> int launch_tile_nch(const ms_args &a, int nch, dim3
     return KERN_OK;
 }
 
-template <bool BF16> int launch_mma(const ms_args &a, int mt, int nch, int wm, bool tile)
+template <bool BF16> int launch_mma(const ms_args &a, int mt, int nch, int wm, bool tile,
+                                     bool warp)
 {
+    if (warp)
+        return mt == 1   ? launch_warp_nch<BF16, 1>(a, nch)
+               : mt == 4 ? launch_warp_nch<BF16, 4>(a, nch)
+                         : launch_warp_nch<BF16, 2>(a, nch);
     const unsigned qblocks = (unsigned)((a.nq + a.qchunk - 1) / a.qchunk);
     if (tile) {
         dim3 grid((unsigned)a.nd, qblocks);
@@ -696,8 +901,12 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
                 return KERN_EINVAL;
             }
         }
-        return dtype == KERN_BF16 ? launch_mma<true>(a, mt, nch, wm, tile)
-                                  : launch_mma<false>(a, mt, nch, wm, tile);
+        /* One query, one pass: the warp kernel (tune.stream_path 1 forces the CTA kernel). */
+        const bool warp_ok = a.nq == 1 && c32 == nch && !tile && (max_lq < 0 || max_lq <= 16 * mt);
+        const int sp = kern_gpu_tune.stream_path;
+        const bool warp = warp_ok && sp != 1;
+        return dtype == KERN_BF16 ? launch_mma<true>(a, mt, nch, wm, tile, warp)
+                                  : launch_mma<false>(a, mt, nch, wm, tile, warp);
     }
     if (a.nq > 65535) {
         kern_set_error("maxsim (cuda): %lld queries exceed one launch of the fp32 path", a.nq);

@@ -351,13 +351,15 @@ START_TEST(test_kernels_gpu_long_documents)
 END_TEST
 
 /* ---- varlen ----------------------------------------------------------------------------- */
+static int varlen_q0_len = 1; /* tokens of query 0 */
+
 static void run_varlen(kern_dtype t, size_t dim, size_t nq, size_t nd, int maxq, int maxd,
                        int with_long)
 {
     int64_t *qo = malloc((nq + 1) * sizeof(int64_t)), *dof = malloc((nd + 1) * sizeof(int64_t));
     qo[0] = dof[0] = 0;
     for (size_t i = 0; i < nq; i++)
-        qo[i + 1] = qo[i] + (i == 0 ? 1 : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
+        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
     for (size_t i = 0; i < nd; i++) {
         int len = i == 0 ? 0 : i == 1 ? 1 : rng_int(0, maxd);
         if (with_long && i == nd - 1)
@@ -415,6 +417,31 @@ START_TEST(test_kernels_gpu_varlen_matches_reference)
     run_varlen(KERN_F16, 128, 9, 300, 40, 20, 0); /* many short documents, 9 queries */
     /* More documents than resident CTAs: each CTA walks several and prefetches across them. */
     run_varlen(KERN_BF16, 128, 1, 3000, 32, 40, 0);
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_stream_warp)
+{
+    /* One query against many documents: the warp-per-document kernel (the default for varlen
+     * documents) with empty and 1-token documents, prefetches across documents, each row-block
+     * width, and varlen queries longer than a warp's rows (its separate branch). */
+    const int q0[] = {32, 7, 45, 100};
+    const size_t dims[] = {128, 64, 96, 128};
+    for (int i = 0; i < 4; i++) {
+        varlen_q0_len = q0[i];
+        run_varlen(i & 1 ? KERN_F16 : KERN_BF16, dims[i], 1, 3000, 1, i < 2 ? 300 : 90, i == 3);
+    }
+    /* Dense documents, forced: masks (empty documents among them), 64 rows, 1-token docs. */
+    kern_gpu_tune.stream_path = 2;
+    run_dense(KERN_BF16, 128, 1, 32, 2000, 300, 1);
+    run_dense(KERN_F16, 64, 1, 50, 100, 37, 0);
+    run_dense(KERN_BF16, 128, 1, 16, 500, 1, 0);
+    /* And the CTA-per-document kernel, forced, on the varlen case. */
+    kern_gpu_tune.stream_path = 1;
+    varlen_q0_len = 32;
+    run_varlen(KERN_BF16, 128, 1, 3000, 1, 300, 0);
+    kern_gpu_tune.stream_path = 0;
+    varlen_q0_len = 1;
 }
 END_TEST
 
@@ -886,7 +913,7 @@ static void run_i8(size_t dim, size_t nq, size_t nd, int maxq, int maxd, int wit
     int64_t *qo = malloc((nq + 1) * sizeof(int64_t)), *dof = malloc((nd + 1) * sizeof(int64_t));
     qo[0] = dof[0] = 0;
     for (size_t i = 0; i < nq; i++)
-        qo[i + 1] = qo[i] + (i == 0 ? 1 : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
+        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
     for (size_t i = 0; i < nd; i++) {
         int len = i == 0 ? 0 : i == 1 ? 1 : rng_int(0, maxd);
         if (with_long && i == nd - 1)
@@ -1038,6 +1065,7 @@ static Suite *suite(void)
         {"dense_wgmma", test_kernels_gpu_dense_wgmma, 120},
         {"long_documents", test_kernels_gpu_long_documents, 120},
         {"varlen", test_kernels_gpu_varlen_matches_reference, 120},
+        {"stream_warp", test_kernels_gpu_stream_warp, 120},
         {"centroid_scores", test_kernels_gpu_centroid_scores_match_reference, 60},
         {"residual", test_kernels_gpu_residual_matches_reference, 120},
         {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},

@@ -19,6 +19,10 @@
  * warps of a warp-row split the document's tokens. Sums are formed in a fixed order, so results
  * are deterministic.
  *
+ * One query whose rows fit a warp (rerank, ragged rerank) takes the warp kernel instead: each
+ * warp streams whole documents claimed from a counter, so no warp waits for others at a
+ * document's end.
+ *
  * Dimensions over 128 are tiled: the accumulators of one token group sum over passes of 128
  * dims (A fragments reloaded per pass, from L1), so any multiple of 32 up to any size works.
  *

@@ -6,11 +6,12 @@
  * (M = 64 tokens) and a block of NB query rows is its B (N = NB, 128 or 256), both read by the
  * tensor cores straight from shared memory. One warpgroup (128 threads) is a CTA; its NB query
  * rows stay in shared memory while the documents stream through a ring of 64-token tiles
- * (cp.async, two tiles ahead with three stages). A tile costs dim/16 wgmma instructions of 64 x NB x 16,
- * then each thread folds its 64 x NB accumulators into a running max per query row (the max is
- * over tokens, the MMA's M: a thread's two token rows per column fold in registers, the rest at
- * the document's end through shuffles and shared memory). So the query-token x document-token
- * table exists only as one tile's accumulators.
+ * (cp.async, two tiles ahead with three stages). A tile costs dim/16 wgmma instructions of
+ * 64 x 128 x 16 for each 128 rows of the block, one commit group per 128 rows, then each thread
+ * folds its accumulators into a running max per query row (the max is over tokens, the MMA's M:
+ * a thread's two token rows per column fold in registers, the rest at the document's end
+ * through shuffles and shared memory); the first half's fold runs while the second half's MMAs
+ * do. So the query-token x document-token table exists only as one tile's accumulators.
  *
  * Why swapped: with the queries as B, NB = 256 rows share one load of each document tile (half
  * the L2 traffic of 128-row blocks) and the accumulators of a 64 x 256 tile fit one warpgroup.
@@ -141,14 +142,11 @@ __device__ __forceinline__ void wg_mma(float (&d)[NB / 2], uint64_t da, uint64_t
     }
 }
 
-/* Waits for this warpgroup's MMAs; the accumulators are operands so that no read of them is
- * moved above the wait. */
-template <int NB> __device__ __forceinline__ void wg_wait(float (&d)[NB / 2])
+/* Waits until at most N of this warpgroup's MMA groups are pending; the accumulators of the
+ * group waited for are operands, so that no read of them is moved above the wait. */
+template <int N> __device__ __forceinline__ void wg_wait(float (&d)[64])
 {
-    if (NB == 256)
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" : WG_F128 : : "memory");
-    else
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" : WG_F64 : : "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %64;\n" : WG_F64 : "n"(N) : "memory");
 }
 
 __device__ __forceinline__ void wg_fence()
@@ -315,30 +313,44 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
             const uint32_t ta = st + (uint32_t)c_slot * TBYTES;
             last_slot = c_slot;
             c_slot = c_slot + 1 == ST ? 0 : c_slot + 1;
-            float acc[NB / 2];
+            /* The block's rows in halves of 128 (m64n128k16), one commit group each: the
+             * first half's max folds while the second half's MMAs run. */
+            constexpr int H = NB / 128;
+            float acc[H][64];
             wg_fence();
 #pragma unroll
-            for (int s = 0; s < KS; s++)
-                wg_mma<BF16, NB>(acc, wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
-                                 wg_desc(sq + 2 * s * QSLAB, QSLAB, 128), s);
-            wg_commit();
-            wg_wait<NB>(acc);
-            /* acc[4j + e]: token warp*16 + g, query row 8j + 2*t4 + e; acc[4j + 2 + e]: token +8. */
+            for (int h = 0; h < H; h++) {
+#pragma unroll
+                for (int s = 0; s < KS; s++)
+                    wg_mma<BF16, 128>(acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
+                                      wg_desc(sq + 2 * s * QSLAB + h * 16 * 128, QSLAB, 128), s);
+                wg_commit();
+            }
+            /* acc[h][4j + e]: token warp*16 + g, query row 128h + 8j + 2*t4 + e;
+             * acc[h][4j + 2 + e]: token +8. */
             const int rem = (int)min((long long)WG_TOK, a.ld - (long long)t * WG_TOK);
             const int tok = warp * 16 + g;
-            if (tok + 8 < rem) {
 #pragma unroll
-                for (int j = 0; j < NB / 8; j++)
+            for (int h = 0; h < H; h++) {
+                if (h + 1 < H)
+                    wg_wait<1>(acc[h]);
+                else
+                    wg_wait<0>(acc[h]);
+                float *rm = rmax + 32 * h;
+                if (tok + 8 < rem) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        rmax[2 * j + e] =
-                            fmaxf(rmax[2 * j + e], fmaxf(acc[4 * j + e], acc[4 * j + 2 + e]));
-            } else if (tok < rem) {
+                    for (int j = 0; j < 16; j++)
 #pragma unroll
-                for (int j = 0; j < NB / 8; j++)
+                        for (int e = 0; e < 2; e++)
+                            rm[2 * j + e] =
+                                fmaxf(rm[2 * j + e], fmaxf(acc[h][4 * j + e], acc[h][4 * j + 2 + e]));
+                } else if (tok < rem) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        rmax[2 * j + e] = fmaxf(rmax[2 * j + e], acc[4 * j + e]);
+                    for (int j = 0; j < 16; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            rm[2 * j + e] = fmaxf(rm[2 * j + e], acc[h][4 * j + e]);
+                }
             }
         }
         /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps,

@@ -235,6 +235,42 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc
     }
 }
 
+/* The warp's sum over its valid query rows (q's rows r0 + 16 mt + g + 8 h) of their maxima;
+ * the four lanes of a row group saw different token columns. Every lane gets the sum. */
+template <int MT>
+__device__ __forceinline__ float rows_sum(const float (&rmax)[MT][2], const ms_args &a, long long q,
+                                          int r0, int qlen, int g, int t4)
+{
+    float sum = 0.f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float m = rmax[mt][h];
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            if (t4 == 0 && qrow_valid(a, q, r0 + mt * 16 + g + 8 * h, qlen))
+                sum += m;
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum;
+}
+
+/* With document masks: whether a valid token is among this lane's columns of NG 8-token tiles. */
+template <int NG>
+__device__ __forceinline__ bool lane_any_valid(const ms_args &a, long long n, int tok0, int dlen,
+                                               int t4)
+{
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+        any = any || dtok_valid(a, n, tok0 + j * 8 + 2 * t4, dlen) ||
+              dtok_valid(a, n, tok0 + j * 8 + 2 * t4 + 1, dlen);
+    return any;
+}
+
 /*
  * The streaming kernel (memory-bound shapes: few query rows per document). MT: m16 tiles per
  * warp (rows per unit = 16 * MT); NCH: 32-dim chunks per pass (dim = npass * NCH * 32); NG:
@@ -432,25 +468,10 @@ __device__ __forceinline__ void warp_long_query(const ms_args &a, const uint16_t
                 zero_acc<MT, NG>(acc);
                 mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
                 fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
-#pragma unroll
-                for (int j = 0; j < NG; j++)
-                    any = any || dtok_valid(a, n, tok0 + j * 8 + 2 * t4, dlen) ||
-                          dtok_valid(a, n, tok0 + j * 8 + 2 * t4 + 1, dlen);
+                any = any || lane_any_valid<NG>(a, n, tok0, dlen, t4);
             }
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float m = rmax[mt][h];
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                    if (t4 == 0 && qrow_valid(a, 0, r0 + mt * 16 + g + 8 * h, qlen))
-                        sum += m;
-                }
+            sum += rows_sum<MT>(rmax, a, 0, r0, qlen, g, t4);
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
         const bool nonempty = __any_sync(0xffffffffu, any);
         if (lane == 0)
             a.scores[n] = nonempty ? sum : KERN_EMPTY_SCORE;
@@ -529,27 +550,11 @@ __global__ void __launch_bounds__(128, MT >= 4 ? 1 : 3)
             mma_chunks<BF16, MT, NG, NCH>(acc, af, bf);
             fold_max<MT, NG>(rmax, acc, a, n, tok0, dlen, t4);
             if (a.dmask)
-#pragma unroll
-                for (int j = 0; j < NG; j++)
-                    any = any || dtok_valid(a, n, tok0 + j * 8 + 2 * t4, dlen) ||
-                          dtok_valid(a, n, tok0 + j * 8 + 2 * t4 + 1, dlen);
+                any = any || lane_any_valid<NG>(a, n, tok0, dlen, t4);
         }
         if (!next_loaded && nl > 0)
             load_b<NG, NCH>(nb, D + ns * dim, 0, nl, dim, 0, g, t4);
-        float sum = 0.f;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float m = rmax[mt][h];
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                if (t4 == 0 && qrow_valid(a, 0, mt * 16 + g + 8 * h, qlen))
-                    sum += m;
-            }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float sum = rows_sum<MT>(rmax, a, 0, 0, qlen, g, t4);
         const bool nonempty = a.dmask ? __any_sync(0xffffffffu, any) : dlen > 0;
         if (lane == 0)
             a.scores[n] = nonempty ? sum : KERN_EMPTY_SCORE;
@@ -667,20 +672,8 @@ __global__ void __launch_bounds__(TL_WARPS * 32, MT *NCH >= 8 ? 1 : 2) maxsim_ti
             }
             __syncthreads();
         }
-        float sum = 0.f;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float m = rmax[mt][h];
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                if (t4 == 0 && u < units && qrow_valid(a, q0 + qi, r0 + mt * 16 + g + 8 * h, qlen))
-                    sum += m;
-            }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        /* u is the same across the warp, so the shuffles inside see every lane. */
+        const float sum = u < units ? rows_sum<MT>(rmax, a, q0 + qi, r0, qlen, g, t4) : 0.f;
         if (lane == 0) {
             s_part[warp] = sum;
             s_unit_q[warp] = u < units ? qi : -1;

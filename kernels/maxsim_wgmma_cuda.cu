@@ -34,6 +34,7 @@
 
 #include "cuda_check.cuh"
 #include "maxsim_wgmma_cuda.h"
+#include "tune_cuda.h"
 
 namespace
 {
@@ -517,8 +518,11 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
     if (a.nq == 0 || a.nd == 0)
         return KERN_OK;
     a.upq = (int)((a.lq + 15) / 16);
-    /* 128-row blocks when all rows fit in one; else 256. */
-    const int nb = a.nq * a.upq <= 8 ? 128 : 256;
+    /* 128-row blocks when all rows fit in one; else 256 (tune.wgmma_rows overrides). */
+    const int nb = kern_gpu_tune.wgmma_rows == 128 || kern_gpu_tune.wgmma_rows == 256
+                       ? kern_gpu_tune.wgmma_rows
+                   : a.nq * a.upq <= 8 ? 128
+                                       : 256;
     const int ub = nb / 16;
     if (a.upq <= ub) {
         a.qpb = ub / a.upq;

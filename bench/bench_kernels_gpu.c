@@ -768,12 +768,17 @@ int main(int argc, char **argv)
     if (want(only, "colpali_mma_1k"))
         bench_dense("colpali_mma_1k", 1, 1024, 1000, 1030, l2);
     kern_gpu_tune.dense_path = 0;
-    /* The wgmma kernel with 128-row blocks (three CTAs an SM, twice the tile loads). */
+    /* The wgmma kernel with 128- and 256-row blocks (three and two CTAs an SM). */
     kern_gpu_tune.wgmma_rows = 128;
     if (want(only, "multi_r128_32x10k"))
         bench_dense("multi_r128_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_r128_1k"))
         bench_dense("colpali_r128_1k", 1, 1024, 1000, 1030, l2);
+    kern_gpu_tune.wgmma_rows = 256;
+    if (want(only, "multi_r256_32x10k"))
+        bench_dense("multi_r256_32x10k", 32, 32, 10000, 300, l2);
+    if (want(only, "colpali_r256_1k"))
+        bench_dense("colpali_r256_1k", 1, 1024, 1000, 1030, l2);
     kern_gpu_tune.wgmma_rows = 0;
     for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
         char nm[3][48];

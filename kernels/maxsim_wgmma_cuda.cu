@@ -13,8 +13,10 @@
  * through shuffles and shared memory); the first half's fold runs while the second half's MMAs
  * do. So the query-token x document-token table exists only as one tile's accumulators.
  *
- * Why swapped: with the queries as B, NB = 256 rows share one load of each document tile (half
- * the L2 traffic of 128-row blocks) and the accumulators of a 64 x 256 tile fit one warpgroup.
+ * Why swapped: with the queries as B, 256 rows share one load of each document tile (half the
+ * L2 traffic of 128-row blocks) and the accumulators of a 64 x 256 tile fit one warpgroup.
+ * Where there are 512 rows or more, a CTA is two such warpgroups with 256 rows each, sharing
+ * every tile (half the L2 traffic again; one CTA an SM).
  *
  * Shared-memory layout (no swizzle, the "interleaved" canonical layout): a core matrix is 8 rows
  * x 16 bytes, stored as 128 contiguous bytes; core matrices adjacent in the row direction are
@@ -185,23 +187,26 @@ __device__ __forceinline__ void cp_commit()
 #endif /* WG_ARCH */
 
 /*
- * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per block; ST: tile stages.
+ * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per warpgroup; ST: tile stages; WGS:
+ * warpgroups per CTA, each with its own NB rows of the block, all sharing the tiles.
  */
-template <bool BF16, int KS, int NB, int ST>
-__global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
+template <bool BF16, int KS, int NB, int ST, int WGS>
+__global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kernel(wg_args a)
 {
 #ifdef WG_ARCH
+    constexpr int T = 128 * WGS;               /* threads */
+    constexpr int RB = NB * WGS;               /* query rows per block */
     constexpr int DIM = KS * 16, KC = DIM / 8; /* 16-byte chunks per row */
-    constexpr int UB = NB / 16;                /* units per block */
-    constexpr int QSLAB = NB * 16, TSLAB = WG_TOK * 16;
+    constexpr int UB = RB / 16;                /* units per block */
+    constexpr int QSLAB = RB * 16, TSLAB = WG_TOK * 16;
     constexpr int QBYTES = KC * QSLAB, TBYTES = KC * TSLAB;
-    static_assert(TBYTES >= 4 * NB * (int)sizeof(float), "a stage holds the reduction");
+    static_assert(TBYTES >= 4 * RB * (int)sizeof(float), "a stage holds the reduction");
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_usum[UB];
     __shared__ long long s_uq[UB]; /* unit -> query, or -1 for padding */
     __shared__ int s_ur0[UB];      /* unit -> first row */
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const long long G = gridDim.x;
     const uint32_t sq = (uint32_t)__cvta_generic_to_shared(smem);
@@ -237,15 +242,15 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
     int l_t = 0, l_slot = 0;
     auto issue = [&]() {
         if (l_live) {
-            /* Thread pairs take a token's 32 contiguous bytes: thread tid copies chunks
-             * 2k + (tid & 1), k < KC / 2, of token tid / 2 (the last token repeats past the
-             * end; masked later). */
-            const int tok = tid >> 1, lo = tid & 1;
+            /* Thread pairs take a token's 32 contiguous bytes: pair p = tid / 2 copies chunks
+             * 2k + (tid & 1), k = p / 64, p / 64 + WGS, ... < KC / 2, of token p % 64 (the
+             * last token repeats past the end; masked later). */
+            const int tok = (tid >> 1) & (WG_TOK - 1), lo = tid & 1, k0 = tid >> 7;
             const uint16_t *src =
                 a.d + (l_n * a.ld + min((long long)l_t * WG_TOK + tok, a.ld - 1)) * DIM + lo * 8;
             const uint32_t dst = st + (uint32_t)l_slot * TBYTES + lo * TSLAB + tok * 16;
 #pragma unroll
-            for (int k = 0; k < KC / 2; k++)
+            for (int k = k0; k < KC / 2; k += WGS)
                 cp16(dst + 2 * k * TSLAB, src + 2 * k * 8);
             l_slot = l_slot + 1 == ST ? 0 : l_slot + 1;
             if (++l_t == nt) {
@@ -269,9 +274,9 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
         }
         __syncthreads();
 #pragma unroll 4
-        for (int k = 0; k < NB * KC / 128; k++) {
-            const int i = tid + 128 * k;
-            const int row = (i >> 1) % NB, kc = (i / (2 * NB)) * 2 + (i & 1);
+        for (int k = 0; k < RB * KC / T; k++) {
+            const int i = tid + T * k;
+            const int row = (i >> 1) % RB, kc = (i / (2 * RB)) * 2 + (i & 1);
             const long long q = s_uq[row >> 4];
             const uint16_t *src = a.q + kc * 8;
             if (q >= 0)
@@ -323,11 +328,12 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
             for (int h = 0; h < H; h++) {
 #pragma unroll
                 for (int s = 0; s < KS; s++)
-                    wg_mma<BF16, 128>(acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
-                                      wg_desc(sq + 2 * s * QSLAB + h * 16 * 128, QSLAB, 128), s);
+                    wg_mma<BF16, 128>(
+                        acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
+                        wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * 16) * 128, QSLAB, 128), s);
                 wg_commit();
             }
-            /* acc[h][4j + e]: token warp*16 + g, query row 128h + 8j + 2*t4 + e;
+            /* acc[h][4j + e]: token warp*16 + g, query row NB*wg + 128h + 8j + 2*t4 + e;
              * acc[h][4j + 2 + e]: token +8. */
             const int rem = (int)min((long long)WG_TOK, a.ld - (long long)t * WG_TOK);
             const int tok = warp * 16 + g;
@@ -354,10 +360,11 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
                 }
             }
         }
-        /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps,
-         * through the stage of the last tile (free until the next issue, after a barrier). */
+        /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps of
+         * the warpgroup, through the stage of the last tile (free until the next issue, after
+         * a barrier). */
         if (nt > 0) {
-            float(*s_red)[NB] = reinterpret_cast<float(*)[NB]>(smem + QBYTES + last_slot * TBYTES);
+            float(*s_red)[RB] = reinterpret_cast<float(*)[RB]>(smem + QBYTES + last_slot * TBYTES);
 #pragma unroll
             for (int i = 0; i < NB / 4; i++) {
                 float m = rmax[i];
@@ -371,9 +378,9 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
                 for (int j = 0; j < NB / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        s_red[warp][8 * j + 2 * t4 + e] = rmax[2 * j + e];
+                        s_red[warp][wg * NB + 8 * j + 2 * t4 + e] = rmax[2 * j + e];
             __syncthreads();
-            for (int c = tid; c < NB; c += 128) {
+            for (int c = tid; c < RB; c += T) {
                 const float m =
                     fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
                 const long long q = s_uq[c >> 4];
@@ -391,7 +398,7 @@ __global__ void __launch_bounds__(128, 2) maxsim_wgmma_kernel(wg_args a)
             __syncthreads();
         }
         if (a.qpb) {
-            for (int i = tid; i < a.qpb; i += 128) {
+            for (int i = tid; i < a.qpb; i += T) {
                 const long long q = rb * a.qpb + i;
                 if (q >= a.nq)
                     break;
@@ -425,15 +432,15 @@ __global__ void wgmma_parts_kernel(wg_args a)
     }
 }
 
-template <bool BF16, int KS, int NB, int ST> int launch(wg_args a)
+template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 {
-    const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST>;
-    const int smem = KS * 16 * 2 * (NB + ST * WG_TOK);
+    const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS>;
+    const int smem = KS * 16 * 2 * (NB * WGS + ST * WG_TOK);
     KERN_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int dev = 0, sms = 0, per_sm = 0;
     KERN_CUDA_TRY(cudaGetDevice(&dev));
     KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 128, smem));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 128 * WGS, smem));
     long long g = (long long)sms * (per_sm > 0 ? per_sm : 1);
     a.docmajor = a.nrb <= g;
     if (a.docmajor)
@@ -442,23 +449,25 @@ template <bool BF16, int KS, int NB, int ST> int launch(wg_args a)
         g = a.items;
     if (g < 1)
         g = 1;
-    maxsim_wgmma_kernel<BF16, KS, NB, ST><<<(unsigned)g, 128, smem>>>(a);
+    maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS><<<(unsigned)g, 128 * WGS, smem>>>(a);
     KERN_CUDA_LAUNCHED("maxsim_wgmma_kernel");
     return KERN_OK;
 }
 
-template <bool BF16, int NB> int launch_ks(const wg_args &a, int ks)
+/* RB: query rows per block. 512: two warpgroups of 256 rows, one CTA an SM (128 KB of rows
+ * and 4 stages at dim 128); 256: one warpgroup, two CTAs an SM, 3 stages (64 + 48 KB); 128:
+ * three CTAs an SM, 2 stages. */
+template <bool BF16, int RB> int launch_ks(const wg_args &a, int ks)
 {
-    /* Stages: 3 for 256-row blocks (two CTAs an SM still fit: 64 + 48 KB at dim 128); 2 for
-     * 128-row blocks, where three CTAs an SM fit. */
-    constexpr int ST = NB == 256 ? 3 : 2;
+    constexpr int NB = RB == 512 ? 256 : RB, WGS = RB / NB;
+    constexpr int ST = RB == 512 ? 4 : RB == 256 ? 3 : 2;
     switch (ks) {
     case 4:
-        return launch<BF16, 4, NB, ST>(a);
+        return launch<BF16, 4, NB, ST, WGS>(a);
     case 6:
-        return launch<BF16, 6, NB, ST>(a);
+        return launch<BF16, 6, NB, ST, WGS>(a);
     default:
-        return launch<BF16, 8, NB, ST>(a);
+        return launch<BF16, 8, NB, ST, WGS>(a);
     }
 }
 
@@ -518,11 +527,13 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
     if (a.nq == 0 || a.nd == 0)
         return KERN_OK;
     a.upq = (int)((a.lq + 15) / 16);
-    /* 128-row blocks when all rows fit in one; else 256 (tune.wgmma_rows overrides). */
-    const int nb = kern_gpu_tune.wgmma_rows == 128 || kern_gpu_tune.wgmma_rows == 256
-                       ? kern_gpu_tune.wgmma_rows
-                   : a.nq * a.upq <= 8 ? 128
-                                       : 256;
+    /* Rows a block: 128 when all rows fit in one, 512 when there are 512 or more, else 256
+     * (tune.wgmma_rows overrides). */
+    const int tr = kern_gpu_tune.wgmma_rows;
+    const int nb = tr == 128 || tr == 256 || tr == 512 ? tr
+                   : a.nq * a.upq <= 8                 ? 128
+                   : a.nq * a.upq >= 32                ? 512
+                                                       : 256;
     const int ub = nb / 16;
     if (a.upq <= ub) {
         a.qpb = ub / a.upq;
@@ -540,8 +551,12 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
             return rc;
     }
     const int ks = d->dim / 16;
-    int rc = d->bf16 ? (nb == 256 ? launch_ks<true, 256>(a, ks) : launch_ks<true, 128>(a, ks))
-                     : (nb == 256 ? launch_ks<false, 256>(a, ks) : launch_ks<false, 128>(a, ks));
+    int rc = d->bf16 ? (nb == 512   ? launch_ks<true, 512>(a, ks)
+                        : nb == 256 ? launch_ks<true, 256>(a, ks)
+                                    : launch_ks<true, 128>(a, ks))
+                     : (nb == 512   ? launch_ks<false, 512>(a, ks)
+                        : nb == 256 ? launch_ks<false, 256>(a, ks)
+                                    : launch_ks<false, 128>(a, ks));
     if (rc == KERN_OK && !a.qpb) {
         const long long total = a.nq * a.nd;
         const unsigned blocks = (unsigned)(total / 256 + 1 < 4096 ? total / 256 + 1 : 4096);

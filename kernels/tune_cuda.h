@@ -18,7 +18,7 @@ typedef struct kern_gpu_tuning {
     int i8_tiles;       /* int8 MaxSim kernel: 8-token tiles in flight per warp, 2 or 4 */
     int stream_path;    /* one-query MaxSim: 1 the CTA-per-document kernel, 2 the warp-per-document
                            kernel (where it applies) */
-    int wgmma_rows;     /* wgmma MaxSim: query rows per block, 128 or 256 */
+    int wgmma_rows;     /* wgmma MaxSim: query rows per block, 128, 256 or 512 */
     int dense_path;     /* dense MaxSim, many query rows: 1 the mma.sync tile kernel, 2 the wgmma
                            kernel (sm_90; an error where it cannot run) */
 } kern_gpu_tuning;

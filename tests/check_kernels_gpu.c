@@ -299,7 +299,8 @@ END_TEST
 
 START_TEST(test_kernels_gpu_dense_wgmma)
 {
-    /* The warpgroup-MMA kernel (sm_90), forced: every block shape and row-block layout. */
+    /* The warpgroup-MMA kernel (sm_90), forced: every block shape (128, 256 and 512 rows) and
+     * row-block layout. */
     int major = 0, dev = 0;
     ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
     ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
@@ -318,6 +319,13 @@ START_TEST(test_kernels_gpu_dense_wgmma)
         run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
         /* More row blocks than resident CTAs: block-major order, the query rows reloaded. */
         run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
+        /* The shapes above that took 512-row blocks (two warpgroups), with one-warpgroup
+         * blocks of 256 rows forced. */
+        kern_gpu_tune.wgmma_rows = 256;
+        run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
+        run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
+        run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
+        kern_gpu_tune.wgmma_rows = 0;
     } else {
         /* Elsewhere the forced path is refused with a message, and nothing is written. */
         void *zeros = calloc(300 * 32 * 128, 2);

@@ -756,6 +756,21 @@ int main(int argc, char **argv)
             bench_ragged(nm[2], 10000, l2);
     }
     kern_gpu_tune.stream_path = 0;
+    /* The warp kernel with 2 and 4 tiles in flight per warp, forced. */
+    for (int nt = 2; nt <= 4; nt += 2) {
+        char nm[3][48];
+        snprintf(nm[0], sizeof nm[0], "rerank_t%d_10k", nt);
+        snprintf(nm[1], sizeof nm[1], "rerank_t%d_1k", nt);
+        snprintf(nm[2], sizeof nm[2], "ragged_t%d_10k", nt);
+        kern_gpu_tune.stream_tiles = nt;
+        if (want(only, nm[0]))
+            bench_dense(nm[0], 1, 32, 10000, 300, l2);
+        if (want(only, nm[1]))
+            bench_dense(nm[1], 1, 32, 1000, 300, l2);
+        if (want(only, nm[2]))
+            bench_ragged(nm[2], 10000, l2);
+    }
+    kern_gpu_tune.stream_tiles = 0;
     if (want(only, "multi_32x10k"))
         bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_1k"))

@@ -487,7 +487,7 @@ __device__ __forceinline__ void warp_long_query(const ms_args &a, const uint16_t
  * current one finishes.
  */
 template <bool BF16, int MT, int NCH, int NG>
-__global__ void __launch_bounds__(128, MT >= 4 ? 1 : 3)
+__global__ void __launch_bounds__(128, MT >= 4 ? 1 : NG >= 4 ? 2 : 3)
     maxsim_warp_kernel(ms_args a, unsigned long long *ticket)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -762,9 +762,8 @@ int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
 }
 
 /* The warp kernel on a persistent grid, its documents claimed from a zeroed counter. */
-template <bool BF16, int MT, int NCH> int launch_warp(const ms_args &a)
+template <bool BF16, int MT, int NCH, int NG> int launch_warp_ng(const ms_args &a)
 {
-    constexpr int NG = 2;
     const void *fn = (const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>;
     int dev = 0, sms = 0, per_sm = 0;
     KERN_CUDA_TRY(cudaGetDevice(&dev));
@@ -786,6 +785,15 @@ template <bool BF16, int MT, int NCH> int launch_warp(const ms_args &a)
     if (e != cudaSuccess)
         return kern_cuda_fail(e, "launch of maxsim_warp_kernel", __FILE__, __LINE__);
     return KERN_OK;
+}
+
+/* NG 8-token tiles in flight per warp: 4 (242 registers, 8 warps an SM) measured 1-3% faster
+ * than 2 (168 registers, 12 warps) on the 10k rerank and ragged shapes, the same on 1k; 2 for
+ * 64-row queries, whose A fragments leave no room. tune.stream_tiles forces either. */
+template <bool BF16, int MT, int NCH> int launch_warp(const ms_args &a)
+{
+    const bool four = MT < 4 && kern_gpu_tune.stream_tiles != 2;
+    return four ? launch_warp_ng<BF16, MT, NCH, 4>(a) : launch_warp_ng<BF16, MT, NCH, 2>(a);
 }
 
 template <bool BF16, int MT> int launch_warp_nch(const ms_args &a, int nch)

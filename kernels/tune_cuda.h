@@ -16,6 +16,7 @@ typedef struct kern_gpu_tuning {
     int residual_ctas;  /* residual kernel: CTAs per SM its registers are fitted to, 3 (default) or 4 */
     int residual_sched; /* residual kernel: 1 documents claimed from a counter (default), 2 grid stride */
     int i8_tiles;       /* int8 MaxSim kernel: 8-token tiles in flight per warp, 2 or 4 */
+    int stream_tiles;   /* one-query warp kernel: 8-token tiles in flight per warp, 2 or 4 (default) */
     int stream_path;    /* one-query MaxSim: 1 the CTA-per-document kernel, 2 the warp-per-document
                            kernel (where it applies) */
     int wgmma_rows;     /* wgmma MaxSim: query rows per block, 128, 256 or 512 */

@@ -444,6 +444,14 @@ START_TEST(test_kernels_gpu_stream_warp)
     run_dense(KERN_BF16, 128, 1, 32, 2000, 300, 1);
     run_dense(KERN_F16, 64, 1, 50, 100, 37, 0);
     run_dense(KERN_BF16, 128, 1, 16, 500, 1, 0);
+    /* Two tiles in flight per warp instead of the default four, forced. */
+    kern_gpu_tune.stream_path = 0;
+    kern_gpu_tune.stream_tiles = 2;
+    varlen_q0_len = 45;
+    run_varlen(KERN_F16, 128, 1, 3000, 1, 300, 1);
+    run_dense(KERN_BF16, 128, 1, 32, 2000, 300, 1);
+    kern_gpu_tune.stream_tiles = 0;
+    run_dense(KERN_BF16, 128, 1, 30, 700, 250, 0);
     /* And the CTA-per-document kernel, forced, on the varlen case. */
     kern_gpu_tune.stream_path = 1;
     varlen_q0_len = 32;

@@ -482,6 +482,23 @@ static const struct {
 } res_variants[] = {{"", 0, 0, 0, 0},    {"_st", 0, 0, 0, 2}, {"_np", 0, 2, 0, 0},
                     {"_c4", 0, 0, 4, 0}, {"_np4", 0, 2, 4, 0}, {"_t4", 4, 0, 0, 0}};
 
+/* Single-knob variants of the MaxSim shapes (kern_gpu_tune field = value), each benchmarked
+ * under the shape's name with the tag inserted: one-query shapes on each streaming kernel and
+ * tiles in flight; the compute-bound shapes on the mma.sync tile kernel and each wgmma block. */
+typedef struct knob_variant {
+    int *knob;
+    int value;
+    const char *tag;
+} knob_variant;
+
+static const knob_variant oneq_variants[] = {{&kern_gpu_tune.stream_path, 1, "cta"},
+                                             {&kern_gpu_tune.stream_path, 2, "warp"},
+                                             {&kern_gpu_tune.stream_tiles, 2, "t2"},
+                                             {&kern_gpu_tune.stream_tiles, 4, "t4"}};
+static const knob_variant dense_variants[] = {{&kern_gpu_tune.dense_path, 1, "mma"},
+                                              {&kern_gpu_tune.wgmma_rows, 128, "r128"},
+                                              {&kern_gpu_tune.wgmma_rows, 256, "r256"}};
+
 /* ---- INT8 MaxSim ------------------------------------------------------------------------ */
 typedef struct i8_ctx {
     kern_varlen_i8 a[MAXSETS];
@@ -740,61 +757,37 @@ int main(int argc, char **argv)
         bench_dense("rerank_1k", 1, 32, 1000, 300, l2);
     if (want(only, "ragged_10k"))
         bench_ragged("ragged_10k", 10000, l2);
-    /* The one-query shapes on each streaming kernel, forced: CTA and warp per document. */
-    for (int sp = 1; sp <= 2; sp++) {
-        const char *sfx = sp == 1 ? "cta" : "warp";
+    for (size_t v = 0; v < sizeof oneq_variants / sizeof oneq_variants[0]; v++) {
+        const knob_variant *kv = &oneq_variants[v];
         char nm[3][48];
-        snprintf(nm[0], sizeof nm[0], "rerank_%s_10k", sfx);
-        snprintf(nm[1], sizeof nm[1], "rerank_%s_1k", sfx);
-        snprintf(nm[2], sizeof nm[2], "ragged_%s_10k", sfx);
-        kern_gpu_tune.stream_path = sp;
+        snprintf(nm[0], sizeof nm[0], "rerank_%s_10k", kv->tag);
+        snprintf(nm[1], sizeof nm[1], "rerank_%s_1k", kv->tag);
+        snprintf(nm[2], sizeof nm[2], "ragged_%s_10k", kv->tag);
+        *kv->knob = kv->value;
         if (want(only, nm[0]))
             bench_dense(nm[0], 1, 32, 10000, 300, l2);
         if (want(only, nm[1]))
             bench_dense(nm[1], 1, 32, 1000, 300, l2);
         if (want(only, nm[2]))
             bench_ragged(nm[2], 10000, l2);
+        *kv->knob = 0;
     }
-    kern_gpu_tune.stream_path = 0;
-    /* The warp kernel with 2 and 4 tiles in flight per warp, forced. */
-    for (int nt = 2; nt <= 4; nt += 2) {
-        char nm[3][48];
-        snprintf(nm[0], sizeof nm[0], "rerank_t%d_10k", nt);
-        snprintf(nm[1], sizeof nm[1], "rerank_t%d_1k", nt);
-        snprintf(nm[2], sizeof nm[2], "ragged_t%d_10k", nt);
-        kern_gpu_tune.stream_tiles = nt;
-        if (want(only, nm[0]))
-            bench_dense(nm[0], 1, 32, 10000, 300, l2);
-        if (want(only, nm[1]))
-            bench_dense(nm[1], 1, 32, 1000, 300, l2);
-        if (want(only, nm[2]))
-            bench_ragged(nm[2], 10000, l2);
-    }
-    kern_gpu_tune.stream_tiles = 0;
     if (want(only, "multi_32x10k"))
         bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
     if (want(only, "colpali_1k"))
         bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
-    /* The same two compute-bound shapes on the mma.sync tile kernel (the default on sm_90 is
-     * the wgmma kernel; elsewhere these equal the two above). */
-    kern_gpu_tune.dense_path = 1;
-    if (want(only, "multi_mma_32x10k"))
-        bench_dense("multi_mma_32x10k", 32, 32, 10000, 300, l2);
-    if (want(only, "colpali_mma_1k"))
-        bench_dense("colpali_mma_1k", 1, 1024, 1000, 1030, l2);
-    kern_gpu_tune.dense_path = 0;
-    /* The wgmma kernel with 128- and 256-row blocks (three and two CTAs an SM). */
-    kern_gpu_tune.wgmma_rows = 128;
-    if (want(only, "multi_r128_32x10k"))
-        bench_dense("multi_r128_32x10k", 32, 32, 10000, 300, l2);
-    if (want(only, "colpali_r128_1k"))
-        bench_dense("colpali_r128_1k", 1, 1024, 1000, 1030, l2);
-    kern_gpu_tune.wgmma_rows = 256;
-    if (want(only, "multi_r256_32x10k"))
-        bench_dense("multi_r256_32x10k", 32, 32, 10000, 300, l2);
-    if (want(only, "colpali_r256_1k"))
-        bench_dense("colpali_r256_1k", 1, 1024, 1000, 1030, l2);
-    kern_gpu_tune.wgmma_rows = 0;
+    for (size_t v = 0; v < sizeof dense_variants / sizeof dense_variants[0]; v++) {
+        const knob_variant *kv = &dense_variants[v];
+        char nm[2][48];
+        snprintf(nm[0], sizeof nm[0], "multi_%s_32x10k", kv->tag);
+        snprintf(nm[1], sizeof nm[1], "colpali_%s_1k", kv->tag);
+        *kv->knob = kv->value;
+        if (want(only, nm[0]))
+            bench_dense(nm[0], 32, 32, 10000, 300, l2);
+        if (want(only, nm[1]))
+            bench_dense(nm[1], 1, 1024, 1000, 1030, l2);
+        *kv->knob = 0;
+    }
     for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
         char nm[3][48];
         snprintf(nm[0], sizeof nm[0], "plaid%s_10k", res_variants[v].suffix);

@@ -101,48 +101,25 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
 #define WG_S64                                                                                     \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " WG_S10(1) WG_S10(2) WG_S10(3) WG_S10(4) WG_S10(5)  \
         "%60, %61, %62, %63"
-#define WG_S128                                                                                    \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " WG_S10(1) WG_S10(2) WG_S10(3) WG_S10(4) WG_S10(5)  \
-        WG_S10(6) WG_S10(7) WG_S10(8) WG_S10(9) WG_S10(10) WG_S10(11) "%120, %121, %122, %123, "  \
-                                                                      "%124, %125, %126, %127"
 #define WG_F8(b)                                                                                   \
     "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]),    \
         "+f"(d[b + 6]), "+f"(d[b + 7])
 #define WG_F32(b) WG_F8(b), WG_F8(b + 8), WG_F8(b + 16), WG_F8(b + 24)
 #define WG_F64 WG_F32(0), WG_F32(32)
-#define WG_F128 WG_F64, WG_F32(64), WG_F32(96)
 
-/* d (+)= A(desc) x B(desc): m64 x NB x k16, fp32 accumulators; acc = 0 overwrites d. */
-template <bool BF16, int NB>
-__device__ __forceinline__ void wg_mma(float (&d)[NB / 2], uint64_t da, uint64_t db, int acc)
+/* d (+)= A(desc) x B(desc): m64 x n128 x k16, fp32 accumulators; acc = 0 overwrites d. T: the
+ * input type's PTX name. */
+#define WG_MMA128(T)                                                                               \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" WG_S64                           \
+    "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+template <bool BF16>
+__device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db, int acc)
 {
-    if (NB == 256) {
-        if (BF16)
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_S128
-                         "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                         : WG_F128
-                         : "l"(da), "l"(db), "r"(acc));
-        else
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" WG_S128
-                         "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                         : WG_F128
-                         : "l"(da), "l"(db), "r"(acc));
-    } else {
-        if (BF16)
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_S64
-                         "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                         : WG_F64
-                         : "l"(da), "l"(db), "r"(acc));
-        else
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" WG_S64
-                         "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                         : WG_F64
-                         : "l"(da), "l"(db), "r"(acc));
-    }
+    if (BF16)
+        asm volatile(WG_MMA128("bf16") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+    else
+        asm volatile(WG_MMA128("f16") : WG_F64 : "l"(da), "l"(db), "r"(acc));
 }
 
 /* Waits until at most N of this warpgroup's MMA groups are pending; the accumulators of the
@@ -328,7 +305,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
             for (int h = 0; h < H; h++) {
 #pragma unroll
                 for (int s = 0; s < KS; s++)
-                    wg_mma<BF16, 128>(
+                    wg_mma<BF16>(
                         acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
                         wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * 16) * 128, QSLAB, 128), s);
                 wg_commit();

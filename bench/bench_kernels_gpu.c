@@ -144,6 +144,15 @@ static void copy_call(void *p, int rep)
     CK(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0));
 }
 
+typedef struct copies_ctx {
+    copy_ctx c[4];
+} copies_ctx;
+
+static void copies_call(void *p, int rep)
+{
+    copy_call(&((copies_ctx *)p)->c[rep % 4], rep);
+}
+
 /* ---- MaxSim shapes ---------------------------------------------------------------------- */
 #define MAXSETS 4
 
@@ -210,7 +219,7 @@ typedef struct result {
     double recall; /* recall@10 against exact fp32 MaxSim, or 0 where not measured */
 } result;
 
-static result results[64];
+static result results[128];
 static int nresults;
 static double copy_tbps;
 
@@ -261,6 +270,27 @@ static void bench_dense(const char *name, size_t nq, size_t lq, size_t nd, size_
         kern_gpu_free((void *)c.a[s].d);
     }
     kern_gpu_free(c.scores);
+}
+
+/* What moving a shape's bytes costs one call at the least: a device-to-device copy of half of
+ * them (read + written), timed as the shapes are, from 4 rotating buffer pairs (beyond L2). */
+static void bench_copy_floor(const char *name, double bytes, const char *of)
+{
+    copies_ctx c;
+    const size_t half = (size_t)(bytes / 2) / 256 * 256;
+    for (int s = 0; s < 4; s++) {
+        c.c[s].bytes = half;
+        KK(kern_gpu_malloc(&c.c[s].src, half));
+        KK(kern_gpu_malloc(&c.c[s].dst, half));
+        CK(cudaMemset(c.c[s].src, 1, half));
+    }
+    double spread, us = time_call(copies_call, &c, &spread);
+    char desc[128];
+    snprintf(desc, sizeof desc, "copy of %s's bytes: 2 x %.1f MB, 4 rotating pairs", of,
+             half / 1e6);
+    record(name, desc, us, spread, 2.0 * half, 0);
+    for (int s = 0; s < 4; s++)
+        kern_gpu_free(c.c[s].src), kern_gpu_free(c.c[s].dst);
 }
 
 /* Ragged lengths uniform in [26, 300] (mean 163), the same draw as bench/peers_maxsim.py. */
@@ -755,6 +785,11 @@ int main(int argc, char **argv)
         bench_dense("rerank_10k", 1, 32, 10000, 300, l2);
     if (want(only, "rerank_1k"))
         bench_dense("rerank_1k", 1, 32, 1000, 300, l2);
+    /* A call's fixed cost (one document of 32 tokens) and the copy of the 1k shape's bytes. */
+    if (want(only, "rerank_1doc"))
+        bench_dense("rerank_1doc", 1, 32, 1, 32, l2);
+    if (want(only, "floor_1k"))
+        bench_copy_floor("floor_1k", 1000 * 300 * 128 * 2.0, "rerank_1k");
     if (want(only, "ragged_10k"))
         bench_ragged("ragged_10k", 10000, l2);
     for (size_t v = 0; v < sizeof oneq_variants / sizeof oneq_variants[0]; v++) {

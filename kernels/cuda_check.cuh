@@ -41,4 +41,27 @@ static inline int kern_cuda_fail(cudaError_t e, const char *what, const char *fi
 int kern_scratch(void **p, size_t bytes);
 void kern_scratch_free(void *p, size_t bytes);
 
+/*
+ * Persistent grids: how many CTAs of kernel fn (threads each, smem bytes of dynamic shared
+ * memory) are resident at once on the current device (SMs x CTAs an SM, at least the SM count).
+ * The answer is cached per (device, kernel, threads, smem): the occupancy query costs
+ * microseconds of host time, which a 20-us call notices. With smem > 0, the kernel's dynamic
+ * shared-memory limit is set to smem on the first call for that device.
+ */
+int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas);
+
+/* A persistent grid of at least one CTA, as many as are resident at once, no more than want. */
+static inline int kern_persistent_grid(const void *fn, int threads, size_t smem, long long want,
+                                       int *blocks)
+{
+    long long b = 0;
+    int rc = kern_resident_ctas(fn, threads, smem, &b);
+    if (rc != KERN_OK)
+        return rc;
+    if (want < 1)
+        want = 1;
+    *blocks = (int)(want < b ? want : b);
+    return KERN_OK;
+}
+
 #endif

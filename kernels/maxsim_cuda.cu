@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "claim_cuda.cuh"
 #include "cuda_check.cuh"
 #include "maxsim_wgmma_cuda.h"
 #include "tune_cuda.h"
@@ -487,8 +488,9 @@ __device__ __forceinline__ void warp_long_query(const ms_args &a, const uint16_t
  * current one finishes.
  */
 template <bool BF16, int MT, int NCH, int NG>
-__global__ void __launch_bounds__(128, MT >= 4 ? 1 : NG >= 4 ? 2 : 3)
-    maxsim_warp_kernel(ms_args a, unsigned long long *ticket)
+__global__ void __launch_bounds__(128, MT >= 4   ? 1
+                                       : NG >= 4 ? 2
+                                                 : 3) maxsim_warp_kernel(ms_args a)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
@@ -519,7 +521,7 @@ __global__ void __launch_bounds__(128, MT >= 4 ? 1 : NG >= 4 ? 2 : 3)
     while (n < a.nd) {
         unsigned long long t = 0;
         if (lane == 0)
-            t = atomicAdd(ticket, 1ull);
+            t = kern_claim();
         const long long nn = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
         long long ns = 0;
         int nl = 0;
@@ -562,6 +564,8 @@ __global__ void __launch_bounds__(128, MT >= 4 ? 1 : NG >= 4 ? 2 : 3)
         dstart = ns;
         dlen = nl;
     }
+    if (lane == 0)
+        kern_claims_done();
 }
 
 /*
@@ -746,12 +750,12 @@ template <bool BF16, int MT, int NCH, int W>
 int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
 {
     constexpr int NG = 2;
-    const void *fn = (const void *)maxsim_mma_kernel<BF16, MT, NCH, NG, W>;
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, W * 32, 0));
-    long long want = (long long)sms * (per_sm > 0 ? per_sm : 1) / qblocks;
+    long long want = 0;
+    int rc =
+        kern_resident_ctas((const void *)maxsim_mma_kernel<BF16, MT, NCH, NG, W>, W * 32, 0, &want);
+    if (rc != KERN_OK)
+        return rc;
+    want /= qblocks;
     if (want < 1)
         want = 1;
     const unsigned blocks = (unsigned)(a.nd < want ? a.nd : want);
@@ -761,29 +765,17 @@ int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
     return KERN_OK;
 }
 
-/* The warp kernel on a persistent grid, its documents claimed from a zeroed counter. */
+/* The warp kernel on a persistent grid, its documents claimed from claim_cuda.cuh's counter. */
 template <bool BF16, int MT, int NCH, int NG> int launch_warp_ng(const ms_args &a)
 {
-    const void *fn = (const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>;
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 128, 0));
-    long long want = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    if (want > (a.nd + 3) / 4)
-        want = (a.nd + 3) / 4;
-    unsigned long long *ticket = NULL;
-    int rc = kern_scratch((void **)&ticket, sizeof *ticket);
+    long long want = 0;
+    int rc = kern_resident_ctas((const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>, 128, 0, &want);
     if (rc != KERN_OK)
         return rc;
-    cudaError_t e = cudaMemsetAsync(ticket, 0, sizeof *ticket, 0);
-    if (e == cudaSuccess) {
-        maxsim_warp_kernel<BF16, MT, NCH, NG><<<(unsigned)want, 128>>>(a, ticket);
-        e = cudaGetLastError();
-    }
-    kern_scratch_free(ticket, sizeof *ticket);
-    if (e != cudaSuccess)
-        return kern_cuda_fail(e, "launch of maxsim_warp_kernel", __FILE__, __LINE__);
+    if (want > (a.nd + 3) / 4)
+        want = (a.nd + 3) / 4;
+    maxsim_warp_kernel<BF16, MT, NCH, NG><<<(unsigned)want, 128>>>(a);
+    KERN_CUDA_LAUNCHED("maxsim_warp_kernel");
     return KERN_OK;
 }
 

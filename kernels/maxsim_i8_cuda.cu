@@ -352,12 +352,11 @@ __global__ void maxsim_i8_simple_kernel(i8_args a)
 template <int MT, int NCH, int NG> int launch_i8_ng(const i8_args &a, int wm, unsigned qblocks)
 {
     constexpr int W = 4;
-    const void *fn = (const void *)maxsim_i8_kernel<MT, NCH, NG, W>;
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, W * 32, 0));
-    long long want = (long long)sms * (per_sm > 0 ? per_sm : 1) / qblocks;
+    long long want = 0;
+    int rc = kern_resident_ctas((const void *)maxsim_i8_kernel<MT, NCH, NG, W>, W * 32, 0, &want);
+    if (rc != KERN_OK)
+        return rc;
+    want /= qblocks;
     if (want < 1)
         want = 1;
     const unsigned blocks = (unsigned)(a.nd < want ? a.nd : want);

@@ -24,12 +24,19 @@
  * tokens x 16 bytes for a tile, NB x 16 for the query block). cp.async fills it with thread
  * pairs reading a token's 32 contiguous bytes (whole sectors).
  *
- * Work: items are (document, row block) pairs, document-major, on a persistent grid whose size
- * is a multiple of the row-block count, so a CTA keeps one row block for the whole launch and
- * the CTAs sharing a document run at the same time (the document comes from DRAM once). A row
- * block holds whole queries when a query has at most NB rows; a longer query spans several
- * blocks, each writes its part of the sum to scratch, and a second kernel adds the parts in
- * block order. Every sum is formed in a fixed order, so results are deterministic.
+ * Work: the documents' tokens end to end are one stream of 64-token tiles, which straddle
+ * documents (a tile past a document's end holds the next one's first tokens, not padding). Each
+ * row block reads the whole stream; the row blocks' streams laid end to end are cut into one
+ * equal share of tiles per CTA of a persistent grid. So every CTA has the same number of tiles
+ * (no last round run half empty, no padded tile at each document's end: ColPali pages of 1,030
+ * tokens spent 5% of the MMAs on padding and 5% in a part-empty last round), a CTA keeps one
+ * row block when there are no more blocks than CTAs, and the CTAs of different blocks read the
+ * same tokens at the same time (from DRAM once). A document cut by a share's boundary leaves
+ * each CTA's maxima for its rows in a slot; a second kernel takes the max over the slots and
+ * forms the scores. A row block holds whole queries when a query has at most NB rows; a longer
+ * query spans several blocks, each writes its part of the sum to scratch, and a third kernel
+ * adds the parts in block order. Every sum is formed in a fixed order and the maxima do not
+ * depend on the order, so results are deterministic.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -55,8 +62,9 @@ struct wg_args {
     int qpb;       /* whole queries per row block; 0 when a query spans blocks */
     int nbq;       /* row blocks per query when it spans them */
     long long nrb; /* row blocks */
-    long long items;
-    int docmajor; /* items document-major (grid a multiple of nrb) or block-major */
+    long long tiles; /* 64-token tiles of the token stream (all documents end to end) */
+    long long work;  /* nrb * tiles */
+    float *slots;    /* [grid][2][rows a block]: maxima of documents split between CTAs */
 };
 
 /* The kernel's body exists in the sm_90a device pass (and is parsed in the host pass); other
@@ -167,6 +175,69 @@ __device__ __forceinline__ void cp_commit()
  * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per warpgroup; ST: tile stages; WGS:
  * warpgroups per CTA, each with its own NB rows of the block, all sharing the tiles.
  */
+#ifdef WG_ARCH
+/* The unit table of row block rb: unit -> query (-1 for padding) and its first row. */
+template <int UB>
+__device__ __forceinline__ void unit_table(const wg_args &a, long long rb, long long *s_uq,
+                                           int *s_ur0)
+{
+    for (int u = threadIdx.x; u < UB; u += blockDim.x) {
+        long long q;
+        int r0;
+        const bool ok = unit_rows<UB>(a, rb, u, &q, &r0);
+        s_uq[u] = ok ? q : -1;
+        s_ur0[u] = ok ? r0 : 0;
+    }
+}
+
+/* Document n's scores for row block rb from its rows' maxima in s_m (shared memory, entry c
+ * written by thread c % blockDim.x): padding and masked rows count 0, each 16-row unit is summed,
+ * then a query's units (or the block's part of a query that spans blocks) in order. Every thread
+ * of the CTA calls it. */
+template <int RB>
+__device__ __forceinline__ void finish_block(const wg_args &a, long long rb, long long n,
+                                             float *s_m, float *s_usum, const long long *s_uq,
+                                             const int *s_ur0)
+{
+    constexpr int UB = RB / 16;
+    const int tid = threadIdx.x, T = blockDim.x;
+    for (int c = tid; c < RB; c += T) {
+        const long long q = s_uq[c >> 4];
+        const int r = s_ur0[c >> 4] + (c & 15);
+        if (q < 0 || r >= a.lq || (a.qmask && !a.qmask[q * a.lq + r]))
+            s_m[c] = 0.f;
+    }
+    __syncthreads();
+    if (tid < UB) {
+        float s = 0.f;
+        for (int i = 0; i < 16; i++)
+            s += s_m[tid * 16 + i];
+        s_usum[tid] = s;
+    }
+    __syncthreads();
+    if (a.qpb) {
+        for (int i = tid; i < a.qpb; i += T) {
+            const long long q = rb * a.qpb + i;
+            if (q >= a.nq)
+                break;
+            float s = 0.f;
+            for (int u = i * a.upq; u < (i + 1) * a.upq; u++)
+                s += s_usum[u];
+            a.scores[q * a.nd + n] = s;
+        }
+    } else if (tid == 0) {
+        float s = 0.f;
+        for (int u = 0; u < UB; u++)
+            s += s_usum[u];
+        a.part[rb * a.nd + n] = s; /* rb = q * nbq + part */
+    }
+}
+#endif /* WG_ARCH */
+
+/*
+ * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per warpgroup; ST: tile stages; WGS:
+ * warpgroups per CTA, each with its own NB rows of the block, all sharing the tiles.
+ */
 template <bool BF16, int KS, int NB, int ST, int WGS>
 __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kernel(wg_args a)
 {
@@ -185,56 +256,32 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const long long G = gridDim.x;
     const uint32_t sq = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t st = sq + QBYTES;
-    const int nt = (int)((a.ld + WG_TOK - 1) / WG_TOK);
+    const long long total = a.nd * a.ld; /* tokens of the stream */
+    /* This CTA's share: tiles [w0, w1) of the row blocks' streams laid end to end. */
+    const long long w0 = blockIdx.x * a.work / gridDim.x;
+    const long long w1 = (blockIdx.x + 1) * a.work / gridDim.x;
 
-    /* Items as (row block, document) cursors, advanced by the grid without dividing per tile:
-     * document-major grids are a multiple of nrb, so the row block never changes there. */
-    const long long dstep = a.docmajor ? G / a.nrb : 0;
-    auto first = [&](long long &rb, long long &n) {
-        const long long it = blockIdx.x;
-        rb = a.docmajor ? it % a.nrb : it / a.nd;
-        n = a.docmajor ? it / a.nrb : it % a.nd;
-    };
-    auto advance = [&](long long &rb, long long &n) {
-        if (a.docmajor) {
-            n += dstep;
-        } else {
-            n += G;
-            if (n >= a.nd) {
-                rb += n / a.nd;
-                n %= a.nd;
-            }
-        }
-    };
-    auto live = [&](long long rb, long long n) { return a.docmajor ? n < a.nd : rb < a.nrb; };
-
-    /* The load cursor: the next tile of this CTA's stream (its items' tiles in order) goes to
-     * stage l_slot; one commit group per call, empty past the end. */
-    long long l_rb, l_n;
-    first(l_rb, l_n);
-    bool l_live = nt > 0 && live(l_rb, l_n);
-    int l_t = 0, l_slot = 0;
+    /* The load cursor: the CTA's next tile goes to stage l_slot; one commit group per call,
+     * empty past the end. */
+    long long l_t = w0 % a.tiles, l_left = w1 - w0;
+    int l_slot = 0;
     auto issue = [&]() {
-        if (l_live) {
+        if (l_left > 0) {
             /* Thread pairs take a token's 32 contiguous bytes: pair p = tid / 2 copies chunks
              * 2k + (tid & 1), k = p / 64, p / 64 + WGS, ... < KC / 2, of token p % 64 (the
-             * last token repeats past the end; masked later). */
+             * stream's last token repeats past its end; masked later). */
             const int tok = (tid >> 1) & (WG_TOK - 1), lo = tid & 1, k0 = tid >> 7;
-            const uint16_t *src =
-                a.d + (l_n * a.ld + min((long long)l_t * WG_TOK + tok, a.ld - 1)) * DIM + lo * 8;
+            const uint16_t *src = a.d + min(l_t * WG_TOK + tok, total - 1) * DIM + lo * 8;
             const uint32_t dst = st + (uint32_t)l_slot * TBYTES + lo * TSLAB + tok * 16;
 #pragma unroll
             for (int k = k0; k < KC / 2; k += WGS)
                 cp16(dst + 2 * k * TSLAB, src + 2 * k * 8);
             l_slot = l_slot + 1 == ST ? 0 : l_slot + 1;
-            if (++l_t == nt) {
+            if (++l_t == a.tiles)
                 l_t = 0;
-                advance(l_rb, l_n);
-                l_live = live(l_rb, l_n);
-            }
+            l_left--;
         }
         cp_commit();
     };
@@ -242,13 +289,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
     /* The query rows of block rb into shared memory (plain loads: once per launch, mostly),
      * and the block's unit table. */
     auto load_q = [&](long long rb) {
-        if (tid < UB) {
-            long long q;
-            int r0;
-            const bool ok = unit_rows<UB>(a, rb, tid, &q, &r0);
-            s_uq[tid] = ok ? q : -1;
-            s_ur0[tid] = ok ? r0 : 0;
-        }
+        unit_table<UB>(a, rb, s_uq, s_ur0);
         __syncthreads();
 #pragma unroll 4
         for (int k = 0; k < RB * KC / T; k++) {
@@ -265,133 +306,190 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         __syncthreads();
     };
 
-    long long rb, n;
-    first(rb, n);
-    long long cur_rb = -1;
-    if (live(rb, n)) {
-        cur_rb = rb;
-        load_q(cur_rb);
-    }
+    long long rb = w0 / a.tiles, t = w0 % a.tiles;
+    if (w0 < w1)
+        load_q(rb);
     for (int s = 0; s < ST - 1; s++)
         issue();
 
-    int c_slot = 0;
-    for (; live(rb, n); advance(rb, n)) {
-        if (rb != cur_rb) {
-            cp_wait<0>();
-            __syncthreads();
-            load_q(rb);
-            cur_rb = rb;
+    /* The document being folded (n, ending at token nend of the stream) and where this CTA's
+     * part of the current stream began: a document that started before seg0 or goes on past the
+     * CTA's last tile is split with other CTAs, and its maxima go to the slots. */
+    long long seg0 = t * WG_TOK, n = seg0 / a.ld, nend = (n + 1) * a.ld;
+    float rmax[NB / 4];
+#pragma unroll
+    for (int i = 0; i < NB / 4; i++)
+        rmax[i] = -INFINITY;
+
+    /* Document n's end: max over the 8 token rows of the lanes, then over the 4 warps of the
+     * warpgroup, through the stage of the tile just computed (no copy targets it until the next
+     * ST - 1 issues, each after a barrier). */
+    auto emit = [&](int slot, bool split_head, bool split_tail) {
+        float(*s_red)[RB] = reinterpret_cast<float(*)[RB]>(smem + QBYTES + slot * TBYTES);
+        __syncthreads(); /* every warpgroup's MMAs are done reading the stage */
+#pragma unroll
+        for (int i = 0; i < NB / 4; i++) {
+            float m = rmax[i];
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+            rmax[i] = m;
         }
-        float rmax[NB / 4];
+        if (g == 0)
+#pragma unroll
+            for (int j = 0; j < NB / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    s_red[warp][wg * NB + 8 * j + 2 * t4 + e] = rmax[2 * j + e];
 #pragma unroll
         for (int i = 0; i < NB / 4; i++)
             rmax[i] = -INFINITY;
-        int last_slot = 0;
-        for (int t = 0; t < nt; t++) {
-            cp_wait<ST - 2>();
-            proxy_fence();
+        __syncthreads();
+        float *out = split_head || split_tail
+                         ? a.slots + (blockIdx.x * 2LL + (split_head ? 0 : 1)) * RB
+                         : s_red[0];
+        for (int c = tid; c < RB; c += T)
+            out[c] = fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
+        if (!split_head && !split_tail)
+            finish_block<RB>(a, rb, n, s_red[0], s_usum, s_uq, s_ur0);
+    };
+
+    int c_slot = 0, last_slot = 0;
+    for (long long w = w0; w < w1; w++, t++) {
+        if (t == a.tiles) { /* the next row block's stream, from its start */
+            t = 0;
+            rb++;
+            seg0 = 0;
+            n = 0;
+            nend = a.ld;
+            cp_wait<0>();
             __syncthreads();
-            issue();
-            const uint32_t ta = st + (uint32_t)c_slot * TBYTES;
-            last_slot = c_slot;
-            c_slot = c_slot + 1 == ST ? 0 : c_slot + 1;
-            /* The block's rows in halves of 128 (m64n128k16), one commit group each: the
-             * first half's max folds while the second half's MMAs run. */
-            constexpr int H = NB / 128;
-            float acc[H][64];
-            wg_fence();
-#pragma unroll
-            for (int h = 0; h < H; h++) {
-#pragma unroll
-                for (int s = 0; s < KS; s++)
-                    wg_mma<BF16>(
-                        acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
-                        wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * 16) * 128, QSLAB, 128), s);
-                wg_commit();
-            }
-            /* acc[h][4j + e]: token warp*16 + g, query row NB*wg + 128h + 8j + 2*t4 + e;
-             * acc[h][4j + 2 + e]: token +8. */
-            const int rem = (int)min((long long)WG_TOK, a.ld - (long long)t * WG_TOK);
-            const int tok = warp * 16 + g;
-#pragma unroll
-            for (int h = 0; h < H; h++) {
-                if (h + 1 < H)
-                    wg_wait<1>(acc[h]);
-                else
-                    wg_wait<0>(acc[h]);
-                float *rm = rmax + 32 * h;
-                if (tok + 8 < rem) {
-#pragma unroll
-                    for (int j = 0; j < 16; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++)
-                            rm[2 * j + e] =
-                                fmaxf(rm[2 * j + e], fmaxf(acc[h][4 * j + e], acc[h][4 * j + 2 + e]));
-                } else if (tok < rem) {
-#pragma unroll
-                    for (int j = 0; j < 16; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++)
-                            rm[2 * j + e] = fmaxf(rm[2 * j + e], acc[h][4 * j + e]);
-                }
-            }
+            load_q(rb);
         }
-        /* The document's end: max over the 8 token rows of the lanes, then over the 4 warps of
-         * the warpgroup, through the stage of the last tile (free until the next issue, after
-         * a barrier). */
-        if (nt > 0) {
-            float(*s_red)[RB] = reinterpret_cast<float(*)[RB]>(smem + QBYTES + last_slot * TBYTES);
+        cp_wait<ST - 2>();
+        proxy_fence();
+        __syncthreads();
+        issue();
+        const uint32_t ta = st + (uint32_t)c_slot * TBYTES;
+        last_slot = c_slot;
+        c_slot = c_slot + 1 == ST ? 0 : c_slot + 1;
+        /* The block's rows in halves of 128 (m64n128k16), one commit group each: the
+         * first half's max folds while the second half's MMAs run. */
+        constexpr int H = NB / 128;
+        float acc[H][64];
+        wg_fence();
 #pragma unroll
-            for (int i = 0; i < NB / 4; i++) {
-                float m = rmax[i];
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-                rmax[i] = m;
-            }
-            if (g == 0)
+        for (int h = 0; h < H; h++) {
 #pragma unroll
-                for (int j = 0; j < NB / 8; j++)
+            for (int s = 0; s < KS; s++)
+                wg_mma<BF16>(acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
+                             wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * 16) * 128, QSLAB, 128),
+                             s);
+            wg_commit();
+        }
+        /* acc[h][4j + e]: token warp*16 + g, query row NB*wg + 128h + 8j + 2*t4 + e;
+         * acc[h][4j + 2 + e]: token +8. */
+        const long long base = t * WG_TOK;
+        const long long rel = nend - base; /* > 0: document n has tokens from this tile on */
+        const int hi = (int)min((long long)WG_TOK, total - base);
+        const int tok = warp * 16 + g;
+        /* The common case: the whole tile is document n's, and each half folds as soon as its
+         * MMAs are done. The waits stay outside the branches: inside one, ptxas moved the
+         * second wait above the first half's fold (measured 10% slower). */
+        const bool whole = rel >= WG_TOK && hi == WG_TOK;
+#pragma unroll
+        for (int h = 0; h < H; h++) {
+            if (h + 1 < H)
+                wg_wait<1>(acc[h]);
+            else
+                wg_wait<0>(acc[h]);
+            if (whole) {
+                float *rm = rmax + 32 * h;
+#pragma unroll
+                for (int j = 0; j < 16; j++)
 #pragma unroll
                     for (int e = 0; e < 2; e++)
-                        s_red[warp][wg * NB + 8 * j + 2 * t4 + e] = rmax[2 * j + e];
-            __syncthreads();
-            for (int c = tid; c < RB; c += T) {
-                const float m =
-                    fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
-                const long long q = s_uq[c >> 4];
-                const int r = s_ur0[c >> 4] + (c & 15);
-                const bool valid = q >= 0 && r < a.lq && (!a.qmask || a.qmask[q * a.lq + r]);
-                s_red[0][c] = valid ? m : 0.f;
+                        rm[2 * j + e] =
+                            fmaxf(rm[2 * j + e], fmaxf(acc[h][4 * j + e], acc[h][4 * j + 2 + e]));
             }
-            __syncthreads();
-            if (tid < UB) {
-                float s = 0.f;
-                for (int i = 0; i < 16; i++)
-                    s += s_red[0][tid * 16 + i];
-                s_usum[tid] = s;
-            }
-            __syncthreads();
         }
-        if (a.qpb) {
-            for (int i = tid; i < a.qpb; i += T) {
-                const long long q = rb * a.qpb + i;
-                if (q >= a.nq)
-                    break;
-                float s = 0.f;
-                for (int u = i * a.upq; u < (i + 1) * a.upq && nt > 0; u++)
-                    s += s_usum[u];
-                a.scores[q * a.nd + n] = nt > 0 ? s : KERN_EMPTY_SCORE;
+        if (whole) {
+            if (rel == WG_TOK) {
+                emit(last_slot, n * a.ld < seg0, false);
+                n++;
+                nend += a.ld;
             }
-        } else if (tid == 0) {
-            float s = 0.f;
-            for (int u = 0; u < UB && nt > 0; u++)
-                s += s_usum[u];
-            a.part[rb * a.nd + n] = s; /* rb = q * nbq + part */
+        } else {
+            /* Documents end inside the tile, or the stream does: fold each document's rows
+             * [lo, e) and emit it, then the next one's. */
+            auto fold_range = [&](int lo, int e) {
+                const bool v0 = tok >= lo && tok < e, v1 = tok + 8 >= lo && tok + 8 < e;
+#pragma unroll
+                for (int h = 0; h < H; h++)
+#pragma unroll
+                    for (int j = 0; j < 16; j++)
+#pragma unroll
+                        for (int x = 0; x < 2; x++)
+                            rmax[32 * h + 2 * j + x] =
+                                fmaxf(rmax[32 * h + 2 * j + x],
+                                      fmaxf(v0 ? acc[h][4 * j + x] : -INFINITY,
+                                            v1 ? acc[h][4 * j + 2 + x] : -INFINITY));
+            };
+            int lo = 0;
+            long long e = rel;
+            while (e <= hi) {
+                fold_range(lo, (int)e);
+                emit(last_slot, n * a.ld < seg0, false);
+                n++;
+                lo = (int)e;
+                e += a.ld;
+            }
+            nend = base + e;
+            if (lo < hi)
+                fold_range(lo, hi);
         }
     }
+    /* The CTA's share ended inside document n: its maxima so far go to a slot. */
+    if (w0 < w1 && n < a.nd && n * a.ld < t * WG_TOK)
+        emit(last_slot, n * a.ld < seg0, true);
     cp_wait<0>();
+#endif
+}
+
+/*
+ * Documents split between CTAs: the CTA holding a split document's first token (its maxima in
+ * its tail slot) takes the maxima of the CTAs after it that hold the rest (their head slots),
+ * then forms the scores as the main kernel does. One CTA of RB threads per main-kernel CTA.
+ */
+template <int RB> __global__ void __launch_bounds__(RB) wgmma_merge_kernel(wg_args a)
+{
+#ifdef WG_ARCH
+    constexpr int UB = RB / 16;
+    __shared__ float s_m[RB], s_usum[UB];
+    __shared__ long long s_uq[UB];
+    __shared__ int s_ur0[UB];
+    const long long G = gridDim.x, c = blockIdx.x;
+    const long long w0 = c * a.work / G, w1 = (c + 1) * a.work / G;
+    const long long t1 = w1 % a.tiles;
+    if (t1 == 0)
+        return; /* the share ends with a stream: nothing goes on past it */
+    const long long rb = w1 / a.tiles;
+    const long long seg0 = (w0 / a.tiles == rb ? w0 % a.tiles : 0) * WG_TOK;
+    const long long p1 = t1 * WG_TOK, n = (p1 - 1) / a.ld;
+    if (n * a.ld < seg0 || (n + 1) * a.ld <= p1)
+        return; /* document n began before this CTA's share, or ends in it */
+    const int r = threadIdx.x;
+    float m = a.slots[(c * 2 + 1) * RB + r];
+    for (long long k = c + 1; k < G; k++) {
+        const long long kw0 = k * a.work / G;
+        if (kw0 / a.tiles != rb || (kw0 % a.tiles) * WG_TOK >= (n + 1) * a.ld)
+            break;
+        m = fmaxf(m, a.slots[k * 2 * RB + r]);
+    }
+    s_m[r] = m;
+    unit_table<UB>(a, rb, s_uq, s_ur0);
+    __syncthreads();
+    finish_block<RB>(a, rb, n, s_m, s_usum, s_uq, s_ur0);
 #endif
 }
 
@@ -405,29 +503,41 @@ __global__ void wgmma_parts_kernel(wg_args a)
         float s = 0.f;
         for (int p = 0; p < a.nbq; p++)
             s += a.part[(q * a.nbq + p) * a.nd + n];
-        a.scores[i] = a.ld > 0 ? s : KERN_EMPTY_SCORE;
+        a.scores[i] = s;
     }
+}
+
+/* Documents without tokens: every score is the empty score. */
+__global__ void wgmma_empty_kernel(float *scores, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        scores[i] = KERN_EMPTY_SCORE;
 }
 
 template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 {
+    constexpr int RB = NB * WGS;
     const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS>;
-    const int smem = KS * 16 * 2 * (NB * WGS + ST * WG_TOK);
-    KERN_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 128 * WGS, smem));
-    long long g = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    a.docmajor = a.nrb <= g;
-    if (a.docmajor)
-        g = g / a.nrb * a.nrb;
-    if (g > a.items)
-        g = a.items;
-    if (g < 1)
-        g = 1;
+    const int smem = KS * 16 * 2 * (RB + ST * WG_TOK);
+    long long g = 0;
+    int rc = kern_resident_ctas(fn, 128 * WGS, smem, &g);
+    if (rc != KERN_OK)
+        return rc;
+    if (g > a.work)
+        g = a.work;
+    const size_t slot_bytes = (size_t)g * 2 * RB * sizeof(float);
+    if ((rc = kern_scratch((void **)&a.slots, slot_bytes)) != KERN_OK)
+        return rc;
     maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS><<<(unsigned)g, 128 * WGS, smem>>>(a);
-    KERN_CUDA_LAUNCHED("maxsim_wgmma_kernel");
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && g > 1) {
+        wgmma_merge_kernel<RB><<<(unsigned)g, RB>>>(a);
+        e = cudaGetLastError();
+    }
+    kern_scratch_free(a.slots, slot_bytes);
+    if (e != cudaSuccess)
+        return kern_cuda_fail(e, "launch of maxsim_wgmma_kernel", __FILE__, __LINE__);
     return KERN_OK;
 }
 
@@ -519,7 +629,15 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
         a.nbq = (a.upq + ub - 1) / ub;
         a.nrb = a.nq * a.nbq;
     }
-    a.items = a.nrb * a.nd;
+    if (a.ld == 0) {
+        wgmma_empty_kernel<<<
+            (unsigned)(a.nq * a.nd / 256 + 1 < 4096 ? a.nq * a.nd / 256 + 1 : 4096), 256>>>(
+            a.scores, a.nq * a.nd);
+        KERN_CUDA_LAUNCHED("wgmma_empty_kernel");
+        return KERN_OK;
+    }
+    a.tiles = (a.nd * a.ld + WG_TOK - 1) / WG_TOK;
+    a.work = a.nrb * a.tiles;
     size_t part_bytes = 0;
     if (!a.qpb) {
         part_bytes = (size_t)a.nq * a.nbq * a.nd * sizeof(float);

@@ -373,19 +373,6 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-int resident_grid(const void *fn, int threads, long long want, int *blocks)
-{
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
-    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    if (want < 1)
-        want = 1;
-    *blocks = (int)(want < b ? want : b);
-    return KERN_OK;
-}
-
 } // namespace
 
 extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells,
@@ -473,8 +460,8 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
     if (n == 0)
         return KERN_OK;
     int blocks = 0, rc;
-    if ((rc = resident_grid((const void *)interaction_batch_kernel, INT_WARPS * 32,
-                            (n + INT_WARPS - 1) / INT_WARPS, &blocks)) != KERN_OK)
+    if ((rc = kern_persistent_grid((const void *)interaction_batch_kernel, INT_WARPS * 32, 0,
+                                   (n + INT_WARPS - 1) / INT_WARPS, &blocks)) != KERN_OK)
         return rc;
     /* The threshold's verdict per (query, centroid), when pruning. */
     const long long kw = ((long long)n_centroids + 31) / 32;
@@ -525,8 +512,8 @@ extern "C" int kern_cuda_build_ivf(const int64_t *doc_off, const uint32_t *codes
         return KERN_EINVAL;
     }
     int blocks = 0, rc;
-    if ((rc = resident_grid((const void *)ivf_pass_kernel, 256, ((long long)n_docs + 7) / 8,
-                            &blocks)) != KERN_OK)
+    if ((rc = kern_persistent_grid((const void *)ivf_pass_kernel, 256, 0,
+                                   ((long long)n_docs + 7) / 8, &blocks)) != KERN_OK)
         return rc;
     unsigned long long *cnt = (unsigned long long *)scratch;
     if (!ivf_docs) {

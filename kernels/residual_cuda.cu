@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "claim_cuda.cuh"
 #include "cuda_check.cuh"
 #include "tune_cuda.h"
 
@@ -87,7 +88,7 @@ struct res_args {
     const kern_pdoc *docs;
     long long nd;
     float *scores;
-    unsigned long long *ticket; /* zeroed claim counter, or NULL for a grid stride */
+    int claim; /* pairs claimed from the counters of claim_cuda.cuh, or a grid stride */
 };
 
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
@@ -152,17 +153,17 @@ __device__ __forceinline__ void load_tile(res_tile<NB, KT, RNG> &t, const kern_p
     }
 }
 
-/* The warp's next pair after n: with a ticket counter, the next unclaimed one (pairs [0,
+/* The warp's next pair after n: with the claim counter, the next unclaimed one (pairs [0,
  * warps) are each warp's first, the rest are claimed in order), so that warps that drew short
  * documents take more of them; without, a grid stride. */
 __device__ __forceinline__ long long advance(const res_args &a, long long n, long long warps,
                                              int lane)
 {
-    if (!a.ticket)
+    if (!a.claim)
         return n + warps;
     unsigned long long t = 0;
     if (lane == 0)
-        t = atomicAdd(a.ticket, 1ull);
+        t = kern_claim();
     return warps + (long long)__shfl_sync(0xffffffffu, t, 0);
 }
 
@@ -426,6 +427,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         n = n_next;
         doc = doc_next;
     }
+    if (a.claim && lane == 0)
+        kern_claims_done();
 }
 
 /* Exact fp32 path: one warp per document, a lane per token, the query row loop outside. */
@@ -476,41 +479,17 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
-/* Persistent grid: as many CTAs as fit at once, no more than the documents need. */
-int resident_blocks(const void *fn, int threads, long long want, int *blocks)
-{
-    int dev = 0, sms = 0, per_sm = 0;
-    KERN_CUDA_TRY(cudaGetDevice(&dev));
-    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
-    long long b = (long long)sms * (per_sm > 0 ? per_sm : 1);
-    *blocks = (int)(want < b ? want : b);
-    return KERN_OK;
-}
-
 template <int NB, int KT, int RNG, bool PIPE, int MINB> int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
-    if ((rc = resident_blocks((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB>,
-                              RES_WARPS * 32, (a.nd + RES_WARPS - 1) / RES_WARPS, &blocks)) !=
-        KERN_OK)
+    if ((rc = kern_persistent_grid((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB>,
+                                   RES_WARPS * 32, 0, (a.nd + RES_WARPS - 1) / RES_WARPS,
+                                   &blocks)) != KERN_OK)
         return rc;
     res_args b = a;
-    b.ticket = NULL;
-    if (kern_gpu_tune.residual_sched != 2) {
-        if ((rc = kern_scratch((void **)&b.ticket, sizeof *b.ticket)) != KERN_OK)
-            return rc;
-        cudaError_t e = cudaMemsetAsync(b.ticket, 0, sizeof *b.ticket, 0);
-        if (e != cudaSuccess) {
-            kern_scratch_free(b.ticket, sizeof *b.ticket);
-            return kern_cuda_fail(e, "cudaMemsetAsync (ticket)", __FILE__, __LINE__);
-        }
-    }
+    b.claim = kern_gpu_tune.residual_sched != 2;
     residual_mma_kernel<NB, KT, RNG, PIPE, MINB><<<blocks, RES_WARPS * 32>>>(b);
-    cudaError_t e = cudaGetLastError();
-    kern_scratch_free(b.ticket, sizeof *b.ticket);
-    if (e != cudaSuccess)
-        return kern_cuda_fail(e, "launch of residual_mma_kernel", __FILE__, __LINE__);
+    KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
 
@@ -654,7 +633,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.docs = a->docs;
         r.nd = (long long)a->nd;
         r.scores = scores;
-        r.ticket = NULL; /* set at launch */
+        r.claim = 0; /* set at launch */
         rc = run_residual(r, "maxsim_residual");
     }
 out:
@@ -772,7 +751,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.docs = pd;
         r.nd = pairs;
         r.scores = scores;
-        r.ticket = NULL; /* set at launch */
+        r.claim = 0; /* set at launch */
         rc = run_residual(r, "exact_scores");
     }
 out:

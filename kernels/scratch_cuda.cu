@@ -1,6 +1,7 @@
 /*
  * scratch_cuda.cu: the kernels' temporary device memory, stream-ordered on the default stream
- * from a memory pool of the kernels' own, with a count of the bytes held for scratch_cuda.h.
+ * from a memory pool of the kernels' own, with a count of the bytes held for scratch_cuda.h;
+ * and the persistent grids' sizes, cached.
  *
  * Why a pool of our own: the device's default pool gives memory back at every synchronisation
  * (release threshold 0), so each call would pay for a fresh allocation (tens of microseconds,
@@ -11,6 +12,8 @@
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <mutex>
 
 #include "cuda_check.cuh"
 #include "scratch_cuda.h"
@@ -77,4 +80,48 @@ extern "C" size_t kern_gpu_scratch_peak(void)
 extern "C" void kern_gpu_scratch_reset_peak(void)
 {
     peak = held;
+}
+
+/* ---- persistent grid sizes ------------------------------------------------------------------ */
+
+namespace
+{
+struct grid_entry {
+    int dev, threads;
+    const void *fn;
+    size_t smem;
+    long long ctas;
+};
+constexpr int GRID_CACHE = 256;
+grid_entry grid_cache[GRID_CACHE];
+int grid_cached;
+std::mutex grid_lock;
+} // namespace
+
+int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas)
+{
+    int dev = 0;
+    KERN_CUDA_TRY(cudaGetDevice(&dev));
+    {
+        std::lock_guard<std::mutex> hold(grid_lock);
+        for (int i = 0; i < grid_cached; i++) {
+            const grid_entry &e = grid_cache[i];
+            if (e.fn == fn && e.dev == dev && e.threads == threads && e.smem == smem) {
+                *ctas = e.ctas;
+                return KERN_OK;
+            }
+        }
+    }
+    int sms = 0, per_sm = 0;
+    if (smem > 0) /* static shared memory counts against the default 48 KB too */
+        KERN_CUDA_TRY(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    KERN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    KERN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem));
+    const long long n = (long long)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+    std::lock_guard<std::mutex> hold(grid_lock);
+    if (grid_cached < GRID_CACHE)
+        grid_cache[grid_cached++] = grid_entry{dev, threads, fn, smem, n};
+    *ctas = n;
+    return KERN_OK;
 }

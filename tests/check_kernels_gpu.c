@@ -317,14 +317,24 @@ START_TEST(test_kernels_gpu_dense_wgmma)
         /* Queries longer than a block: parts in scratch, added by the second kernel. */
         run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
         run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
-        /* More row blocks than resident CTAs: block-major order, the query rows reloaded. */
+        /* More row blocks than resident CTAs: shares that cross from one row block's stream
+         * to the next, the query rows reloaded. */
         run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
+        /* Documents longer than a CTA's share (split over many CTAs, merged from the slots);
+         * ColPali-like pages over shares that cross row blocks; many short documents a tile;
+         * documents of 63 tokens (every tile straddles one). */
+        run_dense(KERN_BF16, 128, 1, 32, 3, 9000, 0);
+        run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
+        run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
+        run_dense(KERN_BF16, 96, 4, 20, 100, 63, 2);
         /* The shapes above that took 512-row blocks (two warpgroups), with one-warpgroup
          * blocks of 256 rows forced. */
         kern_gpu_tune.wgmma_rows = 256;
         run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
         run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
         run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
+        run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
+        run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
         kern_gpu_tune.wgmma_rows = 0;
     } else {
         /* Elsewhere the forced path is refused with a message, and nothing is written. */

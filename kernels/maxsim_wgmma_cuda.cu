@@ -190,29 +190,30 @@ __device__ __forceinline__ void unit_table(const wg_args &a, long long rb, long 
     }
 }
 
-/* Document n's scores for row block rb from its rows' maxima in s_m (shared memory, entry c
- * written by thread c % blockDim.x): padding and masked rows count 0, each 16-row unit is summed,
- * then a query's units (or the block's part of a query that spans blocks) in order. Every thread
- * of the CTA calls it. */
-template <int RB>
+/* Document n's scores for row block rb from its rows' maxima, v[k] for row tid + k * T (every
+ * thread of a CTA of T threads calls it): padding and masked rows count 0, each 16-row unit
+ * (16 lanes of a warp) is summed by a shuffle tree, then a query's units in order (or, for a
+ * query that spans blocks, the block's units by one warp). Every sum has a fixed order. */
+template <int RB, int T>
 __device__ __forceinline__ void finish_block(const wg_args &a, long long rb, long long n,
-                                             float *s_m, float *s_usum, const long long *s_uq,
-                                             const int *s_ur0)
+                                             const float (&v)[RB / T], float *s_usum,
+                                             const long long *s_uq, const int *s_ur0)
 {
     constexpr int UB = RB / 16;
-    const int tid = threadIdx.x, T = blockDim.x;
-    for (int c = tid; c < RB; c += T) {
+    static_assert(T % 32 == 0 && RB % T == 0, "units are half-warps");
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < RB / T; k++) {
+        const int c = tid + k * T;
         const long long q = s_uq[c >> 4];
         const int r = s_ur0[c >> 4] + (c & 15);
-        if (q < 0 || r >= a.lq || (a.qmask && !a.qmask[q * a.lq + r]))
-            s_m[c] = 0.f;
-    }
-    __syncthreads();
-    if (tid < UB) {
-        float s = 0.f;
-        for (int i = 0; i < 16; i++)
-            s += s_m[tid * 16 + i];
-        s_usum[tid] = s;
+        float x = q < 0 || r >= a.lq || (a.qmask && !a.qmask[q * a.lq + r]) ? 0.f : v[k];
+        x += __shfl_xor_sync(0xffffffffu, x, 8);
+        x += __shfl_xor_sync(0xffffffffu, x, 4);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        if ((tid & 15) == 0)
+            s_usum[c >> 4] = x;
     }
     __syncthreads();
     if (a.qpb) {
@@ -225,11 +226,17 @@ __device__ __forceinline__ void finish_block(const wg_args &a, long long rb, lon
                 s += s_usum[u];
             a.scores[q * a.nd + n] = s;
         }
-    } else if (tid == 0) {
+    } else if (tid < 32) {
         float s = 0.f;
-        for (int u = 0; u < UB; u++)
+        for (int u = tid; u < UB; u += 32)
             s += s_usum[u];
-        a.part[rb * a.nd + n] = s; /* rb = q * nbq + part */
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        if (tid == 0)
+            a.part[rb * a.nd + n] = s; /* rb = q * nbq + part */
     }
 }
 #endif /* WG_ARCH */
@@ -286,8 +293,8 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         cp_commit();
     };
 
-    /* The query rows of block rb into shared memory (plain loads: once per launch, mostly),
-     * and the block's unit table. */
+    /* The query rows of block rb into shared memory (cp.async, one commit group: once per
+     * launch, mostly), after the block's unit table. */
     auto load_q = [&](long long rb) {
         unit_table<UB>(a, rb, s_uq, s_ur0);
         __syncthreads();
@@ -299,18 +306,21 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
             const uint16_t *src = a.q + kc * 8;
             if (q >= 0)
                 src += (q * a.lq + min((long long)s_ur0[row >> 4] + (row & 15), a.lq - 1)) * DIM;
-            const uint4 v = __ldg(reinterpret_cast<const uint4 *>(src));
-            *reinterpret_cast<uint4 *>(smem + kc * QSLAB + row * 16) = v;
+            cp16(sq + kc * QSLAB + row * 16, src);
         }
-        proxy_fence();
-        __syncthreads();
+        cp_commit();
     };
 
+    /* The query rows' copies (one group), then the first tiles' behind them, in flight
+     * together; the rows must have landed before the first MMA. */
     long long rb = w0 / a.tiles, t = w0 % a.tiles;
     if (w0 < w1)
         load_q(rb);
     for (int s = 0; s < ST - 1; s++)
         issue();
+    cp_wait<ST - 1>();
+    proxy_fence();
+    __syncthreads();
 
     /* The document being folded (n, ending at token nend of the stream) and where this CTA's
      * part of the current stream began: a document that started before seg0 or goes on past the
@@ -322,11 +332,15 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         rmax[i] = -INFINITY;
 
     /* Document n's end: max over the 8 token rows of the lanes, then over the 4 warps of the
-     * warpgroup, through the stage of the tile just computed (no copy targets it until the next
-     * ST - 1 issues, each after a barrier). */
+     * warpgroup, through shared memory: with two warpgroups a buffer of its own (the other
+     * warpgroup may still be reading the tile), with one the stage of the tile just computed
+     * after a barrier (no copy targets it until the next ST - 1 issues, each after a barrier;
+     * no room for a buffer at two CTAs an SM). */
     auto emit = [&](int slot, bool split_head, bool split_tail) {
-        float(*s_red)[RB] = reinterpret_cast<float(*)[RB]>(smem + QBYTES + slot * TBYTES);
-        __syncthreads(); /* every warpgroup's MMAs are done reading the stage */
+        float(*s_red)[RB] =
+            reinterpret_cast<float(*)[RB]>(smem + QBYTES + (WGS > 1 ? ST : slot) * TBYTES);
+        if (WGS == 1)
+            __syncthreads(); /* all warps' MMAs are done reading the stage */
 #pragma unroll
         for (int i = 0; i < NB / 4; i++) {
             float m = rmax[i];
@@ -345,13 +359,21 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         for (int i = 0; i < NB / 4; i++)
             rmax[i] = -INFINITY;
         __syncthreads();
-        float *out = split_head || split_tail
-                         ? a.slots + (blockIdx.x * 2LL + (split_head ? 0 : 1)) * RB
-                         : s_red[0];
-        for (int c = tid; c < RB; c += T)
-            out[c] = fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
-        if (!split_head && !split_tail)
-            finish_block<RB>(a, rb, n, s_red[0], s_usum, s_uq, s_ur0);
+        float v[RB / T];
+#pragma unroll
+        for (int k = 0; k < RB / T; k++) {
+            const int c = tid + k * T;
+            v[k] = fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
+        }
+        if (split_head || split_tail) {
+            float *out = a.slots + (blockIdx.x * 2LL + (split_head ? 0 : 1)) * RB;
+#pragma unroll
+            for (int k = 0; k < RB / T; k++)
+                out[tid + k * T] = v[k];
+            __syncthreads(); /* s_red read by all before the next emit writes it */
+        } else {
+            finish_block<RB, T>(a, rb, n, v, s_usum, s_uq, s_ur0);
+        }
     };
 
     int c_slot = 0, last_slot = 0;
@@ -365,6 +387,9 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
             cp_wait<0>();
             __syncthreads();
             load_q(rb);
+            cp_wait<0>();
+            proxy_fence();
+            __syncthreads();
         }
         cp_wait<ST - 2>();
         proxy_fence();
@@ -393,61 +418,60 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         const long long rel = nend - base; /* > 0: document n has tokens from this tile on */
         const int hi = (int)min((long long)WG_TOK, total - base);
         const int tok = warp * 16 + g;
-        /* The common case: the whole tile is document n's, and each half folds as soon as its
-         * MMAs are done. The waits stay outside the branches: inside one, ptxas moved the
-         * second wait above the first half's fold (measured 10% slower). */
-        const bool whole = rel >= WG_TOK && hi == WG_TOK;
+        /* Half h's accumulators into rmax for the token rows in [lo, e): a thread's two rows
+         * (tok, tok + 8) are each in or out, so the fold is unmasked and a warp pays for the
+         * split only where the boundary falls among its 16 tokens. */
+        auto fold_half = [&](int h, int lo, int e) {
+            const bool v0 = tok >= lo && tok < e, v1 = tok + 8 >= lo && tok + 8 < e;
+            float *rm = rmax + 32 * h;
+            if (v0 && v1) {
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+#pragma unroll
+                    for (int x = 0; x < 2; x++)
+                        rm[2 * j + x] =
+                            fmaxf(rm[2 * j + x], fmaxf(acc[h][4 * j + x], acc[h][4 * j + 2 + x]));
+            } else if (v0) {
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+#pragma unroll
+                    for (int x = 0; x < 2; x++)
+                        rm[2 * j + x] = fmaxf(rm[2 * j + x], acc[h][4 * j + x]);
+            } else if (v1) {
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+#pragma unroll
+                    for (int x = 0; x < 2; x++)
+                        rm[2 * j + x] = fmaxf(rm[2 * j + x], acc[h][4 * j + 2 + x]);
+            }
+        };
+        /* Each half folds its rows of document n, [0, e0), as soon as its MMAs are done, the
+         * first while the second half's run. (The waits stay outside any branch: inside one,
+         * ptxas moved the second wait above the first half's fold, measured 10% slower.) */
+        const int e0 = (int)min(rel, (long long)hi);
 #pragma unroll
         for (int h = 0; h < H; h++) {
             if (h + 1 < H)
                 wg_wait<1>(acc[h]);
             else
                 wg_wait<0>(acc[h]);
-            if (whole) {
-                float *rm = rmax + 32 * h;
-#pragma unroll
-                for (int j = 0; j < 16; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        rm[2 * j + e] =
-                            fmaxf(rm[2 * j + e], fmaxf(acc[h][4 * j + e], acc[h][4 * j + 2 + e]));
-            }
+            fold_half(h, 0, e0);
         }
-        if (whole) {
-            if (rel == WG_TOK) {
-                emit(last_slot, n * a.ld < seg0, false);
-                n++;
-                nend += a.ld;
-            }
-        } else {
-            /* Documents end inside the tile, or the stream does: fold each document's rows
-             * [lo, e) and emit it, then the next one's. */
-            auto fold_range = [&](int lo, int e) {
-                const bool v0 = tok >= lo && tok < e, v1 = tok + 8 >= lo && tok + 8 < e;
+        /* Documents that end in the tile: emit each, fold the next one's rows. */
+        long long e = rel;
+        int lo = e0;
+        while (e <= hi) {
+            emit(last_slot, n * a.ld < seg0, false);
+            n++;
+            e += a.ld;
+            const int e1 = (int)min(e, (long long)hi);
+            if (lo < e1)
 #pragma unroll
                 for (int h = 0; h < H; h++)
-#pragma unroll
-                    for (int j = 0; j < 16; j++)
-#pragma unroll
-                        for (int x = 0; x < 2; x++)
-                            rmax[32 * h + 2 * j + x] =
-                                fmaxf(rmax[32 * h + 2 * j + x],
-                                      fmaxf(v0 ? acc[h][4 * j + x] : -INFINITY,
-                                            v1 ? acc[h][4 * j + 2 + x] : -INFINITY));
-            };
-            int lo = 0;
-            long long e = rel;
-            while (e <= hi) {
-                fold_range(lo, (int)e);
-                emit(last_slot, n * a.ld < seg0, false);
-                n++;
-                lo = (int)e;
-                e += a.ld;
-            }
-            nend = base + e;
-            if (lo < hi)
-                fold_range(lo, hi);
+                    fold_half(h, lo, e1);
+            lo = e1;
         }
+        nend = base + e;
     }
     /* The CTA's share ended inside document n: its maxima so far go to a slot. */
     if (w0 < w1 && n < a.nd && n * a.ld < t * WG_TOK)
@@ -465,7 +489,7 @@ template <int RB> __global__ void __launch_bounds__(RB) wgmma_merge_kernel(wg_ar
 {
 #ifdef WG_ARCH
     constexpr int UB = RB / 16;
-    __shared__ float s_m[RB], s_usum[UB];
+    __shared__ float s_usum[UB];
     __shared__ long long s_uq[UB];
     __shared__ int s_ur0[UB];
     const long long G = gridDim.x, c = blockIdx.x;
@@ -486,10 +510,10 @@ template <int RB> __global__ void __launch_bounds__(RB) wgmma_merge_kernel(wg_ar
             break;
         m = fmaxf(m, a.slots[k * 2 * RB + r]);
     }
-    s_m[r] = m;
+    const float v[1] = {m};
     unit_table<UB>(a, rb, s_uq, s_ur0);
     __syncthreads();
-    finish_block<RB>(a, rb, n, s_m, s_usum, s_uq, s_ur0);
+    finish_block<RB, RB>(a, rb, n, v, s_usum, s_uq, s_ur0);
 #endif
 }
 
@@ -519,7 +543,7 @@ template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 {
     constexpr int RB = NB * WGS;
     const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS>;
-    const int smem = KS * 16 * 2 * (RB + ST * WG_TOK);
+    const int smem = KS * 16 * 2 * (RB + ST * WG_TOK) + (WGS > 1 ? 4 * RB * 4 : 0);
     long long g = 0;
     int rc = kern_resident_ctas(fn, 128 * WGS, smem, &g);
     if (rc != KERN_OK)

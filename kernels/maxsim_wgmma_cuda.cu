@@ -531,14 +531,6 @@ __global__ void wgmma_parts_kernel(wg_args a)
     }
 }
 
-/* Documents without tokens: every score is the empty score. */
-__global__ void wgmma_empty_kernel(float *scores, long long n)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x)
-        scores[i] = KERN_EMPTY_SCORE;
-}
-
 template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 {
     constexpr int RB = NB * WGS;
@@ -653,12 +645,9 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
         a.nbq = (a.upq + ub - 1) / ub;
         a.nrb = a.nq * a.nbq;
     }
-    if (a.ld == 0) {
-        wgmma_empty_kernel<<<
-            (unsigned)(a.nq * a.nd / 256 + 1 < 4096 ? a.nq * a.nd / 256 + 1 : 4096), 256>>>(
-            a.scores, a.nq * a.nd);
-        KERN_CUDA_LAUNCHED("wgmma_empty_kernel");
-        return KERN_OK;
+    if (a.ld <= 0) { /* the dispatcher refuses empty documents before this */
+        kern_set_error("maxsim (cuda, wgmma): documents without tokens");
+        return KERN_EINVAL;
     }
     a.tiles = (a.nd * a.ld + WG_TOK - 1) / WG_TOK;
     a.work = a.nrb * a.tiles;

@@ -327,6 +327,8 @@ START_TEST(test_kernels_gpu_dense_wgmma)
         run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
         run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
         run_dense(KERN_BF16, 96, 4, 20, 100, 63, 2);
+        /* Work for one CTA (no split documents, no merge). */
+        run_dense(KERN_F16, 128, 3, 40, 1, 10, 2);
         /* The shapes above that took 512-row blocks (two warpgroups), with one-warpgroup
          * blocks of 256 rows forced. */
         kern_gpu_tune.wgmma_rows = 256;

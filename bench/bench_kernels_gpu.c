@@ -529,6 +529,45 @@ static const knob_variant dense_variants[] = {{&kern_gpu_tune.dense_path, 1, "mm
                                               {&kern_gpu_tune.wgmma_rows, 128, "r128"},
                                               {&kern_gpu_tune.wgmma_rows, 256, "r256"}};
 
+/* The issue's MaxSim shapes, named family_size (family_tag_size under a variant); ragged:
+ * bench_ragged's lengths, nd documents. */
+typedef struct ms_shape {
+    const char *family, *size;
+    int ragged;
+    size_t nq, lq, nd, ld;
+} ms_shape;
+
+static const ms_shape oneq_shapes[] = {{"rerank", "10k", 0, 1, 32, 10000, 300},
+                                       {"rerank", "1k", 0, 1, 32, 1000, 300},
+                                       {"ragged", "10k", 1, 1, 32, 10000, 0}};
+static const ms_shape dense_shapes[] = {{"multi", "32x10k", 0, 32, 32, 10000, 300},
+                                        {"colpali", "1k", 0, 1, 1024, 1000, 1030}};
+
+/* Each shape at the defaults, then each shape under each variant. */
+static void bench_shapes(const ms_shape *sh, size_t ns, const knob_variant *kv, size_t nv,
+                         const char *only, size_t l2)
+{
+    for (size_t v = 0; v <= nv; v++) {
+        if (v > 0)
+            *kv[v - 1].knob = kv[v - 1].value;
+        for (size_t i = 0; i < ns; i++) {
+            char nm[48];
+            if (v == 0)
+                snprintf(nm, sizeof nm, "%s_%s", sh[i].family, sh[i].size);
+            else
+                snprintf(nm, sizeof nm, "%s_%s_%s", sh[i].family, kv[v - 1].tag, sh[i].size);
+            if (!want(only, nm))
+                continue;
+            if (sh[i].ragged)
+                bench_ragged(nm, sh[i].nd, l2);
+            else
+                bench_dense(nm, sh[i].nq, sh[i].lq, sh[i].nd, sh[i].ld, l2);
+        }
+        if (v > 0)
+            *kv[v - 1].knob = 0;
+    }
+}
+
 /* ---- INT8 MaxSim ------------------------------------------------------------------------ */
 typedef struct i8_ctx {
     kern_varlen_i8 a[MAXSETS];
@@ -781,48 +820,15 @@ int main(int argc, char **argv)
     kern_gpu_free(cc.src), kern_gpu_free(cc.dst);
 
     const size_t l2 = (size_t)prop.l2CacheSize;
-    if (want(only, "rerank_10k"))
-        bench_dense("rerank_10k", 1, 32, 10000, 300, l2);
-    if (want(only, "rerank_1k"))
-        bench_dense("rerank_1k", 1, 32, 1000, 300, l2);
     /* A call's fixed cost (one document of 32 tokens) and the copy of the 1k shape's bytes. */
     if (want(only, "rerank_1doc"))
         bench_dense("rerank_1doc", 1, 32, 1, 32, l2);
     if (want(only, "floor_1k"))
         bench_copy_floor("floor_1k", 1000 * 300 * 128 * 2.0, "rerank_1k");
-    if (want(only, "ragged_10k"))
-        bench_ragged("ragged_10k", 10000, l2);
-    for (size_t v = 0; v < sizeof oneq_variants / sizeof oneq_variants[0]; v++) {
-        const knob_variant *kv = &oneq_variants[v];
-        char nm[3][48];
-        snprintf(nm[0], sizeof nm[0], "rerank_%s_10k", kv->tag);
-        snprintf(nm[1], sizeof nm[1], "rerank_%s_1k", kv->tag);
-        snprintf(nm[2], sizeof nm[2], "ragged_%s_10k", kv->tag);
-        *kv->knob = kv->value;
-        if (want(only, nm[0]))
-            bench_dense(nm[0], 1, 32, 10000, 300, l2);
-        if (want(only, nm[1]))
-            bench_dense(nm[1], 1, 32, 1000, 300, l2);
-        if (want(only, nm[2]))
-            bench_ragged(nm[2], 10000, l2);
-        *kv->knob = 0;
-    }
-    if (want(only, "multi_32x10k"))
-        bench_dense("multi_32x10k", 32, 32, 10000, 300, l2);
-    if (want(only, "colpali_1k"))
-        bench_dense("colpali_1k", 1, 1024, 1000, 1030, l2);
-    for (size_t v = 0; v < sizeof dense_variants / sizeof dense_variants[0]; v++) {
-        const knob_variant *kv = &dense_variants[v];
-        char nm[2][48];
-        snprintf(nm[0], sizeof nm[0], "multi_%s_32x10k", kv->tag);
-        snprintf(nm[1], sizeof nm[1], "colpali_%s_1k", kv->tag);
-        *kv->knob = kv->value;
-        if (want(only, nm[0]))
-            bench_dense(nm[0], 32, 32, 10000, 300, l2);
-        if (want(only, nm[1]))
-            bench_dense(nm[1], 1, 1024, 1000, 1030, l2);
-        *kv->knob = 0;
-    }
+    bench_shapes(oneq_shapes, sizeof oneq_shapes / sizeof oneq_shapes[0], oneq_variants,
+                 sizeof oneq_variants / sizeof oneq_variants[0], only, l2);
+    bench_shapes(dense_shapes, sizeof dense_shapes / sizeof dense_shapes[0], dense_variants,
+                 sizeof dense_variants / sizeof dense_variants[0], only, l2);
     for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
         char nm[3][48];
         snprintf(nm[0], sizeof nm[0], "plaid%s_10k", res_variants[v].suffix);

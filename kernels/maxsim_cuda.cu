@@ -768,13 +768,12 @@ int launch_stream_w(const ms_args &a, int wm, unsigned qblocks)
 /* The warp kernel on a persistent grid, its documents claimed from claim_cuda.cuh's counter. */
 template <bool BF16, int MT, int NCH, int NG> int launch_warp_ng(const ms_args &a)
 {
-    long long want = 0;
-    int rc = kern_resident_ctas((const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>, 128, 0, &want);
+    int blocks = 0;
+    int rc = kern_persistent_grid((const void *)maxsim_warp_kernel<BF16, MT, NCH, NG>, 128, 0,
+                                  (a.nd + 3) / 4, &blocks);
     if (rc != KERN_OK)
         return rc;
-    if (want > (a.nd + 3) / 4)
-        want = (a.nd + 3) / 4;
-    maxsim_warp_kernel<BF16, MT, NCH, NG><<<(unsigned)want, 128>>>(a);
+    maxsim_warp_kernel<BF16, MT, NCH, NG><<<blocks, 128>>>(a);
     KERN_CUDA_LAUNCHED("maxsim_warp_kernel");
     return KERN_OK;
 }

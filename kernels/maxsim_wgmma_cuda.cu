@@ -536,19 +536,17 @@ template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
     constexpr int RB = NB * WGS;
     const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS>;
     const int smem = KS * 16 * 2 * (RB + ST * WG_TOK) + (WGS > 1 ? 4 * RB * 4 : 0);
-    long long g = 0;
-    int rc = kern_resident_ctas(fn, 128 * WGS, smem, &g);
+    int g = 0;
+    int rc = kern_persistent_grid(fn, 128 * WGS, smem, a.work, &g);
     if (rc != KERN_OK)
         return rc;
-    if (g > a.work)
-        g = a.work;
     const size_t slot_bytes = (size_t)g * 2 * RB * sizeof(float);
     if ((rc = kern_scratch((void **)&a.slots, slot_bytes)) != KERN_OK)
         return rc;
-    maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS><<<(unsigned)g, 128 * WGS, smem>>>(a);
+    maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS><<<g, 128 * WGS, smem>>>(a);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && g > 1) {
-        wgmma_merge_kernel<RB><<<(unsigned)g, RB>>>(a);
+        wgmma_merge_kernel<RB><<<g, RB>>>(a);
         e = cudaGetLastError();
     }
     kern_scratch_free(a.slots, slot_bytes);

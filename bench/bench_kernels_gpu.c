@@ -12,7 +12,8 @@
  * bench/peers_maxsim.py measures it with PyTorch in the same run and reads this program's JSON.
  * The int8 shapes (i8_*) run on clustered data (--noise sets its spread), quantised on the
  * GPU, side by side with the bf16 kernel on the same data, each reporting recall@10 against
- * exact fp32 MaxSim. Prints a table; --json writes the same numbers.
+ * exact fp32 MaxSim; the FP8 shapes (fp8_*) likewise, e4m3 queries and documents on the
+ * FP8 tensor cores beside bf16. Prints a table; --json writes the same numbers.
  */
 #include "config.h"
 
@@ -778,6 +779,85 @@ static void bench_i8(const char *name, size_t nq, size_t nd, size_t ld, size_t l
     free(exact), free(s8), free(sb);
 }
 
+/*
+ * FP8 (e4m3) against bf16 on the same clustered data: nq queries of lq tokens x nd documents of
+ * ld tokens, d 128, dense (the FP8 tensor-core path on sm_90). Times both kernels side by side
+ * on nq queries; recall@10 of each against exact fp32 MaxSim (the fp32 CUDA-core path on the
+ * unrounded vectors) over rq >= nq queries, from untimed calls. The vectors are converted to
+ * e4m3 as they are (unit vectors need no scale).
+ */
+static void bench_fp8(const char *name, size_t nq, size_t lq, size_t nd, size_t ld, size_t rq,
+                      size_t l2_bytes)
+{
+    const size_t dim = 128, K = 1024, k = 10, tot = nd * ld, tq = rq * lq;
+    float *cent = malloc(K * dim * 4), *dh = malloc(tot * dim * 4), *qh = malloc(tq * dim * 4);
+    for (size_t i = 0; i < K * dim; i++)
+        cent[i] = normal_at(0xC0FFEEull + i);
+    fill_clustered(dh, tot, dim, cent, K, 3);
+    fill_clustered(qh, tq, dim, cent, K, 4);
+    uint8_t *d8 = malloc(tot * dim), *q8 = malloc(tq * dim);
+    uint16_t *db = malloc(tot * dim * 2), *qb = malloc(tq * dim * 2);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)(tot * dim); i++) {
+        d8[i] = kern_f32_to_e4m3(dh[i]);
+        db[i] = kern_f32_to_bf16(dh[i]);
+    }
+    for (size_t i = 0; i < tq * dim; i++) {
+        q8[i] = kern_f32_to_e4m3(qh[i]);
+        qb[i] = kern_f32_to_bf16(qh[i]);
+    }
+    float *scores;
+    KK(kern_gpu_malloc((void **)&scores, rq * nd * 4));
+
+    /* Exact scores of the rq queries. */
+    void *dd = upload(dh, tot * dim * 4), *qd = upload(qh, tq * dim * 4);
+    kern_dense ex = {KERN_F32, dim, qd, NULL, rq, lq, dd, NULL, nd, ld};
+    KK(kern_gpu_maxsim_dense(&ex, scores));
+    float *exact = download_scores(scores, rq * nd);
+    kern_gpu_free(dd), kern_gpu_free(qd);
+
+    static const struct {
+        kern_dtype t;
+        const char *tag;
+        size_t es;
+    } types[2] = {{KERN_E4M3, "", 1}, {KERN_BF16, "_bf16", 2}};
+    for (int ti = 0; ti < 2; ti++) {
+        const size_t es = types[ti].es;
+        const void *dsrc = ti == 0 ? (const void *)d8 : (const void *)db;
+        const void *qsrc = ti == 0 ? (const void *)q8 : (const void *)qb;
+        void *qdev = upload(qsrc, tq * dim * es);
+        dense_ctx c = {0};
+        c.nsets = tot * dim * es > 4 * l2_bytes ? 1 : MAXSETS;
+        c.scores = scores;
+        for (int s = 0; s < c.nsets; s++)
+            c.a[s] = (kern_dense){
+                types[ti].t, dim, qdev, NULL, nq, lq, upload(dsrc, tot * dim * es), NULL, nd, ld};
+        double spread, us = time_call(dense_call, &c, &spread);
+        /* Agreement over all rq queries (untimed). */
+        kern_dense r = c.a[0];
+        r.nq = rq;
+        KK(kern_gpu_maxsim_dense(&r, scores));
+        float *got = download_scores(scores, rq * nd);
+        const double rc = mean_recall(exact, got, rq, nd, k);
+        char nm[64], desc[160];
+        snprintf(nm, sizeof nm, "%s%s", name, types[ti].tag);
+        snprintf(desc, sizeof desc,
+                 "%s %zu q x %zu docs, Lq %zu, Ld %zu, d %zu%s; recall@10 %.3f over %zu queries",
+                 ti == 0 ? "fp8 e4m3" : "bf16 (same data)", nq, nd, lq, ld, dim,
+                 c.nsets > 1 ? ", 4 rotating sets" : "", rc, rq);
+        record(nm, desc, us, spread,
+               tot * dim * (double)es + nq * lq * dim * (double)es + nq * nd * 4.0,
+               2.0 * nq * lq * nd * ld * dim);
+        results[nresults - 1].recall = rc;
+        free(got);
+        for (int s = 0; s < c.nsets; s++)
+            kern_gpu_free((void *)c.a[s].d);
+        kern_gpu_free(qdev);
+    }
+    kern_gpu_free(scores);
+    free(cent), free(dh), free(qh), free(d8), free(q8), free(db), free(qb), free(exact);
+}
+
 int main(int argc, char **argv)
 {
     const char *json = NULL, *only = NULL;
@@ -827,6 +907,11 @@ int main(int argc, char **argv)
         bench_copy_floor("floor_1k", 1000 * 300 * 128 * 2.0, "rerank_1k");
     bench_shapes(oneq_shapes, sizeof oneq_shapes / sizeof oneq_shapes[0], oneq_variants,
                  sizeof oneq_variants / sizeof oneq_variants[0], only, l2);
+    if (want(only, "rerank_wg_10k")) { /* the wgmma kernel's 32-row block on bf16, forced */
+        kern_gpu_tune.dense_path = 2;
+        bench_dense("rerank_wg_10k", 1, 32, 10000, 300, l2);
+        kern_gpu_tune.dense_path = 0;
+    }
     bench_shapes(dense_shapes, sizeof dense_shapes / sizeof dense_shapes[0], dense_variants,
                  sizeof dense_variants / sizeof dense_variants[0], only, l2);
     for (size_t v = 0; v < sizeof res_variants / sizeof res_variants[0]; v++) {
@@ -857,6 +942,12 @@ int main(int argc, char **argv)
         bench_i8("i8_ragged_10k", 1, 10000, 0, l2);
     if (want(only, "i8_multi_32x10k"))
         bench_i8("i8_multi_32x10k", 32, 10000, 300, l2);
+    if (want(only, "fp8_rerank_10k"))
+        bench_fp8("fp8_rerank_10k", 1, 32, 10000, 300, 32, l2);
+    if (want(only, "fp8_multi_32x10k"))
+        bench_fp8("fp8_multi_32x10k", 32, 32, 10000, 300, 32, l2);
+    if (want(only, "fp8_colpali_1k"))
+        bench_fp8("fp8_colpali_1k", 1, 1024, 1000, 1030, 8, l2);
 
     if (json) {
         FILE *f = fopen(json, "w");

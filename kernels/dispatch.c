@@ -28,7 +28,7 @@ static int bad(const char *what)
 
 static int dtype_ok(kern_dtype t)
 {
-    return t == KERN_F32 || t == KERN_F16 || t == KERN_BF16;
+    return t == KERN_F32 || t == KERN_F16 || t == KERN_BF16 || t == KERN_E4M3;
 }
 
 int kern_maxsim_dense(kern_dev dev, const kern_dense *a, float *scores)

@@ -1,4 +1,5 @@
-/* dtype.c: element sizes and conversions between fp32 and the 16-bit float types. */
+/* dtype.c: element sizes and conversions between fp32 and the 16- and 8-bit float types. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -11,6 +12,8 @@ size_t kern_dtype_size(kern_dtype t)
     case KERN_F16:
     case KERN_BF16:
         return 2;
+    case KERN_E4M3:
+        return 1;
     }
     return 0;
 }
@@ -90,4 +93,42 @@ uint16_t kern_f32_to_f16(float f)
     /* Normal: rebias the exponent and round the mantissa to 10 bits, ties to even. */
     a += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u);
     return (uint16_t)(sign | (a >> 13));
+}
+
+float kern_e4m3_to_f32(uint8_t x)
+{
+    const float sign = (x & 0x80u) ? -1.0f : 1.0f;
+    const unsigned e = (x >> 3) & 0xfu, m = x & 7u;
+    if (e == 15 && m == 7)
+        return NAN;
+    if (e == 0) /* subnormal: m * 2^-9 */
+        return sign * ldexpf((float)m, -9);
+    return sign * ldexpf((float)(8 + m), (int)e - 10); /* (1 + m / 8) * 2^(e - 7) */
+}
+
+uint8_t kern_f32_to_e4m3(float f)
+{
+    uint32_t u = f32_bits(f);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return 0x7f;      /* NaN */
+    if (a >= 0x43e00000u) /* >= 448 (and infinity): saturate */
+        return (uint8_t)(sign | 0x7e);
+    if (a < 0x3c800000u) { /* below 2^-6: a multiple of 2^-9 (8 is the smallest normal) */
+        /* a * 2^9 < 8 is exact in fp32; round it to an integer, ties to even. */
+        const float x = bits_f32(a) * 512.0f;
+        uint32_t q = (uint32_t)x;
+        const float r = x - (float)q;
+        if (r > 0.5f || (r == 0.5f && (q & 1u)))
+            q++;
+        return (uint8_t)(sign | q);
+    }
+    /* Normal: round the mantissa to 3 bits (ties to even), then rebias 127 -> 7; a carry out
+     * of the mantissa moves the exponent up, which the add does by itself. */
+    a += 0x7ffffu + ((a >> 20) & 1u);
+    const uint32_t e = (a >> 23) - 120, m = (a >> 20) & 7u;
+    if (e > 15 || (e == 15 && m == 7))
+        return (uint8_t)(sign | 0x7e); /* rounded past 448 */
+    return (uint8_t)(sign | (e << 3) | m);
 }

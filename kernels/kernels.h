@@ -44,13 +44,20 @@ enum {
 /* Where a call runs. */
 typedef enum kern_dev { KERN_DEV_CPU = 0, KERN_DEV_CUDA = 1 } kern_dev;
 
-/* Element types of embeddings. Queries and documents of one call share one type. */
-typedef enum kern_dtype { KERN_F32 = 0, KERN_F16 = 1, KERN_BF16 = 2 } kern_dtype;
+/* Element types of embeddings. Queries and documents of one call share one type.
+ * KERN_E4M3: 8-bit floats (the "e4m3fn" format: sign, 4 exponent bits of bias 7, 3 mantissa
+ * bits; no infinities, 0x7f / 0xff are NaN, largest finite 448, smallest subnormal 2^-9). Its
+ * precision is relative (3 mantissa bits) across 2^-6 .. 448, so unit vectors need no scale;
+ * whoever scales the embeddings by s_q and s_d gets scores scaled by s_q * s_d. On the CPU, and
+ * on CUDA through an exact fp32 path, wherever the 16-bit types run; on Hopper (sm_90) dense
+ * calls without document masks at dim 64, 96 or 128 take the FP8 tensor cores (fp32
+ * accumulation of the exact products, at the rounding the tensor cores apply). */
+typedef enum kern_dtype { KERN_F32 = 0, KERN_F16 = 1, KERN_BF16 = 2, KERN_E4M3 = 3 } kern_dtype;
 
 /* The score of a document that has no valid token. */
 #define KERN_EMPTY_SCORE (-INFINITY)
 
-/* Bytes per element of a dtype (4, 2, 2), or 0 for an unknown one. */
+/* Bytes per element of a dtype (4, 2, 2, 1), or 0 for an unknown one. */
 size_t kern_dtype_size(kern_dtype t);
 
 /* Conversions between fp32 and the 16-bit types (round to nearest even). */
@@ -58,6 +65,10 @@ float kern_f16_to_f32(uint16_t h);
 uint16_t kern_f32_to_f16(float f);
 float kern_bf16_to_f32(uint16_t h);
 uint16_t kern_f32_to_bf16(float f);
+/* ... and e4m3: round to nearest, ties to even; beyond +-448 saturates to +-448 (the
+ * conversion the FP8 tensor-core kernels' users want: no value becomes NaN); NaN -> 0x7f. */
+float kern_e4m3_to_f32(uint8_t x);
+uint8_t kern_f32_to_e4m3(float f);
 
 /* Text of the last failure in this thread (CUDA error string and where), "" if none. */
 const char *kern_last_error(void);

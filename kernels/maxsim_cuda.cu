@@ -33,6 +33,7 @@
  * the CUDA cores: one CTA per (query, document) pair.
  */
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -697,6 +698,10 @@ template <int DT> __device__ __forceinline__ float load_elem(const void *p, long
 {
     if (DT == KERN_F32)
         return static_cast<const float *>(p)[i];
+    if (DT == KERN_E4M3) { /* exact: every e4m3 value is a half */
+        const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const uint8_t *>(p)[i], __NV_E4M3);
+        return __half2float(__half(h));
+    }
     uint32_t h = static_cast<const uint16_t *>(p)[i];
     if (DT == KERN_BF16)
         return __uint_as_float(h << 16);
@@ -859,6 +864,24 @@ template <bool BF16> int launch_mma(const ms_args &a, int mt, int nch, int wm, b
                      : launch_stream_nch<BF16, 2>(a, nch, wm, qblocks);
 }
 
+/* The wgmma path (dense queries and documents, no document masks, dim 64/96/128, sm_90a) for
+ * a call of input type dt: 1 and *rc its status when it ran the call, or when tune.dense_path 2
+ * forces it and it cannot (KERN_EINVAL, with why); 0 to take another path. */
+int try_wgmma(int dt, const ms_args &a, int *rc)
+{
+    wg_dense w = {dt, a.dim, a.q, a.qmask, a.nq, a.lq, a.d, a.nd, a.ld, a.scores};
+    const char *why = "varlen or masked documents";
+    if (!a.q_off && !a.d_off && !a.dmask && kern_wgmma_usable(&w, &why)) {
+        *rc = kern_wgmma_maxsim_dense(&w);
+        return 1;
+    }
+    if (kern_gpu_tune.dense_path != 2)
+        return 0;
+    kern_set_error("maxsim (cuda): the wgmma path cannot run this call: %s", why);
+    *rc = KERN_EINVAL;
+    return 1;
+}
+
 int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
 {
     cudaGetLastError(); /* a stale error of an earlier, unrelated call is not this call's */
@@ -870,6 +893,11 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
     const size_t es = kern_dtype_size(dtype);
     const bool aligned = ((uintptr_t)a.q % 16 == 0) && ((uintptr_t)a.d % 16 == 0);
     const bool fast = dtype != KERN_F32 && a.dim % 32 == 0 && aligned && es == 2;
+    int rc;
+    /* FP8: the Hopper tensor cores where the wgmma path takes the call, else the exact fp32
+     * path below. */
+    if (dtype == KERN_E4M3 && kern_gpu_tune.dense_path != 1 && try_wgmma(WG_E4M3, a, &rc))
+        return rc;
     if (fast) {
         const int c32 = a.dim / 32;
         const int nch = c32 % 4 == 0 ? 4 : c32 % 3 == 0 ? 3 : c32 % 2 == 0 ? 2 : 1;
@@ -886,17 +914,9 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
         /* On sm_90 the same shapes go to the warpgroup-MMA kernel (dense queries, no
          * document masks, dim 64/96/128); tune.dense_path 1 or 2 forces one of the two. */
         const int path = kern_gpu_tune.dense_path;
-        if ((tile && path != 1) || path == 2) {
-            wg_dense w = {dtype == KERN_BF16, a.dim, a.q, a.qmask, a.nq, a.lq,
-                          a.d,                a.nd,  a.ld, a.scores};
-            const char *why = "varlen or masked documents";
-            if (!a.q_off && !a.d_off && !a.dmask && kern_wgmma_usable(&w, &why))
-                return kern_wgmma_maxsim_dense(&w);
-            if (path == 2) {
-                kern_set_error("maxsim (cuda): the wgmma path cannot run this call: %s", why);
-                return KERN_EINVAL;
-            }
-        }
+        if (((tile && path != 1) || path == 2) &&
+            try_wgmma(dtype == KERN_BF16 ? WG_BF16 : WG_F16, a, &rc))
+            return rc;
         /* One query, one pass: the warp kernel (tune.stream_path 1 forces the CTA kernel). */
         const bool warp_ok = a.nq == 1 && c32 == nch && !tile && (max_lq < 0 || max_lq <= 16 * mt);
         const int sp = kern_gpu_tune.stream_path;
@@ -916,6 +936,9 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
         break;
     case KERN_F16:
         maxsim_simple_kernel<KERN_F16><<<grid, 128>>>(a);
+        break;
+    case KERN_E4M3:
+        maxsim_simple_kernel<KERN_E4M3><<<grid, 128>>>(a);
         break;
     default:
         maxsim_simple_kernel<KERN_BF16><<<grid, 128>>>(a);

@@ -6,8 +6,9 @@
  * (M = 64 tokens) and a block of NB query rows is its B (N = NB, 128 or 256), both read by the
  * tensor cores straight from shared memory. One warpgroup (128 threads) is a CTA; its NB query
  * rows stay in shared memory while the documents stream through a ring of 64-token tiles
- * (cp.async, two tiles ahead with three stages). A tile costs dim/16 wgmma instructions of
- * 64 x 128 x 16 for each 128 rows of the block, one commit group per 128 rows, then each thread
+ * (cp.async, two tiles ahead with three stages). A tile costs one wgmma instruction of
+ * 64 x 128 x (32 bytes of K: k16 of fp16/bf16, k32 of FP8 e4m3) per 32 bytes of a row for each
+ * 128 rows of the block, one commit group per 128 rows, then each thread
  * folds its accumulators into a running max per query row (the max is over tokens, the MMA's M:
  * a thread's two token rows per column fold in registers, the rest at the document's end
  * through shuffles and shared memory); the first half's fold runs while the second half's MMAs
@@ -16,7 +17,12 @@
  * Why swapped: with the queries as B, 256 rows share one load of each document tile (half the
  * L2 traffic of 128-row blocks) and the accumulators of a 64 x 256 tile fit one warpgroup.
  * Where there are 512 rows or more, a CTA is two such warpgroups with 256 rows each, sharing
- * every tile (half the L2 traffic again; one CTA an SM).
+ * every tile (half the L2 traffic again; one CTA an SM). A single query of up to 32 rows takes
+ * 32-row blocks (m64n32), so that no MMA or fold works on padding.
+ *
+ * FP8 (e4m3 queries and documents): the same kernel, byte for byte: the layout, the copies and
+ * the descriptors are in bytes, and a k32 step of e4m3 is 32 bytes like a k16 step of bf16; the
+ * MMA is the e4m3 one at twice the bf16 rate.
  *
  * Shared-memory layout (no swizzle, the "interleaved" canonical layout): a core matrix is 8 rows
  * x 16 bytes, stored as 128 contiguous bytes; core matrices adjacent in the row direction are
@@ -51,10 +57,10 @@ namespace
 constexpr int WG_TOK = 64; /* document tokens per tile: the MMA's M */
 
 struct wg_args {
-    const uint16_t *q;
+    const uint8_t *q; /* rows of dim elements, 2 or 1 bytes each */
     const uint8_t *qmask;
     long long nq, lq;
-    const uint16_t *d;
+    const uint8_t *d;
     long long nd, ld;
     float *scores;
     float *part;   /* [nq][nbq][nd] when queries span blocks */
@@ -114,20 +120,37 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
         "+f"(d[b + 6]), "+f"(d[b + 7])
 #define WG_F32(b) WG_F8(b), WG_F8(b + 8), WG_F8(b + 16), WG_F8(b + 24)
 #define WG_F64 WG_F32(0), WG_F32(32)
+#define WG_S16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define WG_F16V WG_F8(0), WG_F8(8)
 
-/* d (+)= A(desc) x B(desc): m64 x n128 x k16, fp32 accumulators; acc = 0 overwrites d. T: the
- * input type's PTX name. */
-#define WG_MMA128(T)                                                                               \
-    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                   \
-    "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " {" WG_S64                           \
-    "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-template <bool BF16>
+/* d (+)= A(desc) x B(desc): m64 x n128 (or n32) x 32 bytes of K (k16 of a 16-bit type, k32 of
+ * e4m3), fp32 accumulators; acc = 0 overwrites d. T: the input type's PTX name; the 16-bit
+ * types take the two (no-)transpose immediates, e4m3 has none. N: the accumulators' operands. */
+#define WG_MMA(NS, KS_, T, TAIL, R, A, B, P)                                                       \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                                \
+    "wgmma.mma_async.sync.aligned.m64" NS KS_ ".f32." T "." T " {" R "}, %" A ", %" B              \
+    ", p, 1, 1" TAIL ";\n}\n"
+#define WG_MMA128(K, T, TAIL) WG_MMA("n128", K, T, TAIL, WG_S64, "64", "65", "66")
+#define WG_MMA32(K, T, TAIL) WG_MMA("n32", K, T, TAIL, WG_S16, "16", "17", "18")
+template <int DT>
 __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db, int acc)
 {
-    if (BF16)
-        asm volatile(WG_MMA128("bf16") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+    if (DT == WG_BF16)
+        asm volatile(WG_MMA128("k16", "bf16", ", 0, 0") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+    else if (DT == WG_F16)
+        asm volatile(WG_MMA128("k16", "f16", ", 0, 0") : WG_F64 : "l"(da), "l"(db), "r"(acc));
     else
-        asm volatile(WG_MMA128("f16") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+        asm volatile(WG_MMA128("k32", "e4m3", "") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+}
+template <int DT>
+__device__ __forceinline__ void wg_mma(float (&d)[16], uint64_t da, uint64_t db, int acc)
+{
+    if (DT == WG_BF16)
+        asm volatile(WG_MMA32("k16", "bf16", ", 0, 0") : WG_F16V : "l"(da), "l"(db), "r"(acc));
+    else if (DT == WG_F16)
+        asm volatile(WG_MMA32("k16", "f16", ", 0, 0") : WG_F16V : "l"(da), "l"(db), "r"(acc));
+    else
+        asm volatile(WG_MMA32("k32", "e4m3", "") : WG_F16V : "l"(da), "l"(db), "r"(acc));
 }
 
 /* Waits until at most N of this warpgroup's MMA groups are pending; the accumulators of the
@@ -135,6 +158,10 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db,
 template <int N> __device__ __forceinline__ void wg_wait(float (&d)[64])
 {
     asm volatile("wgmma.wait_group.sync.aligned %64;\n" : WG_F64 : "n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait(float (&d)[16])
+{
+    asm volatile("wgmma.wait_group.sync.aligned %16;\n" : WG_F16V : "n"(N) : "memory");
 }
 
 __device__ __forceinline__ void wg_fence()
@@ -171,10 +198,6 @@ __device__ __forceinline__ void cp_commit()
 
 #endif /* WG_ARCH */
 
-/*
- * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per warpgroup; ST: tile stages; WGS:
- * warpgroups per CTA, each with its own NB rows of the block, all sharing the tiles.
- */
 #ifdef WG_ARCH
 /* The unit table of row block rb: unit -> query (-1 for padding) and its first row. */
 template <int UB>
@@ -194,17 +217,23 @@ __device__ __forceinline__ void unit_table(const wg_args &a, long long rb, long 
  * thread of a CTA of T threads calls it): padding and masked rows count 0, each 16-row unit
  * (16 lanes of a warp) is summed by a shuffle tree, then a query's units in order (or, for a
  * query that spans blocks, the block's units by one warp). Every sum has a fixed order. */
+template <int RB, int T> struct rows_per_thread {
+    static constexpr int K = RB >= T ? RB / T : 1; /* RB < T: threads tid < RB hold a row */
+};
+
 template <int RB, int T>
 __device__ __forceinline__ void finish_block(const wg_args &a, long long rb, long long n,
-                                             const float (&v)[RB / T], float *s_usum,
-                                             const long long *s_uq, const int *s_ur0)
+                                             const float (&v)[rows_per_thread<RB, T>::K],
+                                             float *s_usum, const long long *s_uq, const int *s_ur0)
 {
     constexpr int UB = RB / 16;
-    static_assert(T % 32 == 0 && RB % T == 0, "units are half-warps");
+    static_assert(T % 32 == 0 && RB % 32 == 0 && (RB % T == 0 || RB < T), "units are half-warps");
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < RB / T; k++) {
+    for (int k = 0; k < rows_per_thread<RB, T>::K; k++) {
         const int c = tid + k * T;
+        if (RB < T && c >= RB)
+            break; /* whole warps */
         const long long q = s_uq[c >> 4];
         const int r = s_ur0[c >> 4] + (c & 15);
         float x = q < 0 || r >= a.lq || (a.qmask && !a.qmask[q * a.lq + r]) ? 0.f : v[k];
@@ -242,20 +271,26 @@ __device__ __forceinline__ void finish_block(const wg_args &a, long long rb, lon
 #endif /* WG_ARCH */
 
 /*
- * BF16: bf16 or fp16; KS: dim / 16; NB: query rows per warpgroup; ST: tile stages; WGS:
- * warpgroups per CTA, each with its own NB rows of the block, all sharing the tiles.
+ * DT: WG_F16, WG_BF16 or WG_E4M3; KS: 32-byte K steps a row (dim / 16 of a 16-bit type, dim / 32
+ * of e4m3: the layout, the copies and the descriptors are the same in bytes); NB: query rows per
+ * warpgroup; ST: tile stages; WGS: warpgroups per CTA, each with its own NB rows of the block,
+ * all sharing the tiles.
  */
-template <bool BF16, int KS, int NB, int ST, int WGS>
-__global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kernel(wg_args a)
+template <int DT, int KS, int NB, int ST, int WGS>
+__global__ void __launch_bounds__(128 * WGS, WGS == 1 ? (NB == 32 ? 4 : 2) : 1)
+    maxsim_wgmma_kernel(wg_args a)
 {
 #ifdef WG_ARCH
     constexpr int T = 128 * WGS;               /* threads */
     constexpr int RB = NB * WGS;               /* query rows per block */
-    constexpr int DIM = KS * 16, KC = DIM / 8; /* 16-byte chunks per row */
-    constexpr int UB = RB / 16;                /* units per block */
+    constexpr int KV = rows_per_thread<RB, T>::K;
+    constexpr int NC = NB < 128 ? NB : 128;     /* query rows an MMA (its N): 128, or 32 */
+    constexpr int H = NB / NC;                  /* MMA groups a tile */
+    constexpr int ROW = KS * 32, KC = ROW / 16; /* bytes and 16-byte chunks a row */
+    constexpr int UB = RB / 16;                 /* units per block */
     constexpr int QSLAB = RB * 16, TSLAB = WG_TOK * 16;
     constexpr int QBYTES = KC * QSLAB, TBYTES = KC * TSLAB;
-    static_assert(TBYTES >= 4 * RB * (int)sizeof(float), "a stage holds the reduction");
+    static_assert(WGS > 1 || TBYTES >= 4 * RB * (int)sizeof(float), "a stage holds the reduction");
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_usum[UB];
     __shared__ long long s_uq[UB]; /* unit -> query, or -1 for padding */
@@ -280,11 +315,11 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
              * 2k + (tid & 1), k = p / 64, p / 64 + WGS, ... < KC / 2, of token p % 64 (the
              * stream's last token repeats past its end; masked later). */
             const int tok = (tid >> 1) & (WG_TOK - 1), lo = tid & 1, k0 = tid >> 7;
-            const uint16_t *src = a.d + min(l_t * WG_TOK + tok, total - 1) * DIM + lo * 8;
+            const uint8_t *src = a.d + min(l_t * WG_TOK + tok, total - 1) * ROW + lo * 16;
             const uint32_t dst = st + (uint32_t)l_slot * TBYTES + lo * TSLAB + tok * 16;
 #pragma unroll
             for (int k = k0; k < KC / 2; k += WGS)
-                cp16(dst + 2 * k * TSLAB, src + 2 * k * 8);
+                cp16(dst + 2 * k * TSLAB, src + 2 * k * 16);
             l_slot = l_slot + 1 == ST ? 0 : l_slot + 1;
             if (++l_t == a.tiles)
                 l_t = 0;
@@ -299,13 +334,15 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         unit_table<UB>(a, rb, s_uq, s_ur0);
         __syncthreads();
 #pragma unroll 4
-        for (int k = 0; k < RB * KC / T; k++) {
+        for (int k = 0; k < (RB * KC + T - 1) / T; k++) {
             const int i = tid + T * k;
+            if ((RB * KC) % T != 0 && i >= RB * KC)
+                break;
             const int row = (i >> 1) % RB, kc = (i / (2 * RB)) * 2 + (i & 1);
             const long long q = s_uq[row >> 4];
-            const uint16_t *src = a.q + kc * 8;
+            const uint8_t *src = a.q + kc * 16;
             if (q >= 0)
-                src += (q * a.lq + min((long long)s_ur0[row >> 4] + (row & 15), a.lq - 1)) * DIM;
+                src += (q * a.lq + min((long long)s_ur0[row >> 4] + (row & 15), a.lq - 1)) * ROW;
             cp16(sq + kc * QSLAB + row * 16, src);
         }
         cp_commit();
@@ -359,17 +396,19 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         for (int i = 0; i < NB / 4; i++)
             rmax[i] = -INFINITY;
         __syncthreads();
-        float v[RB / T];
+        float v[KV];
 #pragma unroll
-        for (int k = 0; k < RB / T; k++) {
-            const int c = tid + k * T;
+        for (int k = 0; k < KV; k++) {
+            const int c = RB < T ? min(tid, RB - 1) : tid + k * T; /* RB < T: spare threads
+                                                                       read a row, unused */
             v[k] = fmaxf(fmaxf(s_red[0][c], s_red[1][c]), fmaxf(s_red[2][c], s_red[3][c]));
         }
         if (split_head || split_tail) {
             float *out = a.slots + (blockIdx.x * 2LL + (split_head ? 0 : 1)) * RB;
 #pragma unroll
-            for (int k = 0; k < RB / T; k++)
-                out[tid + k * T] = v[k];
+            for (int k = 0; k < KV; k++)
+                if (RB >= T || tid < RB)
+                    out[tid + k * T] = v[k];
             __syncthreads(); /* s_red read by all before the next emit writes it */
         } else {
             finish_block<RB, T>(a, rb, n, v, s_usum, s_uq, s_ur0);
@@ -398,18 +437,18 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
         const uint32_t ta = st + (uint32_t)c_slot * TBYTES;
         last_slot = c_slot;
         c_slot = c_slot + 1 == ST ? 0 : c_slot + 1;
-        /* The block's rows in halves of 128 (m64n128k16), one commit group each: the
-         * first half's max folds while the second half's MMAs run. */
-        constexpr int H = NB / 128;
-        float acc[H][64];
+        /* The block's rows in halves of 128 (m64n128), one commit group each: the first
+         * half's max folds while the second half's MMAs run (a 32-row block: one m64n32). */
+        float acc[H][NC / 2];
         wg_fence();
 #pragma unroll
         for (int h = 0; h < H; h++) {
 #pragma unroll
             for (int s = 0; s < KS; s++)
-                wg_mma<BF16>(acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
-                             wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * 16) * 128, QSLAB, 128),
-                             s);
+                wg_mma<DT>(
+                    acc[h], wg_desc(ta + 2 * s * TSLAB, TSLAB, 128),
+                    wg_desc(sq + 2 * s * QSLAB + (wg * NB / 8 + h * (NC / 8)) * 128, QSLAB, 128),
+                    s);
             wg_commit();
         }
         /* acc[h][4j + e]: token warp*16 + g, query row NB*wg + 128h + 8j + 2*t4 + e;
@@ -423,23 +462,23 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) maxsim_wgmma_kern
          * split only where the boundary falls among its 16 tokens. */
         auto fold_half = [&](int h, int lo, int e) {
             const bool v0 = tok >= lo && tok < e, v1 = tok + 8 >= lo && tok + 8 < e;
-            float *rm = rmax + 32 * h;
+            float *rm = rmax + NC / 4 * h;
             if (v0 && v1) {
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < NC / 8; j++)
 #pragma unroll
                     for (int x = 0; x < 2; x++)
                         rm[2 * j + x] =
                             fmaxf(rm[2 * j + x], fmaxf(acc[h][4 * j + x], acc[h][4 * j + 2 + x]));
             } else if (v0) {
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < NC / 8; j++)
 #pragma unroll
                     for (int x = 0; x < 2; x++)
                         rm[2 * j + x] = fmaxf(rm[2 * j + x], acc[h][4 * j + x]);
             } else if (v1) {
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                for (int j = 0; j < NC / 8; j++)
 #pragma unroll
                     for (int x = 0; x < 2; x++)
                         rm[2 * j + x] = fmaxf(rm[2 * j + x], acc[h][4 * j + 2 + x]);
@@ -531,11 +570,11 @@ __global__ void wgmma_parts_kernel(wg_args a)
     }
 }
 
-template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
+template <int DT, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 {
     constexpr int RB = NB * WGS;
-    const void *fn = (const void *)maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS>;
-    const int smem = KS * 16 * 2 * (RB + ST * WG_TOK) + (WGS > 1 ? 4 * RB * 4 : 0);
+    const void *fn = (const void *)maxsim_wgmma_kernel<DT, KS, NB, ST, WGS>;
+    const int smem = KS * 32 * (RB + ST * WG_TOK) + (WGS > 1 ? 4 * RB * 4 : 0);
     int g = 0;
     int rc = kern_persistent_grid(fn, 128 * WGS, smem, a.work, &g);
     if (rc != KERN_OK)
@@ -543,7 +582,7 @@ template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
     const size_t slot_bytes = (size_t)g * 2 * RB * sizeof(float);
     if ((rc = kern_scratch((void **)&a.slots, slot_bytes)) != KERN_OK)
         return rc;
-    maxsim_wgmma_kernel<BF16, KS, NB, ST, WGS><<<g, 128 * WGS, smem>>>(a);
+    maxsim_wgmma_kernel<DT, KS, NB, ST, WGS><<<g, 128 * WGS, smem>>>(a);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && g > 1) {
         wgmma_merge_kernel<RB><<<g, RB>>>(a);
@@ -556,20 +595,31 @@ template <bool BF16, int KS, int NB, int ST, int WGS> int launch(wg_args a)
 }
 
 /* RB: query rows per block. 512: two warpgroups of 256 rows, one CTA an SM (128 KB of rows
- * and 4 stages at dim 128); 256: one warpgroup, two CTAs an SM, 3 stages (64 + 48 KB); 128:
- * three CTAs an SM, 2 stages. */
-template <bool BF16, int RB> int launch_ks(const wg_args &a, int ks)
+ * and 4 stages at dim 128 bf16); 256: one warpgroup, two CTAs an SM, 3 stages (64 + 48 KB);
+ * 128: three CTAs an SM, 2 stages; 32 (one m64n32 a tile, for a single query): small
+ * registers and shared memory, 4 stages, four or more CTAs an SM. e4m3 halves every byte figure
+ * (twice the stages in the same memory measured no faster: fewer is kept). */
+template <int DT, int RB> int launch_ks(const wg_args &a, int dim)
 {
     constexpr int NB = RB == 512 ? 256 : RB, WGS = RB / NB;
-    constexpr int ST = RB == 512 ? 4 : RB == 256 ? 3 : 2;
-    switch (ks) {
-    case 4:
-        return launch<BF16, 4, NB, ST, WGS>(a);
-    case 6:
-        return launch<BF16, 6, NB, ST, WGS>(a);
+    constexpr int ST = RB == 512 || RB == 32 ? 4 : RB == 256 ? 3 : 2;
+    constexpr int S = DT == WG_E4M3 ? 32 : 16; /* elements a 32-byte K step */
+    switch (dim) {
+    case 64:
+        return launch<DT, 64 / S, NB, ST, WGS>(a);
+    case 96:
+        return launch<DT, 96 / S, NB, ST, WGS>(a);
     default:
-        return launch<BF16, 8, NB, ST, WGS>(a);
+        return launch<DT, 128 / S, NB, ST, WGS>(a);
     }
+}
+
+template <int DT> int launch_dt(const wg_args &a, int rb, int dim)
+{
+    return rb == 512   ? launch_ks<DT, 512>(a, dim)
+           : rb == 256 ? launch_ks<DT, 256>(a, dim)
+           : rb == 128 ? launch_ks<DT, 128>(a, dim)
+                       : launch_ks<DT, 32>(a, dim);
 }
 
 } // namespace
@@ -605,7 +655,8 @@ int kern_wgmma_usable(const wg_dense *a, const char **why)
      * documents (the call's memory stays within its inputs). */
     const long long upq = (a->lq + 15) / 16;
     const long long nbq = (upq + 15) / 16;
-    if (nbq > 1 && a->nq * nbq * a->nd * 4 > a->nd * a->ld * a->dim * 2 / 64) {
+    if (nbq > 1 &&
+        a->nq * nbq * a->nd * 4 > a->nd * a->ld * a->dim * (a->dt == WG_E4M3 ? 1 : 2) / 64) {
         *why = "long queries would need too much scratch";
         return 0;
     }
@@ -617,24 +668,26 @@ int kern_wgmma_usable(const wg_dense *a, const char **why)
 int kern_wgmma_maxsim_dense(const wg_dense *d)
 {
     wg_args a = {};
-    a.q = static_cast<const uint16_t *>(d->q);
+    a.q = static_cast<const uint8_t *>(d->q);
     a.qmask = d->qmask;
     a.nq = d->nq;
     a.lq = d->lq;
-    a.d = static_cast<const uint16_t *>(d->d);
+    a.d = static_cast<const uint8_t *>(d->d);
     a.nd = d->nd;
     a.ld = d->ld;
     a.scores = d->scores;
     if (a.nq == 0 || a.nd == 0)
         return KERN_OK;
     a.upq = (int)((a.lq + 15) / 16);
-    /* Rows a block: 128 when all rows fit in one, 512 when there are 512 or more, else 256
-     * (tune.wgmma_rows overrides). */
+    /* Rows a block: 32 when all rows fit in 32 (one query: FP8 comes here, 16-bit types go to
+     * the mma.sync kernels unless forced), 128 when they fit in 128, 512 when there are 512 or
+     * more, else 256 (tune.wgmma_rows overrides). */
     const int tr = kern_gpu_tune.wgmma_rows;
-    const int nb = tr == 128 || tr == 256 || tr == 512 ? tr
-                   : a.nq * a.upq <= 8                 ? 128
-                   : a.nq * a.upq >= 32                ? 512
-                                                       : 256;
+    const int nb = tr == 32 || tr == 128 || tr == 256 || tr == 512 ? tr
+                   : a.nq * a.upq <= 2                             ? 32
+                   : a.nq * a.upq <= 8                             ? 128
+                   : a.nq * a.upq >= 32                            ? 512
+                                                                   : 256;
     const int ub = nb / 16;
     if (a.upq <= ub) {
         a.qpb = ub / a.upq;
@@ -656,13 +709,9 @@ int kern_wgmma_maxsim_dense(const wg_dense *d)
         if (rc != KERN_OK)
             return rc;
     }
-    const int ks = d->dim / 16;
-    int rc = d->bf16 ? (nb == 512   ? launch_ks<true, 512>(a, ks)
-                        : nb == 256 ? launch_ks<true, 256>(a, ks)
-                                    : launch_ks<true, 128>(a, ks))
-                     : (nb == 512   ? launch_ks<false, 512>(a, ks)
-                        : nb == 256 ? launch_ks<false, 256>(a, ks)
-                                    : launch_ks<false, 128>(a, ks));
+    int rc = d->dt == WG_BF16  ? launch_dt<WG_BF16>(a, nb, d->dim)
+             : d->dt == WG_F16 ? launch_dt<WG_F16>(a, nb, d->dim)
+                               : launch_dt<WG_E4M3>(a, nb, d->dim);
     if (rc == KERN_OK && !a.qpb) {
         const long long total = a.nq * a.nd;
         const unsigned blocks = (unsigned)(total / 256 + 1 < 4096 ? total / 256 + 1 : 4096);

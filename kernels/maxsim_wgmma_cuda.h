@@ -7,9 +7,12 @@
 
 #include <stdint.h>
 
+/* Input types of the path. */
+enum { WG_F16 = 0, WG_BF16 = 1, WG_E4M3 = 2 };
+
 typedef struct wg_dense {
-    int bf16; /* 1 bf16, 0 fp16 */
-    int dim;  /* 64, 96 or 128 */
+    int dt;  /* WG_F16, WG_BF16 or WG_E4M3 (queries and documents alike) */
+    int dim; /* 64, 96 or 128 */
     const void *q;
     const uint8_t *qmask; /* may be NULL */
     long long nq, lq;

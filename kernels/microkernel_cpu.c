@@ -529,8 +529,11 @@ void kern_to_f32(const kern_mk *mk, kern_dtype t, const void *src, float *dst, s
         memcpy(dst, src, n * sizeof(float));
     else if (t == KERN_F16)
         mk->f16(src, dst, n);
-    else
+    else if (t == KERN_BF16)
         mk->bf16(src, dst, n);
+    else
+        for (size_t i = 0; i < n; i++) /* E4M3: rare on the CPU, a plain loop */
+            dst[i] = kern_e4m3_to_f32(((const uint8_t *)src)[i]);
 }
 
 void kern_pack_panels(const kern_mk *mk, kern_dtype t, const void *const *rows, size_t n,

@@ -84,9 +84,12 @@ static void emb_rand(emb *e, kern_dtype t, size_t rows, size_t dim)
         } else if (t == KERN_F16) {
             ((uint16_t *)e->raw)[i] = kern_f32_to_f16(f);
             f = kern_f16_to_f32(((uint16_t *)e->raw)[i]);
-        } else {
+        } else if (t == KERN_BF16) {
             ((uint16_t *)e->raw)[i] = kern_f32_to_bf16(f);
             f = kern_bf16_to_f32(((uint16_t *)e->raw)[i]);
+        } else {
+            ((uint8_t *)e->raw)[i] = kern_f32_to_e4m3(f);
+            f = kern_e4m3_to_f32(((uint8_t *)e->raw)[i]);
         }
         e->val[i] = f;
     }
@@ -173,7 +176,8 @@ static const char *const isas[] = {"avx512", "avx2", "generic"};
         for (const char *name = isas[isa_i_];                                                      \
              name && kern_cpu_has_isa(name) && kern_cpu_force_isa(name) == KERN_OK; name = NULL)
 
-static const kern_dtype dtypes[] = {KERN_F32, KERN_F16, KERN_BF16};
+static const kern_dtype dtypes[] = {KERN_F32, KERN_F16, KERN_BF16, KERN_E4M3};
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
 
 /* ---- dense MaxSim --------------------------------------------------------------------------- */
 
@@ -222,7 +226,7 @@ START_TEST(test_kernels_dense_dims)
     rng_init();
     static const size_t dims[] = {64, 96, 128, 256, 320, 1024};
     for (size_t i = 0; i < 6; i++)
-        for (size_t k = 0; k < 3; k++)
+        for (size_t k = 0; k < NDTYPES; k++)
             check_dense(dtypes[k], dims[i], 2, urnd(1, 40), 4, urnd(1, 30), 1.0, 0.8);
 }
 END_TEST
@@ -235,6 +239,7 @@ START_TEST(test_kernels_dense_odd_dims)
     for (size_t i = 0; i < 4; i++) {
         check_dense(KERN_F32, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
         check_dense(KERN_BF16, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
+        check_dense(KERN_E4M3, dims[i], 2, urnd(1, 35), 3, urnd(1, 20), 0.9, 0.9);
     }
 }
 END_TEST
@@ -245,7 +250,7 @@ START_TEST(test_kernels_dense_query_mask)
     check_dense(KERN_F32, 128, 4, 32, 6, 20, 0.6, 1.0);
     /* Two-token queries, a third of their tokens valid: many queries have none at all, the
      * first of a call included, and the next query makes the first pass over a chunk. */
-    for (size_t k = 0; k < 3; k++)
+    for (size_t k = 0; k < NDTYPES; k++)
         check_dense(dtypes[k], 64, 9, 2, 5, 20, 0.3, 1.0);
 }
 END_TEST
@@ -276,7 +281,7 @@ END_TEST
 START_TEST(test_kernels_dense_lq1)
 {
     rng_init();
-    for (size_t k = 0; k < 3; k++)
+    for (size_t k = 0; k < NDTYPES; k++)
         check_dense(dtypes[k], 128, 3, 1, 7, 25, 1.0, 0.9);
 }
 END_TEST
@@ -471,6 +476,8 @@ START_TEST(test_kernels_varlen_dtypes)
     rng_init();
     check_varlen(KERN_F16, 128, 2, 32, 20, 40);
     check_varlen(KERN_BF16, 256, 2, 20, 15, 40);
+    check_varlen(KERN_E4M3, 128, 3, 32, 20, 40);
+    check_varlen(KERN_E4M3, 17, 2, 9, 11, 30); /* rows at odd addresses */
 }
 END_TEST
 
@@ -604,6 +611,71 @@ START_TEST(test_kernels_f16_exhaustive)
     }
     free(all);
     free(vec);
+}
+END_TEST
+
+/* e4m3 from its definition: (-1)^s * (e ? 1 + m / 8 : m / 8) * 2^(max(e, 1) - 7), NaN at
+ * e = 15, m = 7. */
+static double ref_e4m3(unsigned c)
+{
+    unsigned e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    double v = (e ? 1.0 + m / 8.0 : m / 8.0) * ldexp(1.0, (e ? (int)e : 1) - 7);
+    return (c & 0x80) ? -v : v;
+}
+
+/* The e4m3 code nearest to f (ties to the even code, which is the even mantissa), saturating
+ * at +-448, by search over every finite code. */
+static unsigned ref_to_e4m3(float f)
+{
+    if (isnan(f))
+        return 0x7f;
+    double a = fabs((double)f);
+    unsigned best = 0;
+    for (unsigned c = 1; c < 0x7f; c++) {
+        double eb = fabs(a - ref_e4m3(best)), ec = fabs(a - ref_e4m3(c));
+        if (ec < eb || (ec == eb && (c & 1) == 0 && (best & 1)))
+            best = c;
+    }
+    return (signbit(f) ? 0x80u : 0u) | best;
+}
+
+START_TEST(test_kernels_e4m3_conversions)
+{
+    /* Every code decodes to its definition's value and encodes back to itself. */
+    for (unsigned c = 0; c < 256; c++) {
+        double want = ref_e4m3(c);
+        float got = kern_e4m3_to_f32((uint8_t)c);
+        if (isnan(want)) {
+            ck_assert(isnan(got));
+            ck_assert_uint_eq(kern_f32_to_e4m3(got), 0x7f);
+            continue;
+        }
+        ck_assert_msg((double)got == want && !!signbit(got) == ((c & 0x80) != 0), "code %02x", c);
+        ck_assert_uint_eq(kern_f32_to_e4m3(got), c);
+    }
+    /* Rounding: the midpoints between neighbours (ties), their float neighbours, random floats
+     * of the magnitudes that matter and beyond (saturation, subnormals, zeros). */
+    for (unsigned c = 0; c < 0x7e; c++) {
+        float mid = (float)((ref_e4m3(c) + ref_e4m3(c + 1)) / 2); /* exact in fp32 */
+        float probes[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1000.0f)};
+        for (int k = 0; k < 3; k++) {
+            ck_assert_msg(kern_f32_to_e4m3(probes[k]) == ref_to_e4m3(probes[k]), "%a", probes[k]);
+            ck_assert_msg(kern_f32_to_e4m3(-probes[k]) == ref_to_e4m3(-probes[k]), "%a",
+                          -probes[k]);
+        }
+    }
+    rng_init();
+    for (int i = 0; i < 20000; i++) {
+        float f = (float)ldexp(frnd(), (int)urnd(0, 30) - 16);
+        ck_assert_msg(kern_f32_to_e4m3(f) == ref_to_e4m3(f), "float %a", f);
+    }
+    ck_assert_uint_eq(kern_f32_to_e4m3(INFINITY), 0x7e);
+    ck_assert_uint_eq(kern_f32_to_e4m3(-1e30f), 0xfe);
+    ck_assert_uint_eq(kern_f32_to_e4m3(NAN), 0x7f);
+    ck_assert_uint_eq(kern_f32_to_e4m3(1e-30f), 0x00);
+    ck_assert_uint_eq(kern_dtype_size(KERN_E4M3), 1);
 }
 END_TEST
 
@@ -1584,6 +1656,7 @@ static Suite *kernels_suite(void)
         {"varlen_bad_offsets", test_kernels_varlen_bad_offsets},
         {"f16_exhaustive", test_kernels_f16_exhaustive},
         {"bf16_rounding", test_kernels_bf16_rounding},
+        {"e4m3_conversions", test_kernels_e4m3_conversions},
         {"centroid_scores", test_kernels_centroid_scores},
         {"residual_bit_order", test_kernels_residual_bit_order},
         {"residual_nbits", test_kernels_residual_nbits},

@@ -106,10 +106,13 @@ static void *make_emb(kern_dtype t, size_t n, double *vals)
             uint16_t h = kern_f32_to_f16(f);
             memcpy(buf + 2 * i, &h, 2);
             vals[i] = kern_f16_to_f32(h);
-        } else {
+        } else if (t == KERN_BF16) {
             uint16_t h = kern_f32_to_bf16(f);
             memcpy(buf + 2 * i, &h, 2);
             vals[i] = kern_bf16_to_f32(h);
+        } else {
+            buf[i] = kern_f32_to_e4m3(f);
+            vals[i] = kern_e4m3_to_f32(buf[i]);
         }
     }
     return buf;
@@ -206,6 +209,25 @@ static float *host_poisoned(size_t n)
 /* Tolerances: inputs are exactly the rounded values, so only fp32 accumulation differs. */
 #define REL_TOL 2e-5
 #define AGG_TOL 1e-5
+/* FP8 on the tensor cores: the products are exact, but the MMA adds them at a precision of its
+ * own, below fp32's (about 2^-13 of the largest term a k32 step). 2^-10 of the magnitude bound
+ * holds that with room for dim 128's four steps; a wrong element or layout is off by O(1). */
+#define FP8_REL_TOL 1e-3
+#define FP8_AGG_TOL 5e-4
+
+/* Worst |got - ref| / magnitude seen on the FP8 tensor-core path (printed at the end). */
+static double fp8_worst;
+
+static int is_sm90(void)
+{
+    int major = 0, minor = 0, dev = 0;
+    ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
+    ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                     cudaSuccess);
+    ck_assert_int_eq(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
+                     cudaSuccess);
+    return major == 9 && minor == 0;
+}
 
 /* ---- dense ------------------------------------------------------------------------------ */
 static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd, size_t ld,
@@ -256,8 +278,16 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
     char what[128];
     snprintf(what, sizeof what, "dense dtype %d dim %zu nq %zu lq %zu nd %zu ld %zu masks %d",
              (int)t, dim, nq, lq, nd, ld, masks);
-    compare(what, got, ref, mag, nq * nd, REL_TOL, 1e-6, AGG_TOL);
-    compare_cpu(what, got, cpu, mag, nq * nd, 2 * REL_TOL, 2e-6);
+    /* FP8 takes the tensor cores where the wgmma path can run the call, else the exact path,
+     * held to the fp32 tolerance. */
+    const int tc = t == KERN_E4M3 && !dm && (dim == 64 || dim == 96 || dim == 128) &&
+                   kern_gpu_tune.dense_path != 1 && is_sm90();
+    const double rel = tc ? FP8_REL_TOL : REL_TOL;
+    compare(what, got, ref, mag, nq * nd, rel, 1e-6, tc ? FP8_AGG_TOL : AGG_TOL);
+    compare_cpu(what, got, cpu, mag, nq * nd, 2 * rel, 2e-6);
+    for (size_t i = 0; tc && i < nq * nd; i++)
+        if (mag[i] > 0 && fabs(got[i] - ref[i]) / mag[i] > fp8_worst)
+            fp8_worst = fabs(got[i] - ref[i]) / mag[i];
     kern_gpu_free((void *)a.q);
     kern_gpu_free((void *)a.d);
     kern_gpu_free((void *)a.qmask);
@@ -270,7 +300,7 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
 START_TEST(test_kernels_gpu_dense_matches_reference)
 {
     static const size_t dims[] = {64, 96, 128, 256, 1024};
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 4; t++) /* f32, f16, bf16, e4m3 */
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
             size_t dim = dims[i];
             size_t lq = (size_t)rng_int(1, dim >= 1024 ? 40 : 70);
@@ -279,7 +309,7 @@ START_TEST(test_kernels_gpu_dense_matches_reference)
                       (int)(rng_next() & 1));
         }
     /* Lq 1, Ld 1, and masks on a fixed small case of each dtype. */
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         run_dense((kern_dtype)t, 128, 1, 1, 3, 1, 0);
         run_dense((kern_dtype)t, 128, 3, 32, 7, 37, 1);
     }
@@ -338,6 +368,33 @@ START_TEST(test_kernels_gpu_dense_wgmma)
         run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
         run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
         kern_gpu_tune.wgmma_rows = 0;
+        /* FP8 (e4m3, 32-byte K steps of k32): the same kinds of work at each dim and block
+         * shape. */
+        run_dense(KERN_E4M3, 128, 9, 32, 37, 300, 0);
+        run_dense(KERN_E4M3, 64, 3, 40, 20, 65, 2);
+        run_dense(KERN_E4M3, 96, 2, 16, 50, 1, 0);
+        run_dense(KERN_E4M3, 128, 1, 700, 5, 150, 2);
+        run_dense(KERN_E4M3, 128, 1, 32, 3, 9000, 0);
+        run_dense(KERN_E4M3, 128, 1, 1024, 7, 1030, 2);
+        run_dense(KERN_E4M3, 64, 40, 16, 333, 5, 0);
+        run_dense(KERN_E4M3, 96, 4, 20, 100, 63, 2);
+        run_dense(KERN_E4M3, 128, 3, 40, 1, 10, 2);
+        kern_gpu_tune.wgmma_rows = 256;
+        run_dense(KERN_E4M3, 128, 1, 1024, 7, 1030, 2);
+        run_dense(KERN_E4M3, 96, 5000, 8, 3, 20, 0);
+        kern_gpu_tune.wgmma_rows = 128;
+        run_dense(KERN_E4M3, 128, 2, 32, 400, 300, 2);
+        /* 32-row blocks (one m64n32 a tile, fewer threads than rows' worth of a 128-row
+         * block): one query, two of 16 rows, one of 1 row, one longer than a block (parts),
+         * ragged splits among many CTAs, each dim. */
+        kern_gpu_tune.wgmma_rows = 32;
+        run_dense(KERN_BF16, 128, 1, 32, 500, 300, 0);
+        run_dense(KERN_F16, 64, 2, 16, 77, 65, 2);
+        run_dense(KERN_E4M3, 96, 1, 1, 40, 63, 0);
+        run_dense(KERN_E4M3, 128, 1, 100, 9, 150, 2);
+        run_dense(KERN_BF16, 96, 3, 20, 30, 9000 / 30, 0);
+        run_dense(KERN_E4M3, 64, 5, 32, 333, 5, 2);
+        kern_gpu_tune.wgmma_rows = 0;
     } else {
         /* Elsewhere the forced path is refused with a message, and nothing is written. */
         void *zeros = calloc(300 * 32 * 128, 2);
@@ -353,11 +410,20 @@ START_TEST(test_kernels_gpu_dense_wgmma)
         kern_gpu_free((void *)a.q), kern_gpu_free((void *)a.d), kern_gpu_free(sd);
         free(zeros), free(got);
     }
-    /* The mma.sync tile kernel on the same kind of shapes, forced. */
+    /* The mma.sync tile kernel on the same kind of shapes, forced (FP8 then takes the exact
+     * path). */
     kern_gpu_tune.dense_path = 1;
     run_dense(KERN_BF16, 128, 9, 32, 37, 300, 0);
     run_dense(KERN_F16, 64, 3, 40, 20, 65, 2);
+    run_dense(KERN_E4M3, 128, 3, 32, 20, 65, 2);
     kern_gpu_tune.dense_path = 0;
+    /* FP8 unforced: one query (the tensor cores where sm_90, a 128-row block mostly padding)
+     * and many. */
+    run_dense(KERN_E4M3, 128, 1, 32, 700, 120, 0);
+    run_dense(KERN_E4M3, 128, 40, 32, 60, 200, 2);
+    if (fp8_worst > 0)
+        printf("fp8 tensor-core path: worst |score - reference| = %.3g of the magnitude bound\n",
+               fp8_worst);
 }
 END_TEST
 
@@ -429,7 +495,7 @@ static void run_varlen(kern_dtype t, size_t dim, size_t nq, size_t nd, int maxq,
 START_TEST(test_kernels_gpu_varlen_matches_reference)
 {
     static const size_t dims[] = {64, 96, 128, 256, 1024};
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
             run_varlen((kern_dtype)t, dims[i], (size_t)rng_int(1, 6), (size_t)rng_int(3, 40),
                        dims[i] >= 1024 ? 20 : 60, dims[i] >= 1024 ? 40 : 300, 0);

@@ -132,25 +132,23 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
     ", p, 1, 1" TAIL ";\n}\n"
 #define WG_MMA128(K, T, TAIL) WG_MMA("n128", K, T, TAIL, WG_S64, "64", "65", "66")
 #define WG_MMA32(K, T, TAIL) WG_MMA("n32", K, T, TAIL, WG_S16, "16", "17", "18")
+/* The instruction of input type DT with the accumulator operands OUTS. */
+#define WG_MMA_DT(MMA, OUTS)                                                                       \
+    if (DT == WG_BF16)                                                                             \
+        asm volatile(MMA("k16", "bf16", ", 0, 0") : OUTS : "l"(da), "l"(db), "r"(acc));            \
+    else if (DT == WG_F16)                                                                         \
+        asm volatile(MMA("k16", "f16", ", 0, 0") : OUTS : "l"(da), "l"(db), "r"(acc));             \
+    else                                                                                           \
+        asm volatile(MMA("k32", "e4m3", "") : OUTS : "l"(da), "l"(db), "r"(acc))
 template <int DT>
 __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db, int acc)
 {
-    if (DT == WG_BF16)
-        asm volatile(WG_MMA128("k16", "bf16", ", 0, 0") : WG_F64 : "l"(da), "l"(db), "r"(acc));
-    else if (DT == WG_F16)
-        asm volatile(WG_MMA128("k16", "f16", ", 0, 0") : WG_F64 : "l"(da), "l"(db), "r"(acc));
-    else
-        asm volatile(WG_MMA128("k32", "e4m3", "") : WG_F64 : "l"(da), "l"(db), "r"(acc));
+    WG_MMA_DT(WG_MMA128, WG_F64);
 }
 template <int DT>
 __device__ __forceinline__ void wg_mma(float (&d)[16], uint64_t da, uint64_t db, int acc)
 {
-    if (DT == WG_BF16)
-        asm volatile(WG_MMA32("k16", "bf16", ", 0, 0") : WG_F16V : "l"(da), "l"(db), "r"(acc));
-    else if (DT == WG_F16)
-        asm volatile(WG_MMA32("k16", "f16", ", 0, 0") : WG_F16V : "l"(da), "l"(db), "r"(acc));
-    else
-        asm volatile(WG_MMA32("k32", "e4m3", "") : WG_F16V : "l"(da), "l"(db), "r"(acc));
+    WG_MMA_DT(WG_MMA32, WG_F16V);
 }
 
 /* Waits until at most N of this warpgroup's MMA groups are pending; the accumulators of the

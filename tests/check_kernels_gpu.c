@@ -329,71 +329,68 @@ END_TEST
 
 START_TEST(test_kernels_gpu_dense_wgmma)
 {
-    /* The warpgroup-MMA kernel (sm_90), forced: every block shape (128, 256 and 512 rows) and
-     * row-block layout. */
+    /* The warpgroup-MMA kernel (sm_90), forced: every block shape (32, 128, 256 and 512 rows),
+     * row-block layout and input type. */
     int major = 0, dev = 0;
     ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
     ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
                      cudaSuccess);
     kern_gpu_tune.dense_path = 2;
     if (major == 9) {
-        /* 256-row blocks of 8 whole queries, the last block part padding. */
-        run_dense(KERN_BF16, 128, 9, 32, 37, 300, 0);
-        /* 3 units a query (5 queries a block), query masks, a partial last tile. */
-        run_dense(KERN_F16, 64, 3, 40, 20, 65, 2);
-        /* 128-row blocks; 1-token documents. */
-        run_dense(KERN_BF16, 96, 2, 16, 50, 1, 0);
-        run_dense(KERN_F16, 128, 5, 7, 9, 64, 2);
-        /* Queries longer than a block: parts in scratch, added by the second kernel. */
-        run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
-        run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
-        /* More row blocks than resident CTAs: shares that cross from one row block's stream
-         * to the next, the query rows reloaded. */
-        run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
-        /* Documents longer than a CTA's share (split over many CTAs, merged from the slots);
-         * ColPali-like pages over shares that cross row blocks; many short documents a tile;
-         * documents of 63 tokens (every tile straddles one). */
-        run_dense(KERN_BF16, 128, 1, 32, 3, 9000, 0);
-        run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
-        run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
-        run_dense(KERN_BF16, 96, 4, 20, 100, 63, 2);
-        /* Work for one CTA (no split documents, no merge). */
-        run_dense(KERN_F16, 128, 3, 40, 1, 10, 2);
-        /* The shapes above that took 512-row blocks (two warpgroups), with one-warpgroup
-         * blocks of 256 rows forced. */
-        kern_gpu_tune.wgmma_rows = 256;
-        run_dense(KERN_BF16, 128, 1, 700, 5, 150, 2);
-        run_dense(KERN_F16, 128, 2, 300, 300, 64, 0);
-        run_dense(KERN_BF16, 64, 5000, 8, 3, 20, 0);
-        run_dense(KERN_BF16, 128, 1, 1024, 7, 1030, 2);
-        run_dense(KERN_F16, 64, 40, 16, 333, 5, 0);
-        kern_gpu_tune.wgmma_rows = 0;
-        /* FP8 (e4m3, 32-byte K steps of k32): the same kinds of work at each dim and block
-         * shape. */
-        run_dense(KERN_E4M3, 128, 9, 32, 37, 300, 0);
-        run_dense(KERN_E4M3, 64, 3, 40, 20, 65, 2);
-        run_dense(KERN_E4M3, 96, 2, 16, 50, 1, 0);
-        run_dense(KERN_E4M3, 128, 1, 700, 5, 150, 2);
-        run_dense(KERN_E4M3, 128, 1, 32, 3, 9000, 0);
-        run_dense(KERN_E4M3, 128, 1, 1024, 7, 1030, 2);
-        run_dense(KERN_E4M3, 64, 40, 16, 333, 5, 0);
-        run_dense(KERN_E4M3, 96, 4, 20, 100, 63, 2);
-        run_dense(KERN_E4M3, 128, 3, 40, 1, 10, 2);
-        kern_gpu_tune.wgmma_rows = 256;
-        run_dense(KERN_E4M3, 128, 1, 1024, 7, 1030, 2);
-        run_dense(KERN_E4M3, 96, 5000, 8, 3, 20, 0);
-        kern_gpu_tune.wgmma_rows = 128;
-        run_dense(KERN_E4M3, 128, 2, 32, 400, 300, 2);
-        /* 32-row blocks (one m64n32 a tile, fewer threads than rows' worth of a 128-row
-         * block): one query, two of 16 rows, one of 1 row, one longer than a block (parts),
-         * ragged splits among many CTAs, each dim. */
-        kern_gpu_tune.wgmma_rows = 32;
-        run_dense(KERN_BF16, 128, 1, 32, 500, 300, 0);
-        run_dense(KERN_F16, 64, 2, 16, 77, 65, 2);
-        run_dense(KERN_E4M3, 96, 1, 1, 40, 63, 0);
-        run_dense(KERN_E4M3, 128, 1, 100, 9, 150, 2);
-        run_dense(KERN_BF16, 96, 3, 20, 30, 9000 / 30, 0);
-        run_dense(KERN_E4M3, 64, 5, 32, 333, 5, 2);
+        /* Each case in its 16-bit type as listed, then again in FP8 (e4m3: k32 steps, half the
+         * bytes a row). wgmma_rows: 0 the default block shape, else forced. */
+        static const struct {
+            kern_dtype t;
+            size_t dim, nq, lq, nd, ld;
+            int masks, rows;
+        } cases[] = {
+            /* 256-row blocks of 8 whole queries, the last block part padding. */
+            {KERN_BF16, 128, 9, 32, 37, 300, 0, 0},
+            /* 3 units a query (5 queries a block), query masks, a partial last tile. */
+            {KERN_F16, 64, 3, 40, 20, 65, 2, 0},
+            /* 128-row blocks; 1-token documents. */
+            {KERN_BF16, 96, 2, 16, 50, 1, 0, 0},
+            {KERN_F16, 128, 5, 7, 9, 64, 2, 0},
+            /* Queries longer than a block: parts in scratch, added by the second kernel. */
+            {KERN_BF16, 128, 1, 700, 5, 150, 2, 0},
+            {KERN_F16, 128, 2, 300, 300, 64, 0, 0},
+            /* More row blocks than resident CTAs: shares that cross from one row block's
+             * stream to the next, the query rows reloaded. */
+            {KERN_BF16, 64, 5000, 8, 3, 20, 0, 0},
+            /* Documents longer than a CTA's share (split over many CTAs, merged from the
+             * slots); ColPali-like pages over shares that cross row blocks; many short
+             * documents a tile; documents of 63 tokens (every tile straddles one). */
+            {KERN_BF16, 128, 1, 32, 3, 9000, 0, 0},
+            {KERN_BF16, 128, 1, 1024, 7, 1030, 2, 0},
+            {KERN_F16, 64, 40, 16, 333, 5, 0, 0},
+            {KERN_BF16, 96, 4, 20, 100, 63, 2, 0},
+            /* Work for one CTA (no split documents, no merge). */
+            {KERN_F16, 128, 3, 40, 1, 10, 2, 0},
+            /* The shapes above that took 512-row blocks (two warpgroups), with one-warpgroup
+             * blocks of 256 rows forced. */
+            {KERN_BF16, 128, 1, 700, 5, 150, 2, 256},
+            {KERN_F16, 128, 2, 300, 300, 64, 0, 256},
+            {KERN_BF16, 64, 5000, 8, 3, 20, 0, 256},
+            {KERN_BF16, 128, 1, 1024, 7, 1030, 2, 256},
+            {KERN_F16, 64, 40, 16, 333, 5, 0, 256},
+            /* 128-row blocks forced on two whole queries. */
+            {KERN_BF16, 128, 2, 32, 400, 300, 2, 128},
+            /* 32-row blocks (one m64n32 a tile, fewer rows than threads): one query, two of
+             * 16 rows, one of 1 row, one longer than a block (parts), documents split among
+             * many CTAs, many short ones. */
+            {KERN_BF16, 128, 1, 32, 500, 300, 0, 32},
+            {KERN_F16, 64, 2, 16, 77, 65, 2, 32},
+            {KERN_BF16, 96, 1, 1, 40, 63, 0, 32},
+            {KERN_F16, 128, 1, 100, 9, 150, 2, 32},
+            {KERN_BF16, 96, 3, 20, 30, 300, 0, 32},
+            {KERN_F16, 64, 5, 32, 333, 5, 2, 32},
+        };
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                kern_gpu_tune.wgmma_rows = cases[i].rows;
+                run_dense(fp8 ? KERN_E4M3 : cases[i].t, cases[i].dim, cases[i].nq, cases[i].lq,
+                          cases[i].nd, cases[i].ld, cases[i].masks);
+            }
         kern_gpu_tune.wgmma_rows = 0;
     } else {
         /* Elsewhere the forced path is refused with a message, and nothing is written. */

@@ -509,9 +509,10 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
 /* The residual kernel's launch variants (kern_gpu_tune), each benchmarked under its own name. */
 static const struct {
     const char *suffix;
-    int tiles, pipe, ctas, sched;
-} res_variants[] = {{"", 0, 0, 0, 0},    {"_st", 0, 0, 0, 2}, {"_np", 0, 2, 0, 0},
-                    {"_c4", 0, 0, 4, 0}, {"_np4", 0, 2, 4, 0}, {"_t4", 4, 0, 0, 0}};
+    int tiles, pipe, ctas, sched, asmem;
+} res_variants[] = {{"", 0, 0, 0, 0, 0},    {"_st", 0, 0, 0, 2, 0},  {"_np", 0, 2, 0, 0, 0},
+                    {"_c4", 0, 0, 4, 0, 0}, {"_np4", 0, 2, 4, 0, 0}, {"_t4", 4, 0, 0, 0, 0},
+                    {"_ar", 0, 0, 0, 0, 2}, {"_a5", 0, 0, 5, 0, 0}};
 
 /* Single-knob variants of the MaxSim shapes (kern_gpu_tune field = value), each benchmarked
  * under the shape's name with the tag inserted: one-query shapes on each streaming kernel and
@@ -923,6 +924,7 @@ int main(int argc, char **argv)
         kern_gpu_tune.residual_pipe = res_variants[v].pipe;
         kern_gpu_tune.residual_ctas = res_variants[v].ctas;
         kern_gpu_tune.residual_sched = res_variants[v].sched;
+        kern_gpu_tune.residual_asmem = res_variants[v].asmem;
         if (want(only, nm[0]))
             bench_plaid(nm[0], 10000, 0);
         if (v == 0 && want(only, nm[1]))
@@ -931,6 +933,7 @@ int main(int argc, char **argv)
             bench_exact(nm[2], 64, 32768);
         kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
         kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_sched = 0;
+        kern_gpu_tune.residual_asmem = 0;
     }
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);

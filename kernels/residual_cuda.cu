@@ -183,15 +183,35 @@ __device__ __forceinline__ long long next_pair(const res_args &a, long long n, l
     return n;
 }
 
+/* The A fragment (k step kt, row tile mt) of a lane for the 32 query rows from r0 of q [lq,
+ * dim], fp16 pairs: rows g and g + 8, dims t4 * dpl + 4 kt .. + 3 (rows past lq are 0). */
+__device__ __forceinline__ uint4 a_frag(const float *qp, int lq, int dim, int r0, int mt, int kt,
+                                        int g, int t4)
+{
+    const int dj = t4 * (dim / 4) + kt * 4;
+    float x[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + mt * 16 + g + 8 * h;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            x[h][e] = r < lq ? qp[(long long)r * dim + dj + e] : 0.f;
+    }
+    return make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
+                      pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+}
+
 /*
  * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
  * packed bytes of each token. Persistent: warps walk the (query, document) pairs with a grid
  * stride. PIPE: software pipeline, the loads of the next RNG tiles (of this document, or of the
  * warp's next pair) are issued before the math of the current ones, so that a warp always has
  * a round trip to memory in flight; without it each step loads, waits, gathers, waits, then
- * computes. MINB: CTAs per SM the registers are fitted to.
+ * computes. MINB: CTAs per SM the registers are fitted to. AS: one query of at most 32 rows
+ * (q_off NULL, lq <= 32), its A fragments in shared memory, one copy for the CTA's warps,
+ * instead of 64 registers a thread: room for more warps an SM.
  */
-template <int NB, int KT, int RNG, bool PIPE, int MINB>
+template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS>
 __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_args a)
 {
     using tile_t = res_tile<NB, KT, RNG>;
@@ -209,6 +229,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
      * bytes (lanes l and l + 16 share a column and are the second wavefront anyway). The
      * offset of a lookup is one shift and one mask-or of the packed word (32 KB a CTA). */
     __shared__ __align__(16) uint2 s_b2[NB == 2 ? 256 * 16 : 1];
+    /* AS: fragment (mt, kt) of lane l at [(mt * KT + kt) * 32 + l], one 16-byte load. */
+    __shared__ __align__(16) uint4 s_af[AS ? MT * KT * 32 : 1];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const uint32_t lane16 = (uint32_t)(lane & 15);
     if (NB >= 4) {
@@ -239,13 +261,18 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
             }
         }
     }
+    if (AS && threadIdx.x < 32)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++)
+                s_af[(mt * KT + kt) * 32 + lane] = a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4);
     __syncthreads();
 
     const int dim = a.dim;
-    const int dpl = dim / 4; /* dims per lane */
     const int rbytes = dim * NB / 8;
     const long long warps = (long long)gridDim.x * RES_WARPS;
-    uint32_t af[MT][KT][4];
+    uint32_t af[AS ? 1 : MT][AS ? 1 : KT][4];
     bool have_a = false; /* A fragments of unit 0 of query last_q already in registers */
     long long last_q = -1;
 
@@ -275,26 +302,16 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         bool advanced = false; /* the next pair found and its first tiles loaded */
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
-            if (units > 1 || !have_a || qi != last_q) {
+            if (!AS && (units > 1 || !have_a || qi != last_q)) {
                 have_a = true;
                 last_q = qi;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int kt = 0; kt < KT; kt++) {
-                        const int dj = t4 * dpl + kt * 4;
-                        float x[2][4];
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = r0 + mt * 16 + g + 8 * h;
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                x[h][e] = r < lq ? qp[(long long)r * dim + dj + e] : 0.f;
-                        }
-                        af[mt][kt][0] = pack_h2(x[0][0], x[0][1]);
-                        af[mt][kt][1] = pack_h2(x[1][0], x[1][1]);
-                        af[mt][kt][2] = pack_h2(x[0][2], x[0][3]);
-                        af[mt][kt][3] = pack_h2(x[1][2], x[1][3]);
+                        const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4);
+                        uint32_t(&d)[4] = af[AS ? 0 : mt][AS ? 0 : kt];
+                        d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
                     }
             }
             float rmax[MT][2];
@@ -342,9 +359,25 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                 for (int j = 0; j < RNG; j++)
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-                        acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.f;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) { /* the centroid term: the MMAs add to it */
+                            acc[j][mt][2 * h] = qv[j][mt][h][0];
+                            acc[j][mt][2 * h + 1] = qv[j][mt][h][1];
+                        }
 #pragma unroll
                 for (int kt = 0; kt < KT; kt++) {
+                    uint32_t fa[MT][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        if (AS) {
+                            const uint4 f = s_af[(mt * KT + kt) * 32 + lane];
+                            fa[mt][0] = f.x, fa[mt][1] = f.y, fa[mt][2] = f.z, fa[mt][3] = f.w;
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                fa[mt][e] = af[AS ? 0 : mt][AS ? 0 : kt][e];
+                        }
+                    }
 #pragma unroll
                     for (int j = 0; j < RNG; j++) {
                         /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
@@ -380,8 +413,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                         }
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++)
-                            mma16816_f16(acc[j][mt], af[mt][kt][0], af[mt][kt][1], af[mt][kt][2],
-                                         af[mt][kt][3], b01, b23);
+                            mma16816_f16(acc[j][mt], fa[mt][0], fa[mt][1], fa[mt][2], fa[mt][3],
+                                         b01, b23);
                     }
                 }
 #pragma unroll
@@ -392,9 +425,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            const float s0 = (qv[j][mt][h][0] + acc[j][mt][2 * h]) * cur.nrm[j][0];
-                            const float s1 =
-                                (qv[j][mt][h][1] + acc[j][mt][2 * h + 1]) * cur.nrm[j][1];
+                            const float s0 = acc[j][mt][2 * h] * cur.nrm[j][0];
+                            const float s1 = acc[j][mt][2 * h + 1] * cur.nrm[j][1];
                             rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
                         }
                 }
@@ -479,16 +511,17 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
-template <int NB, int KT, int RNG, bool PIPE, int MINB> int launch_residual_k(const res_args &a)
+template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS = false>
+int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
-    if ((rc = kern_persistent_grid((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB>,
+    if ((rc = kern_persistent_grid((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS>,
                                    RES_WARPS * 32, 0, (a.nd + RES_WARPS - 1) / RES_WARPS,
                                    &blocks)) != KERN_OK)
         return rc;
     res_args b = a;
     b.claim = kern_gpu_tune.residual_sched != 2;
-    residual_mma_kernel<NB, KT, RNG, PIPE, MINB><<<blocks, RES_WARPS * 32>>>(b);
+    residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS><<<blocks, RES_WARPS * 32>>>(b);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
@@ -504,6 +537,11 @@ template <int NB, int KT> int launch_residual_kt(const res_args &a)
         return launch_residual_k<NB, KT, 2, true, 1>(a);
     const kern_gpu_tuning t = kern_gpu_tune;
     const bool pipe = t.residual_pipe != 2;
+    /* One query of up to 32 rows: A in shared memory, 4 CTAs an SM (5 by tune). */
+    if (!a.q_off && a.lq <= 32 && t.residual_asmem != 2 && !t.residual_tiles && !t.residual_pipe &&
+        (!t.residual_ctas || t.residual_ctas == 5))
+        return t.residual_ctas == 5 ? launch_residual_k<NB, KT, 2, true, 5, true>(a)
+                                    : launch_residual_k<NB, KT, 2, true, 4, true>(a);
     if (t.residual_tiles == 4)
         return pipe ? launch_residual_k<NB, KT, 4, true, 3>(a)
                     : launch_residual_k<NB, KT, 4, false, 3>(a);

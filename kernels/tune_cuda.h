@@ -13,8 +13,11 @@ extern "C" {
 typedef struct kern_gpu_tuning {
     int residual_tiles; /* residual kernel: 8-token tiles in flight per warp, 2 or 4 */
     int residual_pipe;  /* residual kernel: 1 pipelined (the default), 2 not */
-    int residual_ctas;  /* residual kernel: CTAs per SM its registers are fitted to, 3 (default) or 4 */
+    int residual_ctas;  /* residual kernel: CTAs per SM its registers are fitted to, 3 (default) or
+                           4;  one query with A in shared memory: 4 (default) or 5 */
     int residual_sched; /* residual kernel: 1 documents claimed from a counter (default), 2 grid stride */
+    int residual_asmem; /* residual kernel, one query of <= 32 rows: 1 A in shared memory (default),
+                           2 in registers (the batched calls' layout) */
     int i8_tiles;       /* int8 MaxSim kernel: 8-token tiles in flight per warp, 2 or 4 */
     int stream_tiles;   /* one-query warp kernel: 8-token tiles in flight per warp, 2 or 4 (default) */
     int stream_path;    /* one-query MaxSim: 1 the CTA-per-document kernel, 2 the warp-per-document

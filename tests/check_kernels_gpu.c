@@ -781,17 +781,21 @@ END_TEST
  * without rows among them; every launch variant of the kernel. */
 START_TEST(test_kernels_gpu_residual_variants_many_docs)
 {
+    /* asmem 2: one query's A fragments in registers (the default keeps them in shared memory
+     * where lq <= 32); ctas 5: the shared-memory variant fitted to 5 CTAs an SM. */
     static const struct {
-        int tiles, pipe, ctas, sched;
-    } v[] = {{0, 0, 0, 0}, {0, 0, 0, 2}, {0, 2, 0, 0}, {0, 2, 0, 2},
-             {0, 0, 4, 0}, {0, 2, 4, 2}, {4, 0, 0, 0}, {4, 2, 0, 2}};
+        int tiles, pipe, ctas, sched, asmem;
+    } v[] = {{0, 0, 0, 0, 0}, {0, 0, 0, 2, 0}, {0, 2, 0, 0, 0}, {0, 2, 0, 2, 0},
+             {0, 0, 4, 0, 0}, {0, 2, 4, 2, 0}, {4, 0, 0, 0, 0}, {4, 2, 0, 2, 0},
+             {0, 0, 0, 0, 2}, {0, 0, 5, 0, 0}, {0, 0, 5, 2, 0}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         kern_gpu_tune.residual_tiles = v[i].tiles;
         kern_gpu_tune.residual_pipe = v[i].pipe;
         kern_gpu_tune.residual_ctas = v[i].ctas;
         kern_gpu_tune.residual_sched = v[i].sched;
-        fprintf(stderr, "variant tiles %d pipe %d ctas %d sched %d\n", v[i].tiles, v[i].pipe,
-                v[i].ctas, v[i].sched);
+        kern_gpu_tune.residual_asmem = v[i].asmem;
+        fprintf(stderr, "variant tiles %d pipe %d ctas %d sched %d asmem %d\n", v[i].tiles,
+                v[i].pipe, v[i].ctas, v[i].sched, v[i].asmem);
         run_residual(128, 2, 4, 5000, 32, 24);
         run_residual(64, 1, 2, 4000, 40, 19);
         run_residual(96, 4, 4, 3000, 7, 33);
@@ -800,7 +804,7 @@ START_TEST(test_kernels_gpu_residual_variants_many_docs)
     }
     kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
     kern_gpu_tune.residual_sched = 0;
-    kern_gpu_tune.residual_ctas = 0;
+    kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_asmem = 0;
 }
 END_TEST
 

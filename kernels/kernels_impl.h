@@ -47,6 +47,13 @@ int kern_gpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t 
                        float *val);
 int kern_gpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores);
 int kern_gpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t *q, float *scales);
+/* FP8 (e4m3) MaxSim on the int8 kernel's streaming design, for calls with few query rows: usable
+ * where dim is a multiple of 64 up to 256, the embeddings 16-byte aligned and the device sm_89 or
+ * later. Offsets NULL: dense, every query lq rows and every document ld tokens. */
+int kern_gpu_e4m3_stream_usable(size_t dim, const void *q, const void *d);
+int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq, size_t lq,
+                                const void *d, const int64_t *d_off, size_t nd, size_t ld,
+                                size_t dim, float *scores);
 int kern_gpu_nearest_centroid(const float *x, size_t n, const float *centroids,
                               size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 int kern_gpu_device_count(void);

@@ -894,10 +894,22 @@ int run_maxsim(kern_dtype dtype, ms_args a, long long max_lq)
     const bool aligned = ((uintptr_t)a.q % 16 == 0) && ((uintptr_t)a.d % 16 == 0);
     const bool fast = dtype != KERN_F32 && a.dim % 32 == 0 && aligned && es == 2;
     int rc;
-    /* FP8: the Hopper tensor cores where the wgmma path takes the call, else the exact fp32
-     * path below. */
-    if (dtype == KERN_E4M3 && kern_gpu_tune.dense_path != 1 && try_wgmma(WG_E4M3, a, &rc))
-        return rc;
+    if (dtype == KERN_E4M3) {
+        /* FP8: many query rows a document (8 or more units of 32, dense) go to the wgmma kernel
+         * on sm_90; few rows to the streaming e4m3 mma.sync kernel (sm_89+, no masks); the
+         * rest to the wgmma kernel where it can take them, else to the exact fp32 path below.
+         * tune.dense_path 2 forces the wgmma kernel, 1 keeps calls off it. */
+        const int path = kern_gpu_tune.dense_path;
+        const bool many = max_lq >= 0 && a.nq * ((max_lq + 31) / 32) >= 8;
+        if ((path == 2 || (many && path != 1)) && try_wgmma(WG_E4M3, a, &rc))
+            return rc;
+        if (!a.qmask && !a.dmask && kern_gpu_e4m3_stream_usable((size_t)a.dim, a.q, a.d))
+            return kern_gpu_maxsim_e4m3_stream(a.q, a.q_off, (size_t)a.nq, (size_t)a.lq, a.d,
+                                               a.d_off, (size_t)a.nd, (size_t)a.ld, (size_t)a.dim,
+                                               a.scores);
+        if (path != 1 && try_wgmma(WG_E4M3, a, &rc))
+            return rc;
+    }
     if (fast) {
         const int c32 = a.dim / 32;
         const int nch = c32 % 4 == 0 ? 4 : c32 % 3 == 0 ? 3 : c32 % 2 == 0 ? 2 : 1;

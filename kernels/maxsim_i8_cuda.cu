@@ -19,6 +19,11 @@
  *
  * Everything else (other dims, misaligned pointers) takes a plain CUDA-core kernel: one CTA per
  * (document, query) pair, exact integer dots.
+ *
+ * FP8 (e4m3 queries and documents, no scales): the same streaming kernel with the e4m3 MMA
+ * (m16n8k32, fp32 accumulators; sm_89 and later), for calls with few query rows, where
+ * maxsim_cuda.cu sends them (dense or varlen; the many-row calls take the wgmma kernel). Dense
+ * calls pass no offsets: query q is rows [q * lq, (q + 1) * lq), document n likewise with ld.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -30,14 +35,14 @@ namespace
 {
 
 struct i8_args {
-    const int8_t *q;
-    const float *qs;
-    const int64_t *q_off;
-    long long nq;
+    const int8_t *q;      /* int8, or e4m3 bytes */
+    const float *qs;      /* NULL for e4m3 */
+    const int64_t *q_off; /* NULL: every query lq rows */
+    long long nq, lq;
     const int8_t *d;
     const float *ds;
-    const int64_t *d_off;
-    long long nd;
+    const int64_t *d_off; /* NULL: every document ld tokens */
+    long long nd, ld;
     int dim;
     float *scores;
     int qchunk;
@@ -47,14 +52,14 @@ constexpr int I8_QCHUNK = 64;
 
 __device__ __forceinline__ void i8_query(const i8_args &a, long long q, long long *s, int *len)
 {
-    *s = a.q_off[q];
-    *len = (int)(a.q_off[q + 1] - *s);
+    *s = a.q_off ? a.q_off[q] : q * a.lq;
+    *len = (int)(a.q_off ? a.q_off[q + 1] - *s : a.lq);
 }
 
 __device__ __forceinline__ void i8_doc(const i8_args &a, long long n, long long *s, int *len)
 {
-    *s = a.d_off[n];
-    *len = (int)(a.d_off[n + 1] - *s);
+    *s = a.d_off ? a.d_off[n] : n * a.ld;
+    *len = (int)(a.d_off ? a.d_off[n + 1] - *s : a.ld);
 }
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -65,6 +70,29 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+/* e4m3 x e4m3 -> fp32 (sm_89 and later; elsewhere never launched). */
+__device__ __forceinline__ void mma_s8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+    __trap();
+#endif
+}
+
+/* The accumulators of a k32 MMA: int32 for int8, fp32 for e4m3. */
+template <bool FP8> struct acc_type {
+    typedef int type;
+};
+template <> struct acc_type<true> {
+    typedef float type;
+};
 
 /* Exact for |v| <= 2^22: 1.5 * 2^23 + v is representable with unit spacing. */
 __device__ __forceinline__ float i2f_exact(int v)
@@ -77,7 +105,7 @@ __device__ __forceinline__ uint4 ldg16(const int8_t *p)
     return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
-template <int MT, int NCH>
+template <int MT, int NCH, bool FP8>
 __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], float (&qsc)[MT][2],
                                        const i8_args &a, long long qstart, int r0, int qlen, int g,
                                        int t4)
@@ -87,7 +115,7 @@ __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], float (&qsc)[MT]
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const long long r = qstart + min(r0 + mt * 16 + g + 8 * h, qlen - 1);
-            qsc[mt][h] = a.qs[r];
+            qsc[mt][h] = FP8 ? 1.f : a.qs[r];
 #pragma unroll
             for (int c = 0; c < NCH; c++)
                 af[mt][c][h] = ldg16(a.q + r * a.dim + c * 64 + t4 * 16);
@@ -96,7 +124,7 @@ __device__ __forceinline__ void load_a(uint4 (&af)[MT][NCH][2], float (&qsc)[MT]
 
 /* B fragments of NG 8-token tiles from tok0, and the scales of the two token columns each lane
  * accumulates (tokens clamped to the last; masked when folded). */
-template <int NG, int NCH>
+template <int NG, int NCH, bool FP8>
 __device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], float (&bsc)[NG][2], const i8_args &a,
                                        long long dstart, int tok0, int dlen, int g, int t4)
 {
@@ -107,13 +135,13 @@ __device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], float (&bsc)[NG][2]
         for (int c = 0; c < NCH; c++)
             bf[j][c] = ldg16(a.d + t * a.dim + c * 64 + t4 * 16);
         const int tc = tok0 + j * 8 + 2 * t4;
-        bsc[j][0] = __ldg(a.ds + dstart + min(tc, dlen - 1));
-        bsc[j][1] = __ldg(a.ds + dstart + min(tc + 1, dlen - 1));
+        bsc[j][0] = FP8 ? 1.f : __ldg(a.ds + dstart + min(tc, dlen - 1));
+        bsc[j][1] = FP8 ? 1.f : __ldg(a.ds + dstart + min(tc + 1, dlen - 1));
     }
 }
 
-template <int MT, int NG, int NCH>
-__device__ __forceinline__ void mma_chunks(int (&acc)[MT][NG][4], const uint4 (&af)[MT][NCH][2],
+template <int MT, int NG, int NCH, typename A>
+__device__ __forceinline__ void mma_chunks(A (&acc)[MT][NG][4], const uint4 (&af)[MT][NCH][2],
                                            const uint4 (&bf)[NG][NCH])
 {
 #pragma unroll
@@ -133,8 +161,18 @@ __device__ __forceinline__ void mma_chunks(int (&acc)[MT][NG][4], const uint4 (&
     }
 }
 
-template <int MT, int NG>
-__device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const int (&acc)[MT][NG][4],
+/* The score of an accumulator: int8's scaled after the exact conversion, e4m3's as it is. */
+__device__ __forceinline__ float acc_score(float sc, int v)
+{
+    return sc * i2f_exact(v);
+}
+__device__ __forceinline__ float acc_score(float, float v)
+{
+    return v;
+}
+
+template <int MT, int NG, typename A>
+__device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const A (&acc)[MT][NG][4],
                                          const float (&qsc)[MT][2], const float (&bsc)[NG][2],
                                          int tok0, int dlen, int t4)
 {
@@ -146,8 +184,8 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const int (&acc)[
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float s0 = (qsc[mt][h] * bsc[j][0]) * i2f_exact(acc[mt][j][2 * h]);
-                const float s1 = (qsc[mt][h] * bsc[j][1]) * i2f_exact(acc[mt][j][2 * h + 1]);
+                const float s0 = acc_score(qsc[mt][h] * bsc[j][0], acc[mt][j][2 * h]);
+                const float s1 = acc_score(qsc[mt][h] * bsc[j][1], acc[mt][j][2 * h + 1]);
                 rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY));
             }
     }
@@ -159,9 +197,10 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const int (&acc)[
  * documents; when the CTA's query units fit in one round, A stays in registers throughout and
  * the last group of a document prefetches the first of the CTA's next one.
  */
-template <int MT, int NCH, int NG, int W>
+template <int MT, int NCH, int NG, int W, bool FP8>
 __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_args a, int wm_count)
 {
+    typedef typename acc_type<FP8>::type acc_t;
     constexpr int RM = 16 * MT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -200,7 +239,7 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_a
             qi++;
         i8_query(a, q0 + qi, &qstart, &qlen);
         r0 = (wm - s_ufirst[qi]) * RM;
-        load_a<MT, NCH>(af, qsc, a, qstart, r0, qlen, g, t4);
+        load_a<MT, NCH, FP8>(af, qsc, a, qstart, r0, qlen, g, t4);
     }
 
     uint4 nb[NG][NCH];
@@ -227,12 +266,12 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_a
                         qi++;
                     i8_query(a, q0 + qi, &qstart, &qlen);
                     r0 = (u - s_ufirst[qi]) * RM;
-                    load_a<MT, NCH>(af, qsc, a, qstart, r0, qlen, g, t4);
+                    load_a<MT, NCH, FP8>(af, qsc, a, qstart, r0, qlen, g, t4);
                 }
                 const int step = WN * NG * 8;
                 int tok0 = wn * NG * 8;
                 if (tok0 < dlen && !have_nb)
-                    load_b<NG, NCH>(nb, nsc, a, dstart, tok0, dlen, g, t4);
+                    load_b<NG, NCH, FP8>(nb, nsc, a, dstart, tok0, dlen, g, t4);
                 have_nb = false;
                 for (; tok0 < dlen; tok0 += step) {
                     uint4 bf[NG][NCH];
@@ -246,17 +285,17 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_a
                             bf[j][c] = nb[j][c];
                     }
                     if (tok0 + step < dlen) {
-                        load_b<NG, NCH>(nb, nsc, a, dstart, tok0 + step, dlen, g, t4);
+                        load_b<NG, NCH, FP8>(nb, nsc, a, dstart, tok0 + step, dlen, g, t4);
                     } else if (resident && n + gridDim.x < a.nd) {
                         long long ns;
                         int nl;
                         i8_doc(a, n + gridDim.x, &ns, &nl);
                         if (wn * NG * 8 < nl) {
-                            load_b<NG, NCH>(nb, nsc, a, ns, wn * NG * 8, nl, g, t4);
+                            load_b<NG, NCH, FP8>(nb, nsc, a, ns, wn * NG * 8, nl, g, t4);
                             have_nb = true;
                         }
                     }
-                    int acc[MT][NG][4];
+                    acc_t acc[MT][NG][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -349,28 +388,50 @@ __global__ void maxsim_i8_simple_kernel(i8_args a)
         a.scores[q * a.nd + n] = dlen > 0 ? sum : KERN_EMPTY_SCORE;
 }
 
-template <int MT, int NCH, int NG> int launch_i8_ng(const i8_args &a, int wm, unsigned qblocks)
+template <int MT, int NCH, int NG, bool FP8>
+int launch_i8_ng(const i8_args &a, int wm, unsigned qblocks)
 {
     constexpr int W = 4;
     long long want = 0;
-    int rc = kern_resident_ctas((const void *)maxsim_i8_kernel<MT, NCH, NG, W>, W * 32, 0, &want);
+    int rc =
+        kern_resident_ctas((const void *)maxsim_i8_kernel<MT, NCH, NG, W, FP8>, W * 32, 0, &want);
     if (rc != KERN_OK)
         return rc;
     want /= qblocks;
     if (want < 1)
         want = 1;
     const unsigned blocks = (unsigned)(a.nd < want ? a.nd : want);
-    maxsim_i8_kernel<MT, NCH, NG, W><<<dim3(blocks, qblocks), W * 32>>>(a, wm);
+    maxsim_i8_kernel<MT, NCH, NG, W, FP8><<<dim3(blocks, qblocks), W * 32>>>(a, wm);
     KERN_CUDA_LAUNCHED("maxsim_i8_kernel");
     return KERN_OK;
 }
 
 /* NG: 8-token tiles per warp step; 2 by default (see bench/NOTES-gpu.md), 4 on request. */
-template <int MT, int NCH> int launch_i8(const i8_args &a, int wm, unsigned qblocks)
+template <int MT, int NCH, bool FP8> int launch_i8(const i8_args &a, int wm, unsigned qblocks)
 {
     if (kern_gpu_tune.i8_tiles == 4)
-        return launch_i8_ng<MT, NCH, 4>(a, wm, qblocks);
-    return launch_i8_ng<MT, NCH, 2>(a, wm, qblocks);
+        return launch_i8_ng<MT, NCH, 4, FP8>(a, wm, qblocks);
+    return launch_i8_ng<MT, NCH, 2, FP8>(a, wm, qblocks);
+}
+
+/* The streaming kernel for m (dim a multiple of 64 up to 256, 16-byte aligned): 32 rows a unit,
+ * up to 64 queries a CTA. */
+template <bool FP8> int launch_stream(i8_args m)
+{
+    m.qchunk = (int)(m.nq < I8_QCHUNK ? m.nq : I8_QCHUNK);
+    const unsigned qblocks = (unsigned)((m.nq + m.qchunk - 1) / m.qchunk);
+    const int units = m.qchunk;
+    const int wm = units >= 4 ? 4 : units >= 2 ? 2 : 1;
+    switch (m.dim / 64) {
+    case 4:
+        return launch_i8<2, 4, FP8>(m, wm, qblocks);
+    case 3:
+        return launch_i8<2, 3, FP8>(m, wm, qblocks);
+    case 2:
+        return launch_i8<2, 2, FP8>(m, wm, qblocks);
+    default:
+        return launch_i8<2, 1, FP8>(m, wm, qblocks);
+    }
 }
 
 /* One warp per row: absmax, then q = rint(x * (127 / absmax)) as on the CPU (IEEE division and
@@ -426,23 +487,8 @@ extern "C" int kern_gpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores)
     m.dim = (int)a->dim;
     m.scores = scores;
     const bool aligned = (uintptr_t)a->q % 16 == 0 && (uintptr_t)a->d % 16 == 0;
-    if (aligned && m.dim % 64 == 0 && m.dim <= 256) {
-        /* Query lengths are on the device: 32 rows per unit (two m16 tiles) as for varlen. */
-        m.qchunk = (int)(m.nq < I8_QCHUNK ? m.nq : I8_QCHUNK);
-        const unsigned qblocks = (unsigned)((m.nq + m.qchunk - 1) / m.qchunk);
-        const int units = m.qchunk;
-        const int wm = units >= 4 ? 4 : units >= 2 ? 2 : 1;
-        switch (m.dim / 64) {
-        case 4:
-            return launch_i8<2, 4>(m, wm, qblocks);
-        case 3:
-            return launch_i8<2, 3>(m, wm, qblocks);
-        case 2:
-            return launch_i8<2, 2>(m, wm, qblocks);
-        default:
-            return launch_i8<2, 1>(m, wm, qblocks);
-        }
-    }
+    if (aligned && m.dim % 64 == 0 && m.dim <= 256)
+        return launch_stream<false>(m); /* query lengths are on the device: 32 rows a unit */
     if (m.nq > 65535) {
         kern_set_error("maxsim_varlen_i8 (cuda): %lld queries exceed one launch of the simple path",
                        m.nq);
@@ -465,4 +511,40 @@ extern "C" int kern_gpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t
     quantize_i8_kernel<<<blocks, 256>>>(x, (long long)n, (int)dim, q, scales);
     KERN_CUDA_LAUNCHED("quantize_i8_kernel");
     return KERN_OK;
+}
+
+extern "C" int kern_gpu_e4m3_stream_usable(size_t dim, const void *q, const void *d)
+{
+    int dev = 0, major = 0, minor = 0;
+    if ((uintptr_t)q % 16 || (uintptr_t)d % 16 || dim % 64 || dim > 256)
+        return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor >= 89;
+}
+
+extern "C" int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq,
+                                           size_t lq, const void *d, const int64_t *d_off,
+                                           size_t nd, size_t ld, size_t dim, float *scores)
+{
+    if (nd > 0x7fffffffULL || nq > 65535ULL * I8_QCHUNK) {
+        kern_set_error("maxsim (cuda, e4m3): documents or queries beyond one launch");
+        return KERN_EINVAL;
+    }
+    i8_args m = {};
+    m.q = static_cast<const int8_t *>(q);
+    m.q_off = q_off;
+    m.nq = (long long)nq;
+    m.lq = (long long)lq;
+    m.d = static_cast<const int8_t *>(d);
+    m.d_off = d_off;
+    m.nd = (long long)nd;
+    m.ld = (long long)ld;
+    m.dim = (int)dim;
+    m.scores = scores;
+    return launch_stream<true>(m);
 }

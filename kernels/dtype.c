@@ -95,15 +95,28 @@ uint16_t kern_f32_to_f16(float f)
     return (uint16_t)(sign | (a >> 13));
 }
 
+/* Every e4m3 code's value, from the definition: (-1)^s * (e ? 8 + m : m) * 2^(max(e, 1) - 10),
+ * NaN at e = 15, m = 7. Constant expressions, so the table is built by the compiler. */
+#define E4M3_MAG(c)                                                                                \
+    ((((c) >> 3) & 15) == 15 && ((c)&7) == 7 ? NAN                                                 \
+     : (((c) >> 3) & 15) == 0                ? (float)((c)&7) / 512.0f                             \
+     : (((c) >> 3) & 15) <= 10 ? (float)(8 + ((c)&7)) / (float)(1 << (10 - (((c) >> 3) & 15)))     \
+                               : (float)(8 + ((c)&7)) * (float)(1 << ((((c) >> 3) & 15) - 10)))
+#define E4M3_VAL(c) ((c)&0x80 ? -E4M3_MAG(c) : E4M3_MAG(c))
+#define E4M3_4(c) E4M3_VAL(c), E4M3_VAL((c) + 1), E4M3_VAL((c) + 2), E4M3_VAL((c) + 3)
+#define E4M3_16(c) E4M3_4(c), E4M3_4((c) + 4), E4M3_4((c) + 8), E4M3_4((c) + 12)
+#define E4M3_64(c) E4M3_16(c), E4M3_16((c) + 16), E4M3_16((c) + 32), E4M3_16((c) + 48)
+static const float e4m3_table[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
+
 float kern_e4m3_to_f32(uint8_t x)
 {
-    const float sign = (x & 0x80u) ? -1.0f : 1.0f;
-    const unsigned e = (x >> 3) & 0xfu, m = x & 7u;
-    if (e == 15 && m == 7)
-        return NAN;
-    if (e == 0) /* subnormal: m * 2^-9 */
-        return sign * ldexpf((float)m, -9);
-    return sign * ldexpf((float)(8 + m), (int)e - 10); /* (1 + m / 8) * 2^(e - 7) */
+    return e4m3_table[x];
+}
+
+void kern_e4m3_to_f32_n(const uint8_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = e4m3_table[src[i]];
 }
 
 uint8_t kern_f32_to_e4m3(float f)

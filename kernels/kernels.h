@@ -68,6 +68,7 @@ uint16_t kern_f32_to_bf16(float f);
 /* ... and e4m3: round to nearest, ties to even; beyond +-448 saturates to +-448 (the
  * conversion the FP8 tensor-core kernels' users want: no value becomes NaN); NaN -> 0x7f. */
 float kern_e4m3_to_f32(uint8_t x);
+void kern_e4m3_to_f32_n(const uint8_t *src, float *dst, size_t n); /* n of them (a table) */
 uint8_t kern_f32_to_e4m3(float f);
 
 /* Text of the last failure in this thread (CUDA error string and where), "" if none. */

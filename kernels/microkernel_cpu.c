@@ -532,8 +532,7 @@ void kern_to_f32(const kern_mk *mk, kern_dtype t, const void *src, float *dst, s
     else if (t == KERN_BF16)
         mk->bf16(src, dst, n);
     else
-        for (size_t i = 0; i < n; i++) /* E4M3: rare on the CPU, a plain loop */
-            dst[i] = kern_e4m3_to_f32(((const uint8_t *)src)[i]);
+        kern_e4m3_to_f32_n(src, dst, n);
 }
 
 void kern_pack_panels(const kern_mk *mk, kern_dtype t, const void *const *rows, size_t n,

@@ -50,10 +50,6 @@ void kern_scratch_free(void *p, size_t bytes);
  */
 int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas);
 
-/* The current device's compute capability as major * 10 + minor (90 for sm_90), cached per
- * device; 0 where there is no usable device (the error is cleared, not recorded). */
-int kern_device_cc(void);
-
 /* A persistent grid of at least one CTA, as many as are resident at once, no more than want. */
 static inline int kern_persistent_grid(const void *fn, int threads, size_t smem, long long want,
                                        int *blocks)

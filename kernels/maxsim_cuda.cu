@@ -39,7 +39,6 @@
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
-#include "frag_cuda.cuh"
 #include "maxsim_wgmma_cuda.h"
 #include "tune_cuda.h"
 
@@ -241,17 +240,20 @@ __device__ __forceinline__ void fold_max(float (&rmax)[MT][2], const float (&acc
 /* The warp's sum over its valid query rows (q's rows r0 + 16 mt + g + 8 h) of their maxima;
  * the four lanes of a row group saw different token columns. Every lane gets the sum. */
 template <int MT>
-__device__ __forceinline__ float rows_sum(float (&rmax)[MT][2], const ms_args &a, long long q,
+__device__ __forceinline__ float rows_sum(const float (&rmax)[MT][2], const ms_args &a, long long q,
                                           int r0, int qlen, int g, int t4)
 {
     float sum = 0.f;
-    quad_max_rows<MT>(rmax);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < 2; h++) {
+            float m = rmax[mt][h];
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
             if (t4 == 0 && qrow_valid(a, q, r0 + mt * 16 + g + 8 * h, qlen))
-                sum += rmax[mt][h];
+                sum += m;
+        }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -390,13 +392,17 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
                     }
                 }
             }
-            quad_max_rows<MT>(rmax);
+            /* The four lanes of a row group saw different token columns. */
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
+                for (int h = 0; h < 2; h++) {
+                    float m = rmax[mt][h];
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
                     if (t4 == 0)
-                        s_max[warp][mt * 16 + g + 8 * h] = rmax[mt][h];
+                        s_max[warp][mt * 16 + g + 8 * h] = m;
+                }
             __syncthreads();
             if (wn == 0) {
                 float sum = 0.f;

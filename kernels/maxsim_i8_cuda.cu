@@ -29,7 +29,6 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
-#include "frag_cuda.cuh"
 #include "tune_cuda.h"
 
 namespace
@@ -310,13 +309,16 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_a
                     fold_max<MT, NG>(rmax, acc, qsc, bsc, tok0, dlen, t4);
                 }
             }
-            quad_max_rows<MT>(rmax);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
+                for (int h = 0; h < 2; h++) {
+                    float m = rmax[mt][h];
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
                     if (t4 == 0)
-                        s_max[warp][mt * 16 + g + 8 * h] = rmax[mt][h];
+                        s_max[warp][mt * 16 + g + 8 * h] = m;
+                }
             __syncthreads();
             if (wn == 0) {
                 float sum = 0.f;
@@ -520,9 +522,16 @@ extern "C" int kern_gpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t
 
 extern "C" int kern_gpu_e4m3_stream_usable(size_t dim, const void *q, const void *d)
 {
+    int dev = 0, major = 0, minor = 0;
     if ((uintptr_t)q % 16 || (uintptr_t)d % 16 || dim % 64 || dim > 256)
         return 0;
-    return kern_device_cc() >= 89;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor >= 89;
 }
 
 extern "C" int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq,

@@ -24,7 +24,6 @@
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
-#include "frag_cuda.cuh"
 #include "tune_cuda.h"
 
 namespace
@@ -435,13 +434,16 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                     cur = nxt;
             }
             float part = 0.f;
-            quad_max_rows<MT>(rmax);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
+                for (int h = 0; h < 2; h++) {
+                    float m = rmax[mt][h];
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
                     if (t4 == 0 && r0 + mt * 16 + g + 8 * h < lq)
-                        part += rmax[mt][h];
+                        part += m;
+                }
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
                 part += __shfl_xor_sync(0xffffffffu, part, o);

@@ -1,7 +1,7 @@
 /*
  * scratch_cuda.cu: the kernels' temporary device memory, stream-ordered on the default stream
  * from a memory pool of the kernels' own, with a count of the bytes held for scratch_cuda.h;
- * and the persistent grids' sizes and the devices' compute capabilities, cached.
+ * and the persistent grids' sizes, cached.
  *
  * Why a pool of our own: the device's default pool gives memory back at every synchronisation
  * (release threshold 0), so each call would pay for a fresh allocation (tens of microseconds,
@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <atomic>
 #include <mutex>
 
 #include "cuda_check.cuh"
@@ -125,28 +124,4 @@ int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas
         grid_cache[grid_cached++] = grid_entry{dev, threads, fn, smem, n};
     *ctas = n;
     return KERN_OK;
-}
-
-namespace
-{
-std::atomic<int> cc_cache[MAX_DEVICES]; /* 0: not asked yet */
-} // namespace
-
-int kern_device_cc(void)
-{
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (dev < MAX_DEVICES && cc_cache[dev].load(std::memory_order_relaxed) > 0)
-        return cc_cache[dev].load(std::memory_order_relaxed);
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (dev < MAX_DEVICES)
-        cc_cache[dev].store(major * 10 + minor, std::memory_order_relaxed);
-    return major * 10 + minor;
 }

@@ -39,6 +39,7 @@
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
+#include "frag_cuda.cuh"
 #include "maxsim_wgmma_cuda.h"
 #include "tune_cuda.h"
 
@@ -178,6 +179,17 @@ __device__ __forceinline__ void load_b(uint4 (&bf)[NG][NCH], const uint16_t *Dd,
     }
 }
 
+/* The prefetched tiles become the current ones (the prefetch buffer is then refilled). */
+template <int NG, int NCH>
+__device__ __forceinline__ void take_b(uint4 (&bf)[NG][NCH], const uint4 (&nb)[NG][NCH])
+{
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+#pragma unroll
+        for (int c = 0; c < NCH; c++)
+            bf[j][c] = nb[j][c];
+}
+
 template <int MT, int NG> __device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4])
 {
 #pragma unroll
@@ -248,9 +260,7 @@ __device__ __forceinline__ float rows_sum(const float (&rmax)[MT][2], const ms_a
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            float m = rmax[mt][h];
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            const float m = quad_max(rmax[mt][h]);
             if (t4 == 0 && qrow_valid(a, q, r0 + mt * 16 + g + 8 * h, qlen))
                 sum += m;
         }
@@ -356,11 +366,7 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
                     have_nb = false;
                     for (; tok0 < dlen; tok0 += step) {
                         uint4 bf[NG][NCH];
-#pragma unroll
-                        for (int j = 0; j < NG; j++)
-#pragma unroll
-                            for (int c = 0; c < NCH; c++)
-                                bf[j][c] = nb[j][c];
+                        take_b<NG, NCH>(bf, nb);
                         if (tok0 + step < dlen) {
                             load_b<NG, NCH>(nb, Dd, tok0 + step, dlen, dim, 0, g, t4);
                         } else if (resident && n + gridDim.x < a.nd) {
@@ -397,9 +403,7 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3)
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    float m = rmax[mt][h];
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    const float m = quad_max(rmax[mt][h]);
                     if (t4 == 0)
                         s_max[warp][mt * 16 + g + 8 * h] = m;
                 }
@@ -537,11 +541,7 @@ __global__ void __launch_bounds__(128, MT >= 4   ? 1
         const uint16_t *Dd = D + dstart * dim;
         for (int tok0 = 0; tok0 < dlen; tok0 += NG * 8) {
             uint4 bf[NG][NCH];
-#pragma unroll
-            for (int j = 0; j < NG; j++)
-#pragma unroll
-                for (int c = 0; c < NCH; c++)
-                    bf[j][c] = nb[j][c];
+            take_b<NG, NCH>(bf, nb);
             if (tok0 + NG * 8 < dlen) {
                 load_b<NG, NCH>(nb, Dd, tok0 + NG * 8, dlen, dim, 0, g, t4);
             } else if (nl > 0) {

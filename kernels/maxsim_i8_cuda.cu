@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "frag_cuda.cuh"
 #include "tune_cuda.h"
 
 namespace
@@ -313,9 +314,7 @@ __global__ void __launch_bounds__(W * 32, MT >= 4 ? 1 : 3) maxsim_i8_kernel(i8_a
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    float m = rmax[mt][h];
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    const float m = quad_max(rmax[mt][h]);
                     if (t4 == 0)
                         s_max[warp][mt * 16 + g + 8 * h] = m;
                 }

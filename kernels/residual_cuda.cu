@@ -24,6 +24,7 @@
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
+#include "frag_cuda.cuh"
 #include "tune_cuda.h"
 
 namespace
@@ -438,9 +439,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    float m = rmax[mt][h];
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    const float m = quad_max(rmax[mt][h]);
                     if (t4 == 0 && r0 + mt * 16 + g + 8 * h < lq)
                         part += m;
                 }

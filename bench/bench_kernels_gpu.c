@@ -101,6 +101,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 static int g_reps = 50;
+static int g_back = 1;       /* calls timed together (bench_dense's back-to-back rows) */
 static double g_noise = 0.6; /* int8 shapes: noise of the clustered data (--noise) */
 
 /* Median microseconds of one call, each timed with events after warm-up. */
@@ -115,12 +116,13 @@ static double time_call(call_fn f, void *ctx, double *spread)
     double *t = malloc(g_reps * sizeof(double));
     for (int i = 0; i < g_reps; i++) {
         CK(cudaEventRecord(a, 0));
-        f(ctx, i);
+        for (int k = 0; k < g_back; k++) /* g_back > 1: a call's share of a run of calls */
+            f(ctx, i * g_back + k);
         CK(cudaEventRecord(b, 0));
         CK(cudaEventSynchronize(b));
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, a, b));
-        t[i] = ms * 1e3;
+        t[i] = ms * 1e3 / g_back;
     }
     CK(cudaGetLastError());
     qsort(t, g_reps, sizeof(double), cmp_double);
@@ -509,10 +511,15 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
 /* The residual kernel's launch variants (kern_gpu_tune), each benchmarked under its own name. */
 static const struct {
     const char *suffix;
-    int tiles, pipe, ctas, sched, asmem;
-} res_variants[] = {{"", 0, 0, 0, 0, 0},    {"_st", 0, 0, 0, 2, 0},  {"_np", 0, 2, 0, 0, 0},
-                    {"_c4", 0, 0, 4, 0, 0}, {"_np4", 0, 2, 4, 0, 0}, {"_t4", 4, 0, 0, 0, 0},
-                    {"_ar", 0, 0, 0, 0, 2}, {"_a5", 0, 0, 5, 0, 0}};
+    int tiles, pipe, ctas, sched, asmem, one;
+} res_variants[] = {
+    {"", 0, 0, 0, 0, 0, 0},      {"_st", 0, 0, 0, 2, 0, 0},   {"_np", 0, 2, 0, 0, 0, 0},
+    {"_c4", 0, 0, 4, 0, 0, 0},   {"_np4", 0, 2, 4, 0, 0, 0},  {"_t4", 4, 0, 0, 0, 0, 0},
+    {"_ar", 0, 0, 0, 0, 2, 0},   {"_a5", 0, 0, 5, 0, 0, 0},   {"_o1", 0, 0, 0, 0, 0, 1},
+    {"_o2", 0, 0, 0, 0, 0, 2},   {"_o3", 0, 0, 0, 0, 0, 3},   {"_o5", 0, 0, 0, 0, 0, 5},
+    {"_o6", 0, 0, 0, 0, 0, 6},   {"_o7", 0, 0, 0, 0, 0, 7},   {"_o8", 0, 0, 0, 0, 0, 8},
+    {"_o9", 0, 0, 0, 0, 0, 9},   {"_o10", 0, 0, 0, 0, 0, 10}, {"_o11", 0, 0, 0, 0, 0, 11},
+    {"_o12", 0, 0, 0, 0, 0, 12}, {"_o13", 0, 0, 0, 0, 0, 13}, {"_o14", 0, 0, 0, 0, 0, 14}};
 
 /* Single-knob variants of the MaxSim shapes (kern_gpu_tune field = value), each benchmarked
  * under the shape's name with the tag inserted: one-query shapes on each streaming kernel and
@@ -904,6 +911,14 @@ int main(int argc, char **argv)
     /* A call's fixed cost (one document of 32 tokens) and the copy of the 1k shape's bytes. */
     if (want(only, "rerank_1doc"))
         bench_dense("rerank_1doc", 1, 32, 1, 32, l2);
+    /* The same calls 20 at a time between the events: the time a call adds to a stream of
+     * calls, where the host's work for the next call overlaps the device's for this one. */
+    g_back = 20;
+    if (want(only, "rerank_back20_1k"))
+        bench_dense("rerank_back20_1k", 1, 32, 1000, 300, l2);
+    if (want(only, "rerank_back20_1doc"))
+        bench_dense("rerank_back20_1doc", 1, 32, 1, 32, l2);
+    g_back = 1;
     if (want(only, "floor_1k"))
         bench_copy_floor("floor_1k", 1000 * 300 * 128 * 2.0, "rerank_1k");
     bench_shapes(oneq_shapes, sizeof oneq_shapes / sizeof oneq_shapes[0], oneq_variants,
@@ -925,6 +940,7 @@ int main(int argc, char **argv)
         kern_gpu_tune.residual_ctas = res_variants[v].ctas;
         kern_gpu_tune.residual_sched = res_variants[v].sched;
         kern_gpu_tune.residual_asmem = res_variants[v].asmem;
+        kern_gpu_tune.residual_one = res_variants[v].one;
         if (want(only, nm[0]))
             bench_plaid(nm[0], 10000, 0);
         if (v == 0 && want(only, nm[1]))
@@ -933,7 +949,7 @@ int main(int argc, char **argv)
             bench_exact(nm[2], 64, 32768);
         kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
         kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_sched = 0;
-        kern_gpu_tune.residual_asmem = 0;
+        kern_gpu_tune.residual_asmem = kern_gpu_tune.residual_one = 0;
     }
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);

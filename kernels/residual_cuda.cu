@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
 #include "frag_cuda.cuh"
@@ -47,6 +49,39 @@ __global__ void transpose_kernel(const float *__restrict__ src, float *__restric
         if (r < rows && c < cols)
             dst[c * rows + r] = tile[threadIdx.x][i];
     }
+}
+
+/* src [rows <= 32, cols] -> dst [cols, 32] with row r at 4 g + 2 mt + h where r = 16 mt + 8 h +
+ * g: the four rows of one accumulator lane (g, g + 8, g + 16, g + 24) are one 16-byte run.
+ * Rows past rows are 0. */
+__global__ void transpose_perm32_kernel(const float *__restrict__ src, float *__restrict__ dst,
+                                        int rows, long long cols)
+{
+    __shared__ float tile[32][33];
+    const long long c0 = (long long)blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        const long long c = c0 + threadIdx.x;
+        tile[i][threadIdx.x] = i < rows && c < cols ? src[i * cols + c] : 0.f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        const long long c = c0 + i;
+        const int r = threadIdx.x, pos = 4 * (r & 7) + 2 * (r >> 4) + ((r >> 3) & 1);
+        if (c < cols)
+            dst[c * 32 + pos] = tile[r][i];
+    }
+}
+
+int transpose_perm32(const float *src, float *dst, size_t rows, size_t cols)
+{
+    if ((cols + 31) / 32 > 0x7fffffffu || rows > 32) {
+        kern_set_error("transpose (cuda): %zu x %zu table too large", rows, cols);
+        return KERN_EINVAL;
+    }
+    transpose_perm32_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, 8)>>>(src, dst, (int)rows,
+                                                                           (long long)cols);
+    KERN_CUDA_LAUNCHED("transpose_perm32_kernel");
+    return KERN_OK;
 }
 
 int transpose(const float *src, float *dst, size_t rows, size_t cols)
@@ -90,7 +125,15 @@ struct res_args {
     long long nd;
     float *scores;
     int claim; /* pairs claimed from the counters of claim_cuda.cuh, or a grid stride */
+    int one;   /* the one-query kernel's variant (one_query), or -1 */
 };
+
+/* The one-query kernel's options. RES_ALU: nbits-2 residuals decoded with byte permutes of the
+ * four weights held in registers instead of a shared-memory table (the table's lookups and the
+ * query fragments' shared-memory loads saturated the L1 data pipe: 85% busy, ncu). RES_PERM:
+ * qcT is [n_centroids, 32] with the rows permuted by transpose_perm32, so that a token's four
+ * q.C values of a lane are one 16-byte load instead of four 4-byte ones. */
+constexpr int RES_ALU = 1, RES_PERM = 2, RES_SKIP = 4;
 
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
 {
@@ -187,16 +230,19 @@ __device__ __forceinline__ long long next_pair(const res_args &a, long long n, l
 /* The A fragment (k step kt, row tile mt) of a lane for the 32 query rows from r0 of q [lq,
  * dim], fp16 pairs: rows g and g + 8, dims t4 * dpl + 4 kt .. + 3 (rows past lq are 0). */
 __device__ __forceinline__ uint4 a_frag(const float *qp, int lq, int dim, int r0, int mt, int kt,
-                                        int g, int t4)
+                                        int g, int t4, bool alu = false)
 {
-    const int dj = t4 * (dim / 4) + kt * 4;
+    /* alu (RES_ALU's order): value e of k step kt is dim 16 (kt / 4) + 4 e + kt % 4 of the
+     * lane's quarter, i.e. field kt % 4 of byte e of the lane's packed word kt / 4. */
+    const int dj = alu ? t4 * (dim / 4) + 16 * (kt >> 2) + (kt & 3) : t4 * (dim / 4) + kt * 4;
+    const int de = alu ? 4 : 1;
     float x[2][4];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = r0 + mt * 16 + g + 8 * h;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            x[h][e] = r < lq ? qp[(long long)r * dim + dj + e] : 0.f;
+            x[h][e] = r < lq ? qp[(long long)r * dim + dj + de * e] : 0.f;
     }
     return make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
                       pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
@@ -212,9 +258,13 @@ __device__ __forceinline__ uint4 a_frag(const float *qp, int lq, int dim, int r0
  * (q_off NULL, lq <= 32), its A fragments in shared memory, one copy for the CTA's warps,
  * instead of 64 registers a thread: room for more warps an SM.
  */
-template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS>
+template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS, int MODE>
 __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_args a)
 {
+    constexpr bool ALU = (MODE & RES_ALU) != 0, PERM = (MODE & RES_PERM) != 0;
+    constexpr bool SKIP = (MODE & RES_SKIP) != 0 && RNG >= 4;
+    static_assert(!ALU || (NB == 2 && KT % 4 == 0), "RES_ALU: nbits 2, whole words");
+    static_assert(!PERM || AS, "RES_PERM: one query of <= 32 rows");
     using tile_t = res_tile<NB, KT, RNG>;
     constexpr int WPT = tile_t::WPT;
     constexpr int VPB = 8 / NB;        /* values per byte */
@@ -229,7 +279,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
      * (v, l) at byte v * 128 + l * 8, so a warp's 32 lookups fill 2 wavefronts whatever the
      * bytes (lanes l and l + 16 share a column and are the second wavefront anyway). The
      * offset of a lookup is one shift and one mask-or of the packed word (32 KB a CTA). */
-    __shared__ __align__(16) uint2 s_b2[NB == 2 ? 256 * 16 : 1];
+    __shared__ __align__(16) uint2 s_b2[NB == 2 && !ALU ? 256 * 16 : 1];
     /* AS: fragment (mt, kt) of lane l at [(mt * KT + kt) * 32 + l], one 16-byte load. */
     __shared__ __align__(16) uint4 s_af[AS ? MT * KT * 32 : 1];
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -245,7 +295,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
     } else {
         /* Nibble bits from the most significant: nbits 2 -> dims (b3 | b2 << 1), (b1 | b0 << 1);
          * nbits 1 -> dims b3, b2, b1, b0. */
-        if (NB == 2) {
+        if (NB == 2 && !ALU) {
             for (int i = threadIdx.x; i < 256 * 16; i += blockDim.x) {
                 const int v = i / 16;
                 int b[4];
@@ -267,8 +317,20 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int kt = 0; kt < KT; kt++)
-                s_af[(mt * KT + kt) * 32 + lane] = a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4);
+                s_af[(mt * KT + kt) * 32 + lane] = a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4, ALU);
     __syncthreads();
+    /* RES_ALU: the fp16 weights of the four 2-bit fields f (bucket = f with its two bits
+     * swapped: the packing's first bit is the bucket's low one), low bytes in wlo, high bytes
+     * in whi, byte f each; __byte_perm(wlo, whi, s) with selector nibbles f, f + 4 picks one. */
+    uint32_t wlo = 0, whi = 0;
+    if (ALU)
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const __half hv = __float2half_rn(a.w[((f & 1) << 1) | (f >> 1)]);
+            const uint32_t u = *reinterpret_cast<const uint16_t *>(&hv);
+            wlo |= (u & 0xffu) << (8 * f);
+            whi |= (u >> 8) << (8 * f);
+        }
 
     const int dim = a.dim;
     const int rbytes = dim * NB / 8;
@@ -310,7 +372,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int kt = 0; kt < KT; kt++) {
-                        const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4);
+                        const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4, ALU);
                         uint32_t(&d)[4] = af[AS ? 0 : mt][AS ? 0 : kt];
                         d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
                     }
@@ -323,114 +385,152 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
             for (int tok0 = 0; tok0 < ntok; tok0 += 8 * RNG) {
                 if (!PIPE)
                     load_tile(cur, doc, tok0, rbytes, a.code_bytes, g, t4);
-                /* The q.C gathers of the current tiles (their codes are here): a token's row of
-                 * the table at one multiply-add, its 4 query rows of this lane at fixed offsets
-                 * from it. Rows past lq read the table's slack or other columns (never used). */
-                float qv[RNG][MT][2][2];
-#pragma unroll
-                for (int j = 0; j < RNG; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float *row = reinterpret_cast<const float *>(
-                            qbase + (unsigned long long)cur.cd[j][e] * ldq4);
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                qv[j][mt][h][e] = __ldg(row + mt * 16 + 8 * h);
-                    }
-                /* ...then the next tiles' loads, all in flight during the math below. */
+                /* The step's work on its first NT tiles (RES_SKIP: half of them where the
+                 * document ends within that half; the tiles past it would only repeat its last
+                 * token). */
                 tile_t nxt;
-                if (PIPE) {
-                    if (tok0 + 8 * RNG < ntok) {
-                        load_tile(nxt, doc, tok0 + 8 * RNG, rbytes, a.code_bytes, g, t4);
-                    } else if (u + 1 < units) {
-                        load_tile(nxt, doc, 0, rbytes, a.code_bytes, g, t4);
-                    } else {
-                        n_next = next_pair(a, advance(a, n, warps, lane), warps, lane, doc_next);
-                        advanced = true;
-                        if (n_next < a.nd)
-                            load_tile(nxt, doc_next, 0, rbytes, a.code_bytes, g, t4);
-                    }
-                }
-                /* k steps outermost: the RNG * MT accumulators are independent, so
-                 * consecutive MMAs never wait on each other. */
-                float acc[RNG][MT][4];
+                auto step = [&](auto nt_c) {
+                    constexpr int NT = decltype(nt_c)::value;
+                    /* The q.C gathers of the current tiles (their codes are here): a token's row of
+                     * the table at one multiply-add, its 4 query rows of this lane at fixed offsets
+                     * from it. Rows past lq read the table's slack or other columns (never used).
+                     */
+                    float qv[RNG][MT][2][2];
 #pragma unroll
-                for (int j = 0; j < RNG; j++)
+                    for (int j = 0; j < NT; j++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                        for (int e = 0; e < 2; e++) {
+                            if (PERM) { /* rows g, g + 8, g + 16, g + 24 at 4 g .. 4 g + 3 */
+                                const float4 v =
+                                    __ldg(reinterpret_cast<const float4 *>(
+                                              qcT + (unsigned long long)cur.cd[j][e] * 32) +
+                                          g);
+                                qv[j][0][0][e] = v.x, qv[j][0][1][e] = v.y;
+                                qv[j][1][0][e] = v.z, qv[j][1][1][e] = v.w;
+                                continue;
+                            }
+                            const float *row = reinterpret_cast<const float *>(
+                                qbase + (unsigned long long)cur.cd[j][e] * ldq4);
 #pragma unroll
-                        for (int h = 0; h < 2; h++) { /* the centroid term: the MMAs add to it */
-                            acc[j][mt][2 * h] = qv[j][mt][h][0];
-                            acc[j][mt][2 * h + 1] = qv[j][mt][h][1];
+                            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    qv[j][mt][h][e] = __ldg(row + mt * 16 + 8 * h);
                         }
-#pragma unroll
-                for (int kt = 0; kt < KT; kt++) {
-                    uint32_t fa[MT][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        if (AS) {
-                            const uint4 f = s_af[(mt * KT + kt) * 32 + lane];
-                            fa[mt][0] = f.x, fa[mt][1] = f.y, fa[mt][2] = f.z, fa[mt][3] = f.w;
+                    /* ...then the next tiles' loads, all in flight during the math below. */
+                    if (PIPE) {
+                        if (tok0 + 8 * RNG < ntok) {
+                            load_tile(nxt, doc, tok0 + 8 * RNG, rbytes, a.code_bytes, g, t4);
+                        } else if (u + 1 < units) {
+                            load_tile(nxt, doc, 0, rbytes, a.code_bytes, g, t4);
                         } else {
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                fa[mt][e] = af[AS ? 0 : mt][AS ? 0 : kt][e];
+                            n_next =
+                                next_pair(a, advance(a, n, warps, lane), warps, lane, doc_next);
+                            advanced = true;
+                            if (n_next < a.nd)
+                                load_tile(nxt, doc_next, 0, rbytes, a.code_bytes, g, t4);
                         }
                     }
+                    /* k steps outermost: the RNG * MT accumulators are independent, so
+                     * consecutive MMAs never wait on each other. */
+                    float acc[RNG][MT][4];
 #pragma unroll
-                    for (int j = 0; j < RNG; j++) {
-                        /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
-                        uint32_t b01, b23;
-                        if (NB == 1) {
-                            const uint32_t v = byte_at<WPT>(cur.wds[j], kt / 2);
-                            const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
-                            const uint2 l = reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
-                            b01 = l.x;
-                            b23 = l.y;
-                        } else if (NB == 2) {
-                            /* byte kt of the lane's words, times 16, or the lane's column */
-                            const uint32_t wv = cur.wds[j][kt >> 2];
-                            const int sh = 8 * (kt & 3);
-                            const uint32_t idx =
-                                ((sh >= 4 ? wv >> (sh - 4) : wv << (4 - sh)) & 0xff0u) | lane16;
-                            const uint2 l = s_b2[idx];
-                            b01 = l.x;
-                            b23 = l.y;
-                        } else if (NB == 4) {
-                            b01 = *reinterpret_cast<const uint32_t *>(
-                                s_lut[byte_at<WPT>(cur.wds[j], 2 * kt)]);
-                            b23 = *reinterpret_cast<const uint32_t *>(
-                                s_lut[byte_at<WPT>(cur.wds[j], 2 * kt + 1)]);
-                        } else {
-                            uint32_t h[4];
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                h[e] = *reinterpret_cast<const uint16_t *>(
-                                    s_lut[byte_at<WPT>(cur.wds[j], 4 * kt + e)]);
-                            b01 = h[0] | (h[1] << 16);
-                            b23 = h[2] | (h[3] << 16);
-                        }
+                    for (int j = 0; j < NT; j++)
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++)
-                            mma16816_f16(acc[j][mt], fa[mt][0], fa[mt][1], fa[mt][2], fa[mt][3],
-                                         b01, b23);
-                    }
-                }
 #pragma unroll
-                for (int j = 0; j < RNG; j++) {
-                    /* No mask: a column past the document's end is its last token again (the
-                     * loads clamp), whose score is already in the max. */
+                            for (int h = 0; h < 2;
+                                 h++) { /* the centroid term: the MMAs add to it */
+                                acc[j][mt][2 * h] = qv[j][mt][h][0];
+                                acc[j][mt][2 * h + 1] = qv[j][mt][h][1];
+                            }
+                    /* RES_ALU: a word's 16 fields, field d of its 4 bytes as 4 selectors, each
+                     * byte f | (f + 4) << 4: the low half picks bytes 0, 1, the high half 2, 3. */
+                    uint32_t sel[RNG][4];
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                    for (int kt = 0; kt < KT; kt++) {
+                        if (ALU && (kt & 3) == 0)
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const float s0 = acc[j][mt][2 * h] * cur.nrm[j][0];
-                            const float s1 = acc[j][mt][2 * h + 1] * cur.nrm[j][1];
-                            rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+                            for (int j = 0; j < NT; j++)
+#pragma unroll
+                                for (int d = 0; d < 4; d++)
+                                    sel[j][d] =
+                                        ((cur.wds[j][kt >> 2] >> (6 - 2 * d)) & 0x03030303u) *
+                                            0x11u +
+                                        0x40404040u;
+                        uint32_t fa[MT][4];
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            if (AS) {
+                                const uint4 f = s_af[(mt * KT + kt) * 32 + lane];
+                                fa[mt][0] = f.x, fa[mt][1] = f.y, fa[mt][2] = f.z, fa[mt][3] = f.w;
+                            } else {
+#pragma unroll
+                                for (int e = 0; e < 4; e++)
+                                    fa[mt][e] = af[AS ? 0 : mt][AS ? 0 : kt][e];
+                            }
                         }
-                }
+#pragma unroll
+                        for (int j = 0; j < NT; j++) {
+                            /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
+                            uint32_t b01, b23;
+                            if (ALU) {
+                                b01 = __byte_perm(wlo, whi, sel[j][kt & 3]);
+                                b23 = __byte_perm(wlo, whi, sel[j][kt & 3] >> 16);
+                            } else if (NB == 1) {
+                                const uint32_t v = byte_at<WPT>(cur.wds[j], kt / 2);
+                                const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
+                                const uint2 l =
+                                    reinterpret_cast<const uint2 *>(s_nib)[nib * 32 + lane];
+                                b01 = l.x;
+                                b23 = l.y;
+                            } else if (NB == 2) {
+                                /* byte kt of the lane's words, times 16, or the lane's column */
+                                const uint32_t wv = cur.wds[j][kt >> 2];
+                                const int sh = 8 * (kt & 3);
+                                const uint32_t idx =
+                                    ((sh >= 4 ? wv >> (sh - 4) : wv << (4 - sh)) & 0xff0u) | lane16;
+                                const uint2 l = s_b2[idx];
+                                b01 = l.x;
+                                b23 = l.y;
+                            } else if (NB == 4) {
+                                b01 = *reinterpret_cast<const uint32_t *>(
+                                    s_lut[byte_at<WPT>(cur.wds[j], 2 * kt)]);
+                                b23 = *reinterpret_cast<const uint32_t *>(
+                                    s_lut[byte_at<WPT>(cur.wds[j], 2 * kt + 1)]);
+                            } else {
+                                uint32_t h[4];
+#pragma unroll
+                                for (int e = 0; e < 4; e++)
+                                    h[e] = *reinterpret_cast<const uint16_t *>(
+                                        s_lut[byte_at<WPT>(cur.wds[j], 4 * kt + e)]);
+                                b01 = h[0] | (h[1] << 16);
+                                b23 = h[2] | (h[3] << 16);
+                            }
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+                                mma16816_f16(acc[j][mt], fa[mt][0], fa[mt][1], fa[mt][2], fa[mt][3],
+                                             b01, b23);
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+                        /* No mask: a column past the document's end is its last token again (the
+                         * loads clamp), whose score is already in the max. */
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const float s0 = acc[j][mt][2 * h] * cur.nrm[j][0];
+                                const float s1 = acc[j][mt][2 * h + 1] * cur.nrm[j][1];
+                                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+                            }
+                    }
+                };
+                if (SKIP && ntok - tok0 <= 4 * RNG)
+                    step(std::integral_constant<int, RNG / 2>{});
+                else
+                    step(std::integral_constant<int, RNG>{});
                 if (PIPE)
                     cur = nxt;
             }
@@ -510,23 +610,80 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
-template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS = false>
+template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS = false, int MODE = 0>
 int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
-    if ((rc = kern_persistent_grid((const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS>,
-                                   RES_WARPS * 32, 0, (a.nd + RES_WARPS - 1) / RES_WARPS,
+    const void *k = (const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE>;
+    if ((rc = kern_persistent_grid(k, RES_WARPS * 32, 0, (a.nd + RES_WARPS - 1) / RES_WARPS,
                                    &blocks)) != KERN_OK)
         return rc;
     res_args b = a;
     b.claim = kern_gpu_tune.residual_sched != 2;
-    residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS><<<blocks, RES_WARPS * 32>>>(b);
+    residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE><<<blocks, RES_WARPS * 32>>>(b);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
 
+/* One query of <= 32 rows, nbits 2, dim 64 or 128, no variant of the general kernel asked for:
+ * the variant of kern_gpu_tune.residual_one (0: the default), or -1 where this path does not
+ * apply. kern_gpu_maxsim_residual lays out the q.C table by what this says. */
+int one_query(bool batched, int lq, int dim, int nbits)
+{
+    const kern_gpu_tuning t = kern_gpu_tune;
+    if (batched || lq > 32 || nbits != 2 || (dim != 64 && dim != 128) || t.residual_tiles ||
+        t.residual_pipe || t.residual_ctas || t.residual_asmem || t.residual_one == 1)
+        return -1;
+    return t.residual_one ? t.residual_one : 14;
+}
+
+/* The mode bits (RES_ALU, RES_PERM) of a one_query variant. */
+int one_query_mode(int v)
+{
+    return v == 2 || v >= 8 ? RES_ALU : v == 3 ? RES_PERM : RES_ALU | RES_PERM;
+}
+
+template <int NB, int KT> int launch_residual_one(const res_args &a, int v)
+{
+    if constexpr (NB == 2 && KT % 4 == 0 && KT <= 8) {
+        switch (v) {
+        case 2:
+            return launch_residual_k<NB, KT, 2, true, 4, true, RES_ALU>(a);
+        case 3:
+            return launch_residual_k<NB, KT, 2, true, 4, true, RES_PERM>(a);
+        case 5:
+            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_PERM>(a);
+        case 6:
+            return launch_residual_k<NB, KT, 4, true, 4, true, RES_ALU | RES_PERM>(a);
+        case 7:
+            return launch_residual_k<NB, KT, 2, true, 5, true, RES_ALU | RES_PERM>(a);
+        case 4:
+            return launch_residual_k<NB, KT, 2, true, 4, true, RES_ALU | RES_PERM>(a);
+        case 9:
+            return launch_residual_k<NB, KT, 4, true, 4, true, RES_ALU>(a);
+        case 10:
+            return launch_residual_k<NB, KT, 2, true, 5, true, RES_ALU>(a);
+        case 11:
+            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU>(a);
+        case 12:
+            return launch_residual_k<NB, KT, 2, true, 3, false, RES_ALU>(a);
+        case 13:
+            return launch_residual_k<NB, KT, 4, false, 3, false, RES_ALU>(a);
+        case 8:
+            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU>(a);
+        default: /* 14 */
+            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP>(a);
+        }
+    }
+    (void)v;
+    kern_set_error("maxsim_residual (cuda): no one-query kernel for nbits %d dim %d", NB, 16 * KT);
+    return KERN_EINVAL;
+}
+
 template <int NB, int KT> int launch_residual_kt(const res_args &a)
 {
+    if (a.one >= 0) /* the table is laid out for it */
+        return launch_residual_one<NB, KT>(a, a.one);
     /* dim 256: 2 tiles, one CTA's worth of registers. Otherwise the default is 2 tiles in
      * flight per warp, pipelined, registers fitted to 3 CTAs (12 warps) per SM: measured the
      * fastest (bench/NOTES-gpu.md, "Residual kernel, third session"). The variants
@@ -647,12 +804,16 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
     }
     float *qcT = NULL;
     int rc;
+    /* One query of <= 32 rows on the one-query kernel: a [n_centroids, 32] table. */
+    const int one_v = a->lq == 0 ? -1 : one_query(false, (int)a->lq, (int)a->dim, (int)a->nbits);
+    const bool perm = one_v >= 0 && (one_query_mode(one_v) & RES_PERM);
+    const size_t ldq = perm ? 32 : a->lq;
     /* The transposed table with the slack the fast kernel reads past its last row. */
-    const size_t qc_bytes =
-        (a->n_centroids * (a->lq ? a->lq : 1) + KERN_CUDA_ST_SLACK) * sizeof(float);
+    const size_t qc_bytes = (a->n_centroids * (ldq ? ldq : 1) + KERN_CUDA_ST_SLACK) * sizeof(float);
     if ((rc = kern_scratch((void **)&qcT, qc_bytes)) != KERN_OK)
         return rc;
-    if (a->lq > 0 && (rc = transpose(a->qc, qcT, a->lq, a->n_centroids)) != KERN_OK)
+    if (a->lq > 0 && (rc = perm ? transpose_perm32(a->qc, qcT, a->lq, a->n_centroids)
+                                : transpose(a->qc, qcT, a->lq, a->n_centroids)) != KERN_OK)
         goto out;
     {
         res_args r;
@@ -662,7 +823,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.lq = (int)a->lq;
         r.q = a->q;
         r.qcT = qcT;
-        r.ldq = (long long)a->lq;
+        r.ldq = (long long)ldq;
         r.q_off = NULL;
         r.per_q = (long long)a->nd;
         r.cross = 0;
@@ -671,6 +832,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.nd = (long long)a->nd;
         r.scores = scores;
         r.claim = 0; /* set at launch */
+        r.one = one_v;
         rc = run_residual(r, "maxsim_residual");
     }
 out:
@@ -789,6 +951,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.nd = pairs;
         r.scores = scores;
         r.claim = 0; /* set at launch */
+        r.one = -1;
         rc = run_residual(r, "exact_scores");
     }
 out:

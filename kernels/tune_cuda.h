@@ -25,6 +25,17 @@ typedef struct kern_gpu_tuning {
     int wgmma_rows;     /* wgmma MaxSim: query rows per block, 128, 256 or 512 */
     int dense_path;     /* dense MaxSim, many query rows: 1 the mma.sync tile kernel, 2 the wgmma
                            kernel (sm_90; an error where it cannot run) */
+    int residual_one;   /* residual kernel, one query of <= 32 rows, nbits 2, dim 64 or 128: 1 the
+                           general kernel (shared-memory decode table, 4-byte q.C loads, 2 tiles,
+                           pipelined, 4 CTAs an SM); byte-permute decode (ALU) or 16-byte q.C
+                           loads (V): 2 ALU, 3 V, 4 ALU + V, 5 ALU + V with 4 tiles and no
+                           pipeline, 6 ALU + V with 4 tiles, 7 ALU + V at 5 CTAs; 8 ALU with 4
+                           tiles and no pipeline, 9 ALU with 4 tiles, 10 ALU at
+                           5 CTAs, 11 ALU with 4 tiles and no pipeline at 3 CTAs; the query's
+                           fragments in registers instead of shared memory: 12 ALU (2 tiles,
+                           pipelined, 3 CTAs), 13 ALU with 4 tiles and no pipeline (3 CTAs);
+                           14 as 8, but a step whose document ends in its first two tiles
+                           computes only those (the default, 0) */
 } kern_gpu_tuning;
 
 extern kern_gpu_tuning kern_gpu_tune;

@@ -824,21 +824,29 @@ END_TEST
 START_TEST(test_kernels_gpu_residual_variants_many_docs)
 {
     /* asmem 2: one query's A fragments in registers (the default keeps them in shared memory
-     * where lq <= 32); ctas 5: the shared-memory variant fitted to 5 CTAs an SM. */
+     * where lq <= 32); ctas 5: the shared-memory variant fitted to 5 CTAs an SM; one 1-7: the
+     * one-query kernel's variants (nbits 2, dim 64 / 128, lq <= 32: byte-permute decode and
+     * 16-byte q.C loads of a permuted table, alone or together, 2 or 4 tiles, 3 to 5 CTAs). */
     static const struct {
-        int tiles, pipe, ctas, sched, asmem;
-    } v[] = {{0, 0, 0, 0, 0}, {0, 0, 0, 2, 0}, {0, 2, 0, 0, 0}, {0, 2, 0, 2, 0},
-             {0, 0, 4, 0, 0}, {0, 2, 4, 2, 0}, {4, 0, 0, 0, 0}, {4, 2, 0, 2, 0},
-             {0, 0, 0, 0, 2}, {0, 0, 5, 0, 0}, {0, 0, 5, 2, 0}};
+        int tiles, pipe, ctas, sched, asmem, one;
+    } v[] = {{0, 0, 0, 0, 0, 0},  {0, 0, 0, 2, 0, 0},  {0, 2, 0, 0, 0, 0},  {0, 2, 0, 2, 0, 0},
+             {0, 0, 4, 0, 0, 0},  {0, 2, 4, 2, 0, 0},  {4, 0, 0, 0, 0, 0},  {4, 2, 0, 2, 0, 0},
+             {0, 0, 0, 0, 2, 0},  {0, 0, 5, 0, 0, 0},  {0, 0, 5, 2, 0, 0},  {0, 0, 0, 0, 0, 1},
+             {0, 0, 0, 0, 0, 2},  {0, 0, 0, 0, 0, 3},  {0, 0, 0, 2, 0, 4},  {0, 0, 0, 0, 0, 5},
+             {0, 0, 0, 2, 0, 5},  {0, 0, 0, 0, 0, 6},  {0, 0, 0, 0, 0, 7},  {0, 0, 0, 0, 0, 8},
+             {0, 0, 0, 2, 0, 8},  {0, 0, 0, 0, 0, 9},  {0, 0, 0, 0, 0, 10}, {0, 0, 0, 0, 0, 11},
+             {0, 0, 0, 0, 0, 12}, {0, 0, 0, 0, 0, 13}, {0, 0, 0, 0, 0, 14}, {0, 0, 0, 2, 0, 14}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         kern_gpu_tune.residual_tiles = v[i].tiles;
         kern_gpu_tune.residual_pipe = v[i].pipe;
         kern_gpu_tune.residual_ctas = v[i].ctas;
         kern_gpu_tune.residual_sched = v[i].sched;
         kern_gpu_tune.residual_asmem = v[i].asmem;
-        fprintf(stderr, "variant tiles %d pipe %d ctas %d sched %d asmem %d\n", v[i].tiles,
-                v[i].pipe, v[i].ctas, v[i].sched, v[i].asmem);
+        kern_gpu_tune.residual_one = v[i].one;
+        fprintf(stderr, "variant tiles %d pipe %d ctas %d sched %d asmem %d one %d\n", v[i].tiles,
+                v[i].pipe, v[i].ctas, v[i].sched, v[i].asmem, v[i].one);
         run_residual(128, 2, 4, 5000, 32, 24);
+        run_residual(64, 2, 2, 4000, 17, 40); /* the one-query kernel at dim 64, rows < 32 */
         run_residual(64, 1, 2, 4000, 40, 19);
         run_residual(96, 4, 4, 3000, 7, 33);
         run_residual(128, 8, 2, 3000, 33, 9);
@@ -847,6 +855,7 @@ START_TEST(test_kernels_gpu_residual_variants_many_docs)
     kern_gpu_tune.residual_tiles = kern_gpu_tune.residual_pipe = 0;
     kern_gpu_tune.residual_sched = 0;
     kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_asmem = 0;
+    kern_gpu_tune.residual_one = 0;
 }
 END_TEST
 

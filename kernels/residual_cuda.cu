@@ -9,6 +9,11 @@
  * in registers through a 256-entry table in shared memory that turns one packed byte into its
  * 8 / nbits fp16 weights. The K dimension is permuted as in maxsim_cuda.cu: lane (g, t4) decodes
  * the dims [t4 * dim/4, (t4+1) * dim/4) of token g, which are its own contiguous packed bytes.
+ * One query of <= 32 rows at nbits 2, dim 64 or 128 (PLAID's rerank of one query) takes its own
+ * variant: A in shared memory (one copy a CTA), the residual decoded by byte permutes of the
+ * four weights held in registers (no table: the L1's data pipe was the limit), 32-token steps
+ * without a software pipeline, half steps at a document's end, the centroid term added after
+ * the MMAs so that its gathers wait under them (bench/NOTES-gpu.md, seventh session).
  * The centroid term qc[i, code] is gathered from a transposed copy [n_centroids, lq] so that a
  * token's lq scores are one contiguous run (4 sectors instead of 32).
  * Precision: the query and the bucket weights are rounded to fp16 (relative 2^-12) inside the
@@ -133,7 +138,23 @@ struct res_args {
  * query fragments' shared-memory loads saturated the L1 data pipe: 85% busy, ncu). RES_PERM:
  * qcT is [n_centroids, 32] with the rows permuted by transpose_perm32, so that a token's four
  * q.C values of a lane are one 16-byte load instead of four 4-byte ones. */
-constexpr int RES_ALU = 1, RES_PERM = 2, RES_SKIP = 4;
+constexpr int RES_ALU = 1, RES_PERM = 2, RES_SKIP = 4, RES_PF = 8, RES_LATEQ = 16, RES_SKIP8 = 32;
+
+/* Bytes of (a, b) picked by the nibbles of s (PTX prmt's default mode: a nibble's top bit
+ * asks for the byte's sign replicated; the selectors here never set it). __byte_perm would
+ * mask every selector with 0x7777 first: one instruction more a lookup. */
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+    return d;
+}
+
+/* A hint that the line of p will be read soon: fetched into L2, no register waits for it. */
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
 
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
 {
@@ -263,6 +284,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
 {
     constexpr bool ALU = (MODE & RES_ALU) != 0, PERM = (MODE & RES_PERM) != 0;
     constexpr bool SKIP = (MODE & RES_SKIP) != 0 && RNG >= 4;
+    constexpr bool SKIP8 = (MODE & RES_SKIP8) != 0 && RNG == 4;
+    constexpr bool PF = (MODE & RES_PF) != 0, LATEQ = (MODE & RES_LATEQ) != 0;
     static_assert(!ALU || (NB == 2 && KT % 4 == 0), "RES_ALU: nbits 2, whole words");
     static_assert(!PERM || AS, "RES_PERM: one query of <= 32 rows");
     using tile_t = res_tile<NB, KT, RNG>;
@@ -321,7 +344,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
     __syncthreads();
     /* RES_ALU: the fp16 weights of the four 2-bit fields f (bucket = f with its two bits
      * swapped: the packing's first bit is the bucket's low one), low bytes in wlo, high bytes
-     * in whi, byte f each; __byte_perm(wlo, whi, s) with selector nibbles f, f + 4 picks one. */
+     * in whi, byte f each; prmt(wlo, whi, s) with selector nibbles f, f + 4 picks one. */
     uint32_t wlo = 0, whi = 0;
     if (ALU)
 #pragma unroll
@@ -363,6 +386,18 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         kern_pdoc doc_next = doc;
         float total = 0.f;
         bool advanced = false; /* the next pair found and its first tiles loaded */
+        if (PF) {
+            /* RES_PF: the document's tokens past the first step into L2 now, so that the later
+             * steps' loads wait for L2 instead of DRAM (no registers held for them). */
+            const int t0 = 8 * RNG;
+            for (int t = t0 + lane; t < ntok; t += 32)
+                prefetch_l2(doc.residuals + (long long)t * rbytes);
+            const int cb = (int)a.code_bytes;
+            for (int b = t0 * cb + 32 * lane; b < ntok * cb; b += 32 * 32)
+                prefetch_l2(static_cast<const char *>(doc.codes) + b);
+            for (int b = t0 * 4 + 32 * lane; b < ntok * 4; b += 32 * 32)
+                prefetch_l2(reinterpret_cast<const char *>(doc.inv_norms) + b);
+        }
         for (int u = 0; u < units; u++) {
             const int r0 = u * 16 * MT;
             if (!AS && (units > 1 || !have_a || qi != last_q)) {
@@ -441,8 +476,9 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
 #pragma unroll
                             for (int h = 0; h < 2;
                                  h++) { /* the centroid term: the MMAs add to it */
-                                acc[j][mt][2 * h] = qv[j][mt][h][0];
-                                acc[j][mt][2 * h + 1] = qv[j][mt][h][1];
+                                /* RES_LATEQ: from 0, the gathers added after the MMAs */
+                                acc[j][mt][2 * h] = LATEQ ? 0.f : qv[j][mt][h][0];
+                                acc[j][mt][2 * h + 1] = LATEQ ? 0.f : qv[j][mt][h][1];
                             }
                     /* RES_ALU: a word's 16 fields, field d of its 4 bytes as 4 selectors, each
                      * byte f | (f + 4) << 4: the low half picks bytes 0, 1, the high half 2, 3. */
@@ -475,8 +511,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                             /* The 4 values of k step kt: dims t4*dpl + 4kt .. +3. */
                             uint32_t b01, b23;
                             if (ALU) {
-                                b01 = __byte_perm(wlo, whi, sel[j][kt & 3]);
-                                b23 = __byte_perm(wlo, whi, sel[j][kt & 3] >> 16);
+                                b01 = prmt(wlo, whi, sel[j][kt & 3]);
+                                b23 = prmt(wlo, whi, sel[j][kt & 3] >> 16);
                             } else if (NB == 1) {
                                 const uint32_t v = byte_at<WPT>(cur.wds[j], kt / 2);
                                 const uint32_t nib = (kt & 1) ? (v & 15u) : (v >> 4);
@@ -521,13 +557,21 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                             for (int h = 0; h < 2; h++) {
-                                const float s0 = acc[j][mt][2 * h] * cur.nrm[j][0];
-                                const float s1 = acc[j][mt][2 * h + 1] * cur.nrm[j][1];
+                                float x0 = acc[j][mt][2 * h], x1 = acc[j][mt][2 * h + 1];
+                                if (LATEQ)
+                                    x0 += qv[j][mt][h][0], x1 += qv[j][mt][h][1];
+                                const float s0 = x0 * cur.nrm[j][0];
+                                const float s1 = x1 * cur.nrm[j][1];
                                 rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
                             }
                     }
                 };
-                if (SKIP && ntok - tok0 <= 4 * RNG)
+                const int rest = ntok - tok0;
+                if (SKIP8 && rest <= 8)
+                    step(std::integral_constant<int, 1>{});
+                else if (SKIP8 && rest <= 24 && rest > 16)
+                    step(std::integral_constant<int, 3>{});
+                else if ((SKIP || SKIP8) && rest <= 4 * RNG)
                     step(std::integral_constant<int, RNG / 2>{});
                 else
                     step(std::integral_constant<int, RNG>{});
@@ -634,7 +678,7 @@ int one_query(bool batched, int lq, int dim, int nbits)
     if (batched || lq > 32 || nbits != 2 || (dim != 64 && dim != 128) || t.residual_tiles ||
         t.residual_pipe || t.residual_ctas || t.residual_asmem || t.residual_one == 1)
         return -1;
-    return t.residual_one ? t.residual_one : 14;
+    return t.residual_one ? t.residual_one : 18;
 }
 
 /* The mode bits (RES_ALU, RES_PERM) of a one_query variant. */
@@ -671,8 +715,19 @@ template <int NB, int KT> int launch_residual_one(const res_args &a, int v)
             return launch_residual_k<NB, KT, 4, false, 3, false, RES_ALU>(a);
         case 8:
             return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU>(a);
-        default: /* 14 */
+        case 14:
             return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP>(a);
+        case 15:
+            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP | RES_PF>(a);
+        case 16:
+            return launch_residual_k<NB, KT, 4, false, 3, true,
+                                     RES_ALU | RES_SKIP | RES_PF | RES_LATEQ>(a);
+        case 19:
+            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU | RES_SKIP8 | RES_LATEQ>(a);
+        case 17:
+            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU | RES_SKIP | RES_LATEQ>(a);
+        default: /* 18 */
+            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP | RES_LATEQ>(a);
         }
     }
     (void)v;

@@ -35,7 +35,10 @@ typedef struct kern_gpu_tuning {
                            fragments in registers instead of shared memory: 12 ALU (2 tiles,
                            pipelined, 3 CTAs), 13 ALU with 4 tiles and no pipeline (3 CTAs);
                            14 as 8, but a step whose document ends in its first two tiles
-                           computes only those (the default, 0) */
+                           computes only those; 15 14 with the document prefetched into L2 at
+                           its start, 16 15 with the centroid term added after the MMAs (3
+                           CTAs), 17 14 with that (3 CTAs), 18 17 at 4 CTAs (the default, 0),
+                           19 17 with steps of 1-4 tiles at a document's end */
 } kern_gpu_tuning;
 
 extern kern_gpu_tuning kern_gpu_tune;

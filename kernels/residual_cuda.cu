@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
@@ -669,6 +670,41 @@ int launch_residual_k(const res_args &a)
     return KERN_OK;
 }
 
+/* The one-query variants, by kern_gpu_tune.residual_one (0: the default, 18; 1 is the general
+ * kernel and never comes here): tiles a step, pipelined, CTAs an SM, A in shared memory, mode
+ * bits. The bench names them plaid_o<N>_10k; bench/RESULTS.md has their figures. */
+struct one_variant {
+    int rng;
+    bool pipe;
+    int minb;
+    bool as;
+    int mode;
+};
+constexpr int ONE_DEFAULT = 18;
+constexpr one_variant ONE_VARIANTS[] = {
+    {4, false, 4, true, RES_ALU | RES_SKIP | RES_LATEQ}, /* 0: as 18 */
+    {4, false, 4, true, RES_ALU | RES_SKIP | RES_LATEQ}, /* 1: unused */
+    {2, true, 4, true, RES_ALU},
+    {2, true, 4, true, RES_PERM},
+    {2, true, 4, true, RES_ALU | RES_PERM},
+    {4, false, 4, true, RES_ALU | RES_PERM},
+    {4, true, 4, true, RES_ALU | RES_PERM},
+    {2, true, 5, true, RES_ALU | RES_PERM},
+    {4, false, 4, true, RES_ALU},
+    {4, true, 4, true, RES_ALU},
+    {2, true, 5, true, RES_ALU},
+    {4, false, 3, true, RES_ALU},
+    {2, true, 3, false, RES_ALU},
+    {4, false, 3, false, RES_ALU},
+    {4, false, 4, true, RES_ALU | RES_SKIP},
+    {4, false, 4, true, RES_ALU | RES_SKIP | RES_PF},
+    {4, false, 3, true, RES_ALU | RES_SKIP | RES_PF | RES_LATEQ},
+    {4, false, 3, true, RES_ALU | RES_SKIP | RES_LATEQ},
+    {4, false, 4, true, RES_ALU | RES_SKIP | RES_LATEQ},
+    {4, false, 3, true, RES_ALU | RES_SKIP8 | RES_LATEQ},
+};
+constexpr int ONE_COUNT = (int)(sizeof ONE_VARIANTS / sizeof ONE_VARIANTS[0]);
+
 /* One query of <= 32 rows, nbits 2, dim 64 or 128, no variant of the general kernel asked for:
  * the variant of kern_gpu_tune.residual_one (0: the default), or -1 where this path does not
  * apply. kern_gpu_maxsim_residual lays out the q.C table by what this says. */
@@ -678,60 +714,31 @@ int one_query(bool batched, int lq, int dim, int nbits)
     if (batched || lq > 32 || nbits != 2 || (dim != 64 && dim != 128) || t.residual_tiles ||
         t.residual_pipe || t.residual_ctas || t.residual_asmem || t.residual_one == 1)
         return -1;
-    return t.residual_one ? t.residual_one : 18;
+    return t.residual_one ? t.residual_one : ONE_DEFAULT;
 }
 
-/* The mode bits (RES_ALU, RES_PERM) of a one_query variant. */
-int one_query_mode(int v)
+template <int NB, int KT, int V> int launch_one_variant(const res_args &a)
 {
-    return v == 2 || v >= 8 ? RES_ALU : v == 3 ? RES_PERM : RES_ALU | RES_PERM;
+    constexpr one_variant c = ONE_VARIANTS[V];
+    return launch_residual_k<NB, KT, c.rng, c.pipe, c.minb, c.as, c.mode>(a);
+}
+
+template <int NB, int KT, int... V>
+int launch_one_of(const res_args &a, int v, std::integer_sequence<int, V...>)
+{
+    using launcher = int (*)(const res_args &);
+    static constexpr launcher table[] = {&launch_one_variant<NB, KT, V>...};
+    return table[v](a);
 }
 
 template <int NB, int KT> int launch_residual_one(const res_args &a, int v)
 {
     if constexpr (NB == 2 && KT % 4 == 0 && KT <= 8) {
-        switch (v) {
-        case 2:
-            return launch_residual_k<NB, KT, 2, true, 4, true, RES_ALU>(a);
-        case 3:
-            return launch_residual_k<NB, KT, 2, true, 4, true, RES_PERM>(a);
-        case 5:
-            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_PERM>(a);
-        case 6:
-            return launch_residual_k<NB, KT, 4, true, 4, true, RES_ALU | RES_PERM>(a);
-        case 7:
-            return launch_residual_k<NB, KT, 2, true, 5, true, RES_ALU | RES_PERM>(a);
-        case 4:
-            return launch_residual_k<NB, KT, 2, true, 4, true, RES_ALU | RES_PERM>(a);
-        case 9:
-            return launch_residual_k<NB, KT, 4, true, 4, true, RES_ALU>(a);
-        case 10:
-            return launch_residual_k<NB, KT, 2, true, 5, true, RES_ALU>(a);
-        case 11:
-            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU>(a);
-        case 12:
-            return launch_residual_k<NB, KT, 2, true, 3, false, RES_ALU>(a);
-        case 13:
-            return launch_residual_k<NB, KT, 4, false, 3, false, RES_ALU>(a);
-        case 8:
-            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU>(a);
-        case 14:
-            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP>(a);
-        case 15:
-            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP | RES_PF>(a);
-        case 16:
-            return launch_residual_k<NB, KT, 4, false, 3, true,
-                                     RES_ALU | RES_SKIP | RES_PF | RES_LATEQ>(a);
-        case 19:
-            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU | RES_SKIP8 | RES_LATEQ>(a);
-        case 17:
-            return launch_residual_k<NB, KT, 4, false, 3, true, RES_ALU | RES_SKIP | RES_LATEQ>(a);
-        default: /* 18 */
-            return launch_residual_k<NB, KT, 4, false, 4, true, RES_ALU | RES_SKIP | RES_LATEQ>(a);
-        }
+        if (v >= 2 && v < ONE_COUNT)
+            return launch_one_of<NB, KT>(a, v, std::make_integer_sequence<int, ONE_COUNT>{});
     }
-    (void)v;
-    kern_set_error("maxsim_residual (cuda): no one-query kernel for nbits %d dim %d", NB, 16 * KT);
+    kern_set_error("maxsim_residual (cuda): no one-query kernel variant %d for nbits %d dim %d", v,
+                   NB, 16 * KT);
     return KERN_EINVAL;
 }
 
@@ -861,7 +868,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
     int rc;
     /* One query of <= 32 rows on the one-query kernel: a [n_centroids, 32] table. */
     const int one_v = a->lq == 0 ? -1 : one_query(false, (int)a->lq, (int)a->dim, (int)a->nbits);
-    const bool perm = one_v >= 0 && (one_query_mode(one_v) & RES_PERM);
+    const bool perm = one_v >= 0 && one_v < ONE_COUNT && (ONE_VARIANTS[one_v].mode & RES_PERM);
     const size_t ldq = perm ? 32 : a->lq;
     /* The transposed table with the slack the fast kernel reads past its last row. */
     const size_t qc_bytes = (a->n_centroids * (ldq ? ldq : 1) + KERN_CUDA_ST_SLACK) * sizeof(float);

@@ -824,9 +824,11 @@ END_TEST
 START_TEST(test_kernels_gpu_residual_variants_many_docs)
 {
     /* asmem 2: one query's A fragments in registers (the default keeps them in shared memory
-     * where lq <= 32); ctas 5: the shared-memory variant fitted to 5 CTAs an SM; one 1-7: the
-     * one-query kernel's variants (nbits 2, dim 64 / 128, lq <= 32: byte-permute decode and
-     * 16-byte q.C loads of a permuted table, alone or together, 2 or 4 tiles, 3 to 5 CTAs). */
+     * where lq <= 32); ctas 5: the shared-memory variant fitted to 5 CTAs an SM; one 1-19: the
+     * one-query kernel's variants (nbits 2, dim 64 / 128, lq <= 32; ONE_VARIANTS in
+     * kernels/residual_cuda.cu: table or byte-permute decode, 4- or 16-byte q.C loads, 2 or 4
+     * tiles, pipelined or not, 3 to 5 CTAs, half or quarter end steps, L2 prefetch, the
+     * centroid term before or after the MMAs), several under both schedules. */
     static const struct {
         int tiles, pipe, ctas, sched, asmem, one;
     } v[] = {{0, 0, 0, 0, 0, 0},  {0, 0, 0, 2, 0, 0},  {0, 2, 0, 0, 0, 0},  {0, 2, 0, 2, 0, 0},

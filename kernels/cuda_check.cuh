@@ -50,6 +50,11 @@ void kern_scratch_free(void *p, size_t bytes);
  */
 int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas);
 
+/* The current device's compute capability as 10 * major + minor (90 for sm_90), or -1 where
+ * there is no device; cached per device, so that the per-call path checks cost no runtime
+ * queries beyond cudaGetDevice. */
+int kern_device_cc(void);
+
 /* A persistent grid of at least one CTA, as many as are resident at once, no more than want. */
 static inline int kern_persistent_grid(const void *fn, int threads, size_t smem, long long want,
                                        int *blocks)

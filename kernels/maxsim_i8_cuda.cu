@@ -521,16 +521,9 @@ extern "C" int kern_gpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t
 
 extern "C" int kern_gpu_e4m3_stream_usable(size_t dim, const void *q, const void *d)
 {
-    int dev = 0, major = 0, minor = 0;
     if ((uintptr_t)q % 16 || (uintptr_t)d % 16 || dim % 64 || dim > 256)
         return 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return major * 10 + minor >= 89;
+    return kern_device_cc() >= 89;
 }
 
 extern "C" int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq,

@@ -637,15 +637,12 @@ int kern_wgmma_usable(const wg_dense *a, const char **why)
         *why = "embeddings not 16-byte aligned";
         return 0;
     }
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
+    const int cc = kern_device_cc();
+    if (cc < 0) {
         *why = "no device";
         return 0;
     }
-    if (major != 9 || minor != 0) {
+    if (cc != 90) {
         *why = "the device is not sm_90";
         return 0;
     }

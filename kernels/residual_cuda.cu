@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                     b[d] = ((v >> (7 - 2 * d)) & 1) | (((v >> (6 - 2 * d)) & 1) << 1);
                 s_b2[i] = make_uint2(pack_h2(a.w[b[0]], a.w[b[1]]), pack_h2(a.w[b[2]], a.w[b[3]]));
             }
-        } else {
+        } else if (NB == 1) { /* (NB 2 with RES_ALU has no table) */
             for (int i = threadIdx.x; i < 16 * 32; i += blockDim.x) {
                 const int v = i / 32, l = i % 32;
                 reinterpret_cast<uint2 *>(s_nib)[v * 32 + l] =

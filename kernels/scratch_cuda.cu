@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "cuda_check.cuh"
@@ -97,6 +98,28 @@ grid_entry grid_cache[GRID_CACHE];
 int grid_cached;
 std::mutex grid_lock;
 } // namespace
+
+static std::atomic<int> cc_cache[MAX_DEVICES]; /* 10 * major + minor, 0 until asked */
+
+int kern_device_cc(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+        cudaGetLastError();
+        return -1;
+    }
+    const int known = dev < MAX_DEVICES ? cc_cache[dev].load(std::memory_order_relaxed) : 0;
+    if (known > 0)
+        return known;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    if (dev < MAX_DEVICES) /* the same value from any thread */
+        cc_cache[dev].store(10 * major + minor, std::memory_order_relaxed);
+    return 10 * major + minor;
+}
 
 int kern_resident_ctas(const void *fn, int threads, size_t smem, long long *ctas)
 {

@@ -1490,11 +1490,11 @@ END_TEST
 
 /* ---- the synthetic corpus generator (synth.h, tartan gen) -------------------------------- */
 
-/* Random but small generator parameters: either model, any dimension, short documents. */
+/* Random but small generator parameters: any model, any dimension, short documents. */
 static void synth_random_params(tool_synth_params *p)
 {
     tool_synth_params_init(p);
-    tool_synth_params_model(p, rng_below(2) ? TOOL_SYNTH_V1 : TOOL_SYNTH_V2);
+    tool_synth_params_model(p, TOOL_SYNTH_V1 + (int)rng_below(3));
     static const size_t dims[] = {8, 33, 64, 128, 200};
     p->dim = dims[rng_below(sizeof dims / sizeof dims[0])];
     p->n_docs = 20 + rng_below(150);
@@ -1503,7 +1503,7 @@ static void synth_random_params(tool_synth_params *p)
     p->len_min = p->len_mean < 8 ? p->len_mean : 8;
     p->qlen = 1 + rng_below(40);
     p->seed = rng();
-    if (p->model == TOOL_SYNTH_V2) {
+    if (p->model != TOOL_SYNTH_V1) {
         p->group_docs = rng_below(40);
         p->query_content = (float)rng_below(11) / 10.f;
     }
@@ -1743,13 +1743,65 @@ START_TEST(test_tools_synth_doc_lengths)
 }
 END_TEST
 
+/* Model V3 has the statistics it promises, unlike V2 on the same seed: random tokens of
+ * different documents share the mean direction (cosine near aniso_mean^2 = 0.36, V2 near 0),
+ * and consecutive tokens are often near-duplicates (run_prob). */
+START_TEST(test_tools_synth_v3_statistics)
+{
+    rng_seed();
+    double cross[2] = {0, 0}, near_dup[2] = {0, 0};
+    for (int m = 0; m < 2; m++) {
+        tool_synth_params p;
+        tool_synth_params_init(&p);
+        tool_synth_params_model(&p, m ? TOOL_SYNTH_V3 : TOOL_SYNTH_V2);
+        p.dim = 64;
+        p.n_docs = 200;
+        p.len_mean = 40;
+        p.group_docs = 0; /* no topic groups: unrelated documents */
+        p.seed = rng();
+        tool_synth *s = NULL;
+        ck_assert_int_eq(tool_synth_new(&p, &s), 0);
+        float *a = malloc(8 * p.len_mean * p.dim * sizeof(float));
+        float *b = malloc(8 * p.len_mean * p.dim * sizeof(float));
+        size_t pairs = 0, runs = 0, steps = 0;
+        for (size_t i = 0; i + 1 < p.n_docs; i += 2) {
+            size_t na = tool_synth_doclen(s, i), nb = tool_synth_doclen(s, i + 1);
+            tool_synth_doc(s, i, a);
+            tool_synth_doc(s, i + 1, b);
+            for (size_t t = 0; t < na && t < nb; t++, pairs++) {
+                double d = 0;
+                for (size_t k = 0; k < p.dim; k++)
+                    d += (double)a[t * p.dim + k] * b[t * p.dim + k];
+                cross[m] += d;
+            }
+            for (size_t t = 1; t < na; t++, steps++) {
+                double d = 0;
+                for (size_t k = 0; k < p.dim; k++)
+                    d += (double)a[t * p.dim + k] * a[(t - 1) * p.dim + k];
+                runs += d > 0.97;
+            }
+        }
+        cross[m] /= (double)pairs;
+        near_dup[m] = (double)runs / (double)steps;
+        free(a);
+        free(b);
+        tool_synth_free(s);
+    }
+    ck_assert_msg(cross[0] < 0.15 && cross[1] > 0.25 && cross[1] < 0.6,
+                  "mean cosine of unrelated tokens: V2 %.3f, V3 %.3f", cross[0], cross[1]);
+    ck_assert_msg(near_dup[0] < 0.05 && near_dup[1] > 0.3,
+                  "share of near-duplicate neighbours: V2 %.3f, V3 %.3f", near_dup[0],
+                  near_dup[1]);
+}
+END_TEST
+
 /* Bad parameters are refused with TARTAN_EINVAL; bad output types with TARTAN_EDTYPE. */
 START_TEST(test_tools_synth_rejects_bad_params)
 {
     rng_seed();
     tool_synth_params p;
     tool_synth *s = (tool_synth *)&p;
-    for (int c = 0; c < 8; c++) {
+    for (int c = 0; c < 11; c++) {
         tool_synth_params_init(&p);
         p.n_docs = 10;
         switch (c) {
@@ -1757,7 +1809,19 @@ START_TEST(test_tools_synth_rejects_bad_params)
             p.dim = 0;
             break;
         case 1:
-            p.model = 3;
+            p.model = 4;
+            break;
+        case 8:
+            tool_synth_params_model(&p, TOOL_SYNTH_V3);
+            p.aniso_mean = 1.f; /* nothing left for the subspace */
+            break;
+        case 9:
+            tool_synth_params_model(&p, TOOL_SYNTH_V3);
+            p.run_prob = NAN;
+            break;
+        case 10:
+            tool_synth_params_model(&p, TOOL_SYNTH_V3);
+            p.dim = 5000; /* above V3's dense map's limit */
             break;
         case 2:
             p.noise = NAN;
@@ -1836,6 +1900,7 @@ static Suite *tools_suite(void)
         {"synth_qrels", test_tools_synth_queries_and_qrels},
         {"synth_f16", test_tools_synth_f16_rounding},
         {"synth_lengths", test_tools_synth_doc_lengths},
+        {"synth_v3_statistics", test_tools_synth_v3_statistics},
         {"synth_bad_params", test_tools_synth_rejects_bad_params},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -21,7 +21,7 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: tartan gen OUTDIR --docs N [--queries N] [--dim D] [--doc-len L]\n"
            "                  [--fixed-len] [--query-len L] [--terms N] [--seed S]\n"
-           "                  [--dtype f32|f16] [--model 1|2] [--noise X] [--context X]\n"
+           "                  [--dtype f32|f16] [--model 1|2|3] [--noise X] [--context X]\n"
            "                  [--query-context X] [--query-content X] [--group-docs N]\n"
            "                  [--group-terms X] [--group-context X]\n\n"
            "Writes a synthetic ColBERT-like corpus into OUTDIR: embeddings.npy [T, D],\n"
@@ -40,6 +40,10 @@ static void usage(FILE *f)
            "topic group, 0 for none, model 2), --group-terms and --group-context (shares of a\n"
            "document's topic terms and context from its group's, model 2) override the model's\n"
            "values.\n"
+           "--model 3 is a family with other token statistics (anisotropic tokens around a\n"
+           "shared mean direction, runs of near-duplicate tokens, heavy-tailed lengths up to 8x\n"
+           "--doc-len, queries with hard-negative tokens): a check that what works on model 2\n"
+           "works elsewhere too.\n"
            "Defaults: --queries 100 --dim 128 --doc-len 100 --query-len 32 --seed 42\n"
            "--dtype f32 --model 2.\n");
 }
@@ -132,8 +136,10 @@ int tool_cmd_gen(int argc, char **argv)
                 model = TOOL_SYNTH_V1;
             else if (strcmp(optarg, "2") == 0)
                 model = TOOL_SYNTH_V2;
+            else if (strcmp(optarg, "3") == 0)
+                model = TOOL_SYNTH_V3;
             else {
-                fprintf(stderr, "tartan gen: --model is 1 or 2, not '%s'\n", optarg);
+                fprintf(stderr, "tartan gen: --model is 1, 2 or 3, not '%s'\n", optarg);
                 return 2;
             }
             continue;

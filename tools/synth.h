@@ -29,6 +29,16 @@
  *   document's topic (query_context of its context is the document's) and has function
  *   tokens like a document (real queries are all tokens, no [MASK] padding); expansion
  *   tokens only when query_content < 1.
+ * - TOOL_SYNTH_V3, a family with other token statistics, for checking that a default tuned on
+ *   one family holds on another: V2's documents, topic groups and queries, then every token
+ *   mapped into an anisotropic space as BERT-like encoders give (a shared mean direction
+ *   carrying aniso_mean of each token, the rest in a subspace whose scales fall off as
+ *   1 / (1 + k / aniso_rank), so random tokens have cosines around aniso_mean^2 and most of the
+ *   variance lies in a few dozen directions); runs of near-duplicate tokens (each token
+ *   continues the previous one's term with probability run_prob, moved by run_noise: image
+ *   patches and repeated words behave so); heavy-tailed lengths (log-normal sigma 1.0, up to
+ *   8 times the mean); and queries whose content tokens come from a hard negative (another
+ *   document's topics and context) with probability negatives.
  */
 #ifndef TARTAN_TOOLS_SYNTH_H
 #define TARTAN_TOOLS_SYNTH_H
@@ -38,10 +48,10 @@
 
 #include "npy.h"
 
-enum { TOOL_SYNTH_V1 = 1, TOOL_SYNTH_V2 = 2 };
+enum { TOOL_SYNTH_V1 = 1, TOOL_SYNTH_V2 = 2, TOOL_SYNTH_V3 = 3 };
 
 typedef struct tool_synth_params {
-    int model; /* TOOL_SYNTH_V1 or TOOL_SYNTH_V2 (default) */
+    int model; /* TOOL_SYNTH_V1, TOOL_SYNTH_V2 (default) or TOOL_SYNTH_V3 */
     size_t n_docs;
     size_t dim;          /* default 128 */
     size_t n_terms;      /* term centres; 0: about 4 * sqrt(total tokens), at least 64 */
@@ -64,6 +74,16 @@ typedef struct tool_synth_params {
     size_t group_docs;
     float group_terms;
     float group_context;
+    /* Log-normal sigma of document lengths (V1, V2 0.5; V3 1.0). */
+    float len_sigma;
+    /* V3 only (0 elsewhere): the mean direction's share (default 0.6), the subspace's scale
+     * length (default 16 dimensions), near-duplicate runs (probability 0.5, moved by 0.15),
+     * the share of query content tokens from a hard negative (0.25). */
+    float aniso_mean;
+    float aniso_rank;
+    float run_prob;
+    float run_noise;
+    float negatives;
     uint64_t seed;
 } tool_synth_params;
 
@@ -71,7 +91,8 @@ typedef struct tool_synth tool_synth;
 
 /* Fills the defaults above (n_docs, n_queries left 0) of model V2. */
 void tool_synth_params_init(tool_synth_params *p);
-/* Sets model (V1 or V2) and its noise, context and query defaults; leaves the rest. */
+/* Sets model (V1, V2 or V3) and its noise, context, query and shape defaults; leaves the
+ * rest. */
 void tool_synth_params_model(tool_synth_params *p, int model);
 
 /* Builds the term centres. Returns 0, or an errno / TARTAN_E code (bad sizes, ENOMEM). */

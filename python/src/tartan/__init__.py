@@ -488,12 +488,11 @@ class Index:
             subset = subset if isinstance(subset, (list, tuple)) else list(subset)
         db = self._handle()
         if db is None:  # created at the first add: nothing to find yet
-            empty = [[] for _ in range(nq)]
+            stats = dict(seconds_candidates=0.0, seconds_prune=0.0, seconds_exact=0.0,
+                         seconds_total=0.0, n_candidates=0, n_exact=0)
             if not arrays:
-                return empty
-            return ([], bytearray(), bytearray(np.zeros(nq, np.int64).tobytes()), 0), dict(
-                seconds_candidates=0.0, seconds_prune=0.0, seconds_exact=0.0,
-                seconds_total=0.0, n_candidates=0, n_exact=0)
+                return [[] for _ in range(nq)], stats
+            return ([], bytearray(), bytearray(np.zeros(nq, np.int64).tobytes()), 0), stats
         return db.search(pieces, qlens, qlen, nq, n_rows, dim, code, int(k), ncells=ncells,
                          threshold=threshold, ndocs=ndocs, exhaustive=bool(exhaustive),
                          subset=subset, threads=int(threads), device=_device_code(device),
@@ -524,7 +523,7 @@ class Index:
         EBADID, ... and leaves the index unchanged (it never changes it).
         """
         return self._search(queries, k, exhaustive, subset, recall_target, device, ncells,
-                            threshold, ndocs, threads, False)
+                            threshold, ndocs, threads, False)[0]
 
     def search_arrays(self, queries: Any, k: int = 10, *, exhaustive: bool = False,
                       subset: Optional[Iterable[Id]] = None,

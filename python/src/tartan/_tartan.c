@@ -827,7 +827,8 @@ static int opt_count(PyObject *o, size_t *out, const char *what)
  *        ndocs=None, exhaustive=False, subset=None, threads=0, device=0, recall_target=None,
  *        arrays=False): one tartan_search.
  *   qlens: uint64 buffer [n_queries] or None (then every query has qlen tokens).
- * Returns results_tuples' list, or with arrays=True results_arrays' tuple plus the stats.
+ * Returns (results_tuples' list, or with arrays=True results_arrays' tuple; the stats as a
+ * dict).
  */
 static PyObject *Db_search(DbObject *self, PyObject *args, PyObject *kw)
 {
@@ -917,15 +918,12 @@ static PyObject *Db_search(DbObject *self, PyObject *args, PyObject *kw)
         raise_db(db, rc);
         goto done;
     }
-    if (!arrays) {
-        ret = results_tuples(res);
-    } else {
-        PyObject *a = results_arrays(res), *st = stats_dict(&res->stats);
-        if (a && st)
-            ret = Py_BuildValue("(OO)", a, st);
-        Py_XDECREF(a);
-        Py_XDECREF(st);
-    }
+    PyObject *a = arrays ? results_arrays(res) : results_tuples(res);
+    PyObject *st = stats_dict(&res->stats);
+    if (a && st)
+        ret = Py_BuildValue("(OO)", a, st);
+    Py_XDECREF(a);
+    Py_XDECREF(st);
 done:
     tartan_results_free(res);
     rows_release(&r);

@@ -30,7 +30,7 @@ def gen_corpus(tartan_bin, d, model, docs=400, queries=20, dtype="f32"):
     return d
 
 
-@pytest.mark.parametrize("model", [1, 2])
+@pytest.mark.parametrize("model", [1, 2, 3])
 def test_command_built_index_searched_from_python(tmp_path, tartan_bin, model):
     g = gen_corpus(tartan_bin, tmp_path / "g", model)
     ix_path = tmp_path / "ix"

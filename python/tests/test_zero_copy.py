@@ -74,6 +74,10 @@ def test_half_precision_queries_and_documents(tmp_path, rng):
             for a, b in zip(got, ref):
                 assert a[0][0] == b[0][0]
                 assert a[0][1] == pytest.approx(b[0][1], abs=0.05)
+        # Mixed element types in one list become float32.
+        mixed = [qs[0], qs[1].astype(np.float16), bf16_bits(qs[2])]
+        got = ix.search(mixed, k=5, exhaustive=True)
+        assert [h[0][0] for h in got] == [h[0][0] for h in ref[:3]]
         # float64 is taken as float32 (a conversion, so a copy).
         assert ix.search(qs.astype(np.float64), k=5, exhaustive=True) == ref
         # Strided and big-endian arrays are made contiguous.

@@ -141,22 +141,21 @@ def _array(x: Any, what: str) -> Tuple[np.ndarray, int]:
 
 def _pieces(items: Sequence[Any], what: str) -> Tuple[List[np.ndarray], int, int]:
     """A list of [n_i, d] arrays as (arrays, dtype code, d), all of one dtype."""
-    arrs, codes = [], set()
+    arrs, codes = [], []
     for i, x in enumerate(items):
         a, c = _array(x, what)
         if a.ndim != 2:
             _raise("EDIM", f"{what} {i} has shape {a.shape}; each must be [tokens, dim]")
         arrs.append(a)
-        codes.add(c)
+        codes.append(c)
     if not arrs:
         return arrs, _tartan.FLOAT32, 0
     dims = {a.shape[1] for a in arrs}
     if len(dims) > 1:
         _raise("EDIM", f"{what}s of dimensions {sorted(dims)} in one call")
-    if len(codes) > 1:  # mixed element types: one common type, float32 (a copy)
-        arrs = [_as_float32(a, c) for a, c in zip(arrs, (_array(x, what)[1] for x in items))]
-        codes = {_tartan.FLOAT32}
-    return arrs, codes.pop(), dims.pop()
+    if len(set(codes)) > 1:  # mixed element types: one common type, float32 (a copy)
+        return [_as_float32(a, c) for a, c in zip(arrs, codes)], _tartan.FLOAT32, dims.pop()
+    return arrs, codes[0], dims.pop()
 
 
 def _as_float32(a: np.ndarray, code: int) -> np.ndarray:

@@ -7,13 +7,15 @@
  *   - the default search for k = 10 and k = 100: recall@10 and recall@100 against the
  *     exhaustive top-k, queries/s with one thread and with all threads (one batch of all the
  *     queries), and single-query latency (one call per query) p50 / p99 / mean;
- *   - a sweep of ncells x ndocs (k = 10, threshold at its k = 10 default unless --thresholds):
- *     recall@10 and single-query latency on one thread, the recall-vs-latency trade-off.
+ *   - a sweep, k = 10: the adaptive search at each recall target of --targets, then PLAID's
+ *     fixed stages at each ncells x ndocs (threshold --thresholds, default 0.5, ColBERT's):
+ *     recall@10, queries/s on one thread (one batch) and single-query latency on one thread,
+ *     the recall-vs-speed trade-off.
  * Prints a table, writes JSON (--json) and a whitespace-separated table for gnuplot (--dat).
  *
  *   bench/bench_search INDEX --queries Q.npy [--nq N] [--truth FILE] [--json FILE]
- *                      [--dat FILE] [--ncells 1,2,4,8] [--ndocs 256,1024,4096,16384]
- *                      [--thresholds 0.5] [--reps N]
+ *                      [--dat FILE] [--targets 0.8,0.9,0.95,0.99] [--ncells 1,2,4,8]
+ *                      [--ndocs 256,1024,4096,16384] [--thresholds 0.5] [--reps N]
  */
 #include "config.h"
 
@@ -198,6 +200,7 @@ static double truth_compute(bench *b, const char *path)
 }
 
 typedef struct measure {
+    double qps1;           /* queries/s, one thread, one batch (sweep only) */
     double recall;         /* mean recall@k against the exhaustive top k */
     double p50, p99, mean; /* single-query latency, ms */
     double cand, exact;    /* documents per query through stage 2 and stage 4 */
@@ -290,7 +293,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench_search INDEX --queries Q.npy [--nq N] [--truth FILE] [--json FILE]\n"
-            "                    [--dat FILE] [--ncells LIST] [--ndocs LIST]\n"
+            "                    [--dat FILE] [--targets LIST] [--ncells LIST] [--ndocs LIST]\n"
             "                    [--thresholds LIST] [--reps N]\n");
     exit(2);
 }
@@ -300,6 +303,7 @@ int main(int argc, char **argv)
     const char *index = NULL, *qpath = NULL, *truth_path = NULL;
     const char *json = "bench_search.json", *dat = NULL;
     const char *ncells_s = "1,2,4,8", *ndocs_s = "256,1024,4096,16384", *thr_s = NULL;
+    const char *targets_s = "0.8,0.9,0.95,0.99";
     size_t nq = 0;
     int reps = 3;
     for (int i = 1; i < argc; i++) {
@@ -329,6 +333,8 @@ int main(int argc, char **argv)
             ndocs_s = v;
         else if (!strcmp(a, "--thresholds"))
             thr_s = v;
+        else if (!strcmp(a, "--targets"))
+            targets_s = v;
         else if (!strcmp(a, "--reps"))
             reps = atoi(v);
         else
@@ -364,14 +370,15 @@ int main(int argc, char **argv)
                 info.dim);
         return 1;
     }
-    double ncells_v[16], ndocs_v[16], thr_v[16];
+    double ncells_v[16], ndocs_v[16], thr_v[16], tg_v[16];
     size_t n_nc = parse_list(ncells_s, ncells_v, 16), n_nd = parse_list(ndocs_s, ndocs_v, 16);
+    size_t n_tg = parse_list(targets_s, tg_v, 16);
     tartan_search_params d10, d100;
     tartan_search_params_init(&d10, 10);
     tartan_search_params_init(&d100, 100);
     size_t n_thr = thr_s ? parse_list(thr_s, thr_v, 16) : 1;
     if (!thr_s)
-        thr_v[0] = d10.centroid_score_threshold;
+        thr_v[0] = 0.5; /* ColBERT's for k <= 10 */
     if (!n_nc || !n_nd || !n_thr)
         usage();
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -436,33 +443,37 @@ int main(int argc, char **argv)
            " all threads: p50 %.2f / %.2f ms)\n\n",
            def[0].mall.p50, def[1].mall.p50);
 
-    /* Sweep. */
-    size_t nsw = n_nc * n_nd * n_thr;
+    /* Sweep: adaptive targets, then the fixed grid. */
+    size_t nsw = n_tg + n_nc * n_nd * n_thr;
     struct sweep {
         size_t ncells, ndocs;
-        double thr;
+        double thr, target;
         measure m;
     } *sw = calloc(nsw, sizeof *sw);
-    printf("sweep, k=10, one thread, one query a call:\n");
-    printf("%6s %6s %6s %10s %8s %8s %8s %10s %8s\n", "ncells", "thresh", "ndocs", "recall@10",
-           "p50 ms", "p99 ms", "mean ms", "candidates", "exact");
-    size_t s = 0;
-    for (size_t t = 0; t < n_thr; t++)
-        for (size_t i = 0; i < n_nc; i++)
-            for (size_t j = 0; j < n_nd; j++, s++) {
-                tartan_search_params p = d10;
-                p.ncells = (size_t)ncells_v[i];
-                p.ndocs = (size_t)ndocs_v[j];
-                p.centroid_score_threshold = (float)thr_v[t];
-                sw[s].ncells = p.ncells;
-                sw[s].ndocs = p.ndocs;
-                sw[s].thr = thr_v[t];
-                sw[s].m = per_query(&b, &p, 1);
-                printf("%6zu %6.2f %6zu %10.4f %8.2f %8.2f %8.2f %10.0f %8.0f\n", p.ncells,
-                       thr_v[t], p.ndocs, sw[s].m.recall, sw[s].m.p50, sw[s].m.p99, sw[s].m.mean,
-                       sw[s].m.cand, sw[s].m.exact);
-                fflush(stdout);
-            }
+    printf("sweep, k=10, one thread (queries/s: one batch; latency: one query a call):\n");
+    printf("%6s %6s %6s %6s %10s %9s %8s %8s %8s %10s %8s\n", "target", "ncells", "thresh", "ndocs",
+           "recall@10", "qps 1thr", "p50 ms", "p99 ms", "mean ms", "candidates", "exact");
+    for (size_t s = 0; s < nsw; s++) {
+        tartan_search_params p = d10;
+        if (s < n_tg) {
+            p.recall_target = (float)tg_v[s];
+            sw[s].target = tg_v[s];
+        } else {
+            size_t g = s - n_tg, t = g / (n_nc * n_nd), i = g / n_nd % n_nc, j = g % n_nd;
+            p.ncells = (size_t)ncells_v[i];
+            p.ndocs = (size_t)ndocs_v[j];
+            p.centroid_score_threshold = (float)thr_v[t];
+            sw[s].thr = thr_v[t];
+        }
+        sw[s].ncells = p.ncells;
+        sw[s].ndocs = p.ndocs;
+        sw[s].m = per_query(&b, &p, 1);
+        sw[s].m.qps1 = throughput(&b, &p, 1, reps);
+        printf("%6.3f %6zu %6.2f %6zu %10.4f %9.1f %8.2f %8.2f %8.2f %10.0f %8.0f\n", sw[s].target,
+               p.ncells, sw[s].thr, p.ndocs, sw[s].m.recall, sw[s].m.qps1, sw[s].m.p50, sw[s].m.p99,
+               sw[s].m.mean, sw[s].m.cand, sw[s].m.exact);
+        fflush(stdout);
+    }
 
     FILE *f = fopen(json, "w");
     if (!f) {
@@ -496,11 +507,13 @@ int main(int argc, char **argv)
     fprintf(f, "  \"sweep\": [\n");
     for (size_t i = 0; i < nsw; i++)
         fprintf(f,
-                "    {\"k\": 10, \"ncells\": %zu, \"threshold\": %.3f, \"ndocs\": %zu, "
-                "\"recall_at_10\": %.5f, \"latency_ms\": {\"p50\": %.3f, \"p99\": %.3f, "
-                "\"mean\": %.3f}, \"candidates\": %.1f, \"exact\": %.1f}%s\n",
-                sw[i].ncells, sw[i].thr, sw[i].ndocs, sw[i].m.recall, sw[i].m.p50, sw[i].m.p99,
-                sw[i].m.mean, sw[i].m.cand, sw[i].m.exact, i + 1 < nsw ? "," : "");
+                "    {\"k\": 10, \"recall_target\": %.3f, \"ncells\": %zu, \"threshold\": %.3f, "
+                "\"ndocs\": %zu, \"recall_at_10\": %.5f, \"qps_1_thread\": %.2f, "
+                "\"latency_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"mean\": %.3f}, "
+                "\"candidates\": %.1f, \"exact\": %.1f}%s\n",
+                sw[i].target, sw[i].ncells, sw[i].thr, sw[i].ndocs, sw[i].m.recall, sw[i].m.qps1,
+                sw[i].m.p50, sw[i].m.p99, sw[i].m.mean, sw[i].m.cand, sw[i].m.exact,
+                i + 1 < nsw ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("\nwrote %s\n", json);
@@ -509,19 +522,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_search: %s: %s\n", dat, strerror(errno));
             return 1;
         }
-        fprintf(f, "# ncells threshold ndocs recall_at_10 p50_ms p99_ms mean_ms\n");
-        /* One gnuplot block (blank-line separated) per (threshold, ncells): one curve each. */
+        /* One block (two blank lines apart) per curve: the adaptive targets, then one per
+         * (threshold, ncells) of the fixed grid. Columns: recall_at_10 qps_1_thread p50_ms
+         * target ncells threshold ndocs. bench/plot_search.gp draws them. */
+        fprintf(f, "# recall_at_10 qps_1_thread p50_ms target ncells threshold ndocs\n");
         for (size_t i = 0; i < nsw; i++) {
-            if (i && (sw[i].ncells != sw[i - 1].ncells || sw[i].thr != sw[i - 1].thr))
+            if (i && (i == n_tg || (i > n_tg && (sw[i].ncells != sw[i - 1].ncells ||
+                                                 sw[i].thr != sw[i - 1].thr))))
                 fprintf(f, "\n\n");
-            fprintf(f, "%zu %.3f %zu %.5f %.3f %.3f %.3f\n", sw[i].ncells, sw[i].thr, sw[i].ndocs,
-                    sw[i].m.recall, sw[i].m.p50, sw[i].m.p99, sw[i].m.mean);
+            fprintf(f, "%.5f %.2f %.3f %.3f %zu %.3f %zu\n", sw[i].m.recall, sw[i].m.qps1,
+                    sw[i].m.p50, sw[i].target, sw[i].ncells, sw[i].thr, sw[i].ndocs);
         }
-        fprintf(f, "\n\n# defaults: k ncells threshold ndocs recall p50_ms\n");
-        for (int i = 0; i < 2; i++)
-            fprintf(f, "%zu %zu %.3f %zu %.5f %.3f\n", def[i].p->k, def[i].p->ncells,
-                    (double)def[i].p->centroid_score_threshold, def[i].p->ndocs, def[i].m1.recall,
-                    def[i].m1.p50);
         fclose(f);
         printf("wrote %s\n", dat);
     }

@@ -4,14 +4,16 @@
  *   - loading the mirror (the first GPU search of a handle) and the GPU memory it holds;
  *   - exhaustive search on the GPU: every query in batches, time per query; its top 10 is the
  *     reference for recall and is written as a TREC run (--truth-out) for the peers;
- *   - PLAID at the k = 10 defaults and at each setting of --ncells x --ndocs (threshold of the
- *     defaults unless --thresholds): recall@10 against exhaustive, batched queries/s (every
- *     query in one call, best of --reps), single-query p50/p99 latency (one query a call);
+ *   - the k = 10 defaults (adaptive, recall target 0.95), the adaptive search at each of
+ *     --targets, and PLAID's fixed stages at each setting of --ncells x --ndocs (threshold
+ *     --thresholds, default 0.5, ColBERT's): recall@10 against exhaustive, batched queries/s
+ *     (every query in one call, best of --reps), single-query p50/p99 latency (one query a
+ *     call);
  *   - optionally the same defaults on the CPU (--cpu-queries N first queries, all threads).
  * Queries: [Q, L, d] .npy (float32 or float16). Prints a table; JSON with --json.
  *
  *   bench/bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE] [--truth-out RUN]
- *        [--ncells 1,2,4] [--ndocs 256,1024,4096] [--thresholds T] [--reps N]
+ *        [--targets 0.9,0.99] [--ncells 1,2,4] [--ndocs 256,1024,4096] [--thresholds T] [--reps N]
  *        [--mode auto|resident|streaming] [--cpu-queries N] [--batch N] [--runs-out RUN]
  * --residual-tiles 2|4: the residual kernel's tiles in flight (kernels/tune_cuda.h; default
  * automatic), to compare the exact stage's variants on one index.
@@ -92,7 +94,7 @@ static double recall10(const bench *b, const tartan_results *r, size_t q0)
 }
 
 typedef struct measure {
-    double recall, qps, p50, p99, mean, cand, exact;
+    double recall, qps, p50, p99, mean, cand, exact, margin;
 } measure;
 
 /* Query i's hits as TREC lines tagged tag (the batched pass's results). */
@@ -141,6 +143,7 @@ static measure measure_params(bench *b, const tartan_search_params *p, int reps,
         m.mean += lat[i];
         m.cand += (double)r->stats.n_candidates;
         m.exact += (double)r->stats.n_exact;
+        m.margin = r->stats.probe_margin;
         tartan_results_free(r);
     }
     qsort(lat, b->nq, sizeof *lat, cmp_double);
@@ -169,7 +172,8 @@ static size_t parse_list(const char *s, double *v, size_t cap)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_search_gpu INDEX --queries Q.npy [--nq N] [--json FILE]\n"
-                    "       [--truth-out RUN] [--ncells LIST] [--ndocs LIST] [--thresholds LIST]\n"
+                    "       [--truth-out RUN] [--targets LIST] [--ncells LIST] [--ndocs LIST]\n"
+                    "       [--thresholds LIST] [--dat FILE]\n"
                     "       [--reps N] [--mode auto|resident|streaming] [--cpu-queries N]\n"
                     "       [--batch N] [--runs-out RUN] [--residual-tiles 2|4]\n"
                     "       [--residual-pipe 1|2] [--residual-ctas 3|4] [--residual-sched 1|2]\n");
@@ -179,7 +183,9 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     const char *index = NULL, *qpath = NULL, *json = NULL, *truth_out = NULL, *runs_out = NULL;
+    const char *dat = NULL;
     const char *ncells_s = "1,2,4", *ndocs_s = "256,1024,4096", *thr_s = NULL, *mode_s = "auto";
+    const char *targets_s = "0.9,0.99";
     size_t nq = 0, cpu_q = 0, batch = 1000;
     int reps = 3;
     for (int i = 1; i < argc; i++) {
@@ -197,12 +203,16 @@ int main(int argc, char **argv)
             nq = strtoul(v, NULL, 10);
         else if (!strcmp(a, "--json"))
             json = v;
+        else if (!strcmp(a, "--dat"))
+            dat = v;
         else if (!strcmp(a, "--truth-out"))
             truth_out = v;
         else if (!strcmp(a, "--runs-out"))
             runs_out = v;
         else if (!strcmp(a, "--ncells"))
             ncells_s = v;
+        else if (!strcmp(a, "--targets"))
+            targets_s = v;
         else if (!strcmp(a, "--ndocs"))
             ndocs_s = v;
         else if (!strcmp(a, "--thresholds"))
@@ -254,8 +264,8 @@ int main(int argc, char **argv)
     tartan_index_info info;
     tartan_info(b.db, &info);
     printf("index %s: %llu documents, %llu tokens, dim %u, nbits %u, %u centroids\n", index,
-           (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens, info.dim,
-           info.nbits, info.n_centroids);
+           (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens, info.dim, info.nbits,
+           info.n_centroids);
     printf("queries %s: %zu, %zu tokens each\n", qpath, b.nq, b.qlen);
 
     /* Loading: the first search of the handle. */
@@ -310,18 +320,24 @@ int main(int argc, char **argv)
     printf("exhaustive on the GPU: %.2f ms a query in batches of 64, %.2f ms one query a call\n\n",
            1e3 * t_exh / (double)b.nq, 1e3 * t_exh1);
 
-    double nc_v[16], nd_v[16], th_v[16];
+    double nc_v[16], nd_v[16], th_v[16], tg_v[16];
     size_t n_nc = parse_list(ncells_s, nc_v, 16), n_nd = parse_list(ndocs_s, nd_v, 16);
     size_t n_th = thr_s ? parse_list(thr_s, th_v, 16) : 1;
+    size_t n_tg = *targets_s ? parse_list(targets_s, tg_v, 16) : 0;
     if (!thr_s)
-        th_v[0] = p10.centroid_score_threshold;
-    if (!n_nc || !n_nd || !n_th)
+        th_v[0] = 0.5; /* ColBERT's for k <= 10 */
+    if (!n_nc || !n_nd || !n_th || (*targets_s && !n_tg))
         usage();
-    size_t nset = 1 + n_nc * n_nd * n_th;
+    size_t nset = 1 + n_tg + n_nc * n_nd * n_th;
     tartan_search_params *set = calloc(nset, sizeof *set);
     measure *res = calloc(nset, sizeof *res);
     set[0] = p10;
-    for (size_t t = 0, s = 1; t < n_th; t++)
+    size_t s0 = 1;
+    for (size_t t = 0; t < n_tg; t++, s0++) {
+        set[s0] = p10;
+        set[s0].recall_target = (float)tg_v[t];
+    }
+    for (size_t t = 0, s = s0; t < n_th; t++)
         for (size_t i = 0; i < n_nc; i++)
             for (size_t j = 0; j < n_nd; j++, s++) {
                 set[s] = p10;
@@ -329,19 +345,24 @@ int main(int argc, char **argv)
                 set[s].ndocs = (size_t)nd_v[j];
                 set[s].centroid_score_threshold = (float)th_v[t];
             }
-    printf("%-9s %6s %6s %6s %9s %10s %8s %8s %8s %10s %7s\n", "search", "ncells", "thresh",
-           "ndocs", "recall@10", "queries/s", "p50 ms", "p99 ms", "mean ms", "candidates",
+    printf("%-9s %6s %6s %6s %6s %9s %10s %8s %8s %8s %10s %7s\n", "search", "target", "ncells",
+           "thresh", "ndocs", "recall@10", "queries/s", "p50 ms", "p99 ms", "mean ms", "candidates",
            "exact");
     FILE *rf = runs_out ? fopen(runs_out, "w") : NULL;
     for (size_t s = 0; s < nset; s++) {
         char tag[96];
-        snprintf(tag, sizeof tag, "tartan-gpu-nc%zu-th%.2f-nd%zu", set[s].ncells,
-                 (double)set[s].centroid_score_threshold, set[s].ndocs);
+        const char *kind = s == 0 ? "defaults" : set[s].ndocs ? "fixed" : "adaptive";
+        float tg = set[s].recall_target > 0 ? set[s].recall_target : 0.95f;
+        if (set[s].ndocs)
+            snprintf(tag, sizeof tag, "tartan-gpu-nc%zu-th%.2f-nd%zu", set[s].ncells,
+                     (double)set[s].centroid_score_threshold, set[s].ndocs);
+        else
+            snprintf(tag, sizeof tag, "tartan-gpu-adaptive-%.3f", (double)tg);
         res[s] = measure_params(&b, &set[s], reps, batch, rf, tag);
-        printf("%-9s %6zu %6.2f %6zu %9.4f %10.0f %8.3f %8.3f %8.3f %10.0f %7.0f\n",
-               s ? "sweep" : "defaults", set[s].ncells, (double)set[s].centroid_score_threshold,
-               set[s].ndocs, res[s].recall, res[s].qps, res[s].p50, res[s].p99, res[s].mean,
-               res[s].cand, res[s].exact);
+        printf("%-9s %6.3f %6zu %6.2f %6zu %9.4f %10.0f %8.3f %8.3f %8.3f %10.0f %7.0f\n", kind,
+               set[s].ndocs ? 0.0 : (double)tg, set[s].ncells,
+               (double)set[s].centroid_score_threshold, set[s].ndocs, res[s].recall, res[s].qps,
+               res[s].p50, res[s].p99, res[s].mean, res[s].cand, res[s].exact);
     }
     if (rf)
         fclose(rf);
@@ -368,15 +389,14 @@ int main(int argc, char **argv)
         fprintf(f,
                 "{\n  \"bench\": \"search_gpu\",\n  \"index\": {\"path\": \"%s\", \"n_docs\": "
                 "%llu, \"n_tokens\": %llu, \"dim\": %u, \"nbits\": %u, \"n_centroids\": %u},\n",
-                index, (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens,
-                info.dim, info.nbits, info.n_centroids);
+                index, (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens, info.dim,
+                info.nbits, info.n_centroids);
         fprintf(f,
                 "  \"queries\": %zu, \"query_tokens\": %zu, \"batch\": %zu,\n  \"mirror\": "
                 "{\"mode\": \"%s\", \"gpu_bytes\": %zu, \"load_seconds\": %.3f},\n",
                 b.nq, b.qlen, batch, mode == TARTAN_GPU_RESIDENT ? "resident" : "streaming",
                 dev_bytes, t_load);
-        fprintf(f,
-                "  \"exhaustive\": {\"ms_per_query_batched\": %.4f, \"ms_one_query\": %.4f},\n",
+        fprintf(f, "  \"exhaustive\": {\"ms_per_query_batched\": %.4f, \"ms_one_query\": %.4f},\n",
                 1e3 * t_exh / (double)b.nq, 1e3 * t_exh1);
         if (cpu_q)
             fprintf(f, "  \"cpu_defaults\": {\"qps_all_threads\": %.2f, \"recall_at_10\": %.5f},\n",
@@ -384,16 +404,44 @@ int main(int argc, char **argv)
         fprintf(f, "  \"runs\": [\n");
         for (size_t s = 0; s < nset; s++)
             fprintf(f,
-                    "    {\"defaults\": %s, \"k\": 10, \"ncells\": %zu, \"threshold\": %.3f, "
+                    "    {\"defaults\": %s, \"k\": 10, \"recall_target\": %.3f, "
+                    "\"probe_margin\": %.5f, \"ncells\": %zu, \"threshold\": %.3f, "
                     "\"ndocs\": %zu, \"recall_at_10\": %.5f, \"qps_batched\": %.1f, "
                     "\"latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, \"mean\": %.4f}, "
                     "\"candidates\": %.1f, \"exact\": %.1f}%s\n",
-                    s ? "false" : "true", set[s].ncells, (double)set[s].centroid_score_threshold,
+                    s ? "false" : "true",
+                    set[s].ndocs               ? 0.0
+                    : set[s].recall_target > 0 ? (double)set[s].recall_target
+                                               : 0.95,
+                    res[s].margin, set[s].ncells, (double)set[s].centroid_score_threshold,
                     set[s].ndocs, res[s].recall, res[s].qps, res[s].p50, res[s].p99, res[s].mean,
                     res[s].cand, res[s].exact, s + 1 < nset ? "," : "");
         fprintf(f, "  ]\n}\n");
         fclose(f);
         printf("wrote %s\n", json);
+    }
+    if (dat) {
+        /* bench/plot_search.gp's columns, one block per curve: the defaults and adaptive
+         * targets, then one per (threshold, ncells) of the fixed grid; queries/s batched. */
+        FILE *f = fopen(dat, "w");
+        if (!f) {
+            fprintf(stderr, "bench_search_gpu: %s: %s\n", dat, strerror(errno));
+            return 1;
+        }
+        fprintf(f, "# recall_at_10 qps_batched p50_ms target ncells threshold ndocs\n");
+        for (size_t s = 0; s < nset; s++) {
+            if (s == s0 || (s > s0 && (set[s].ncells != set[s - 1].ncells ||
+                                       set[s].centroid_score_threshold !=
+                                           set[s - 1].centroid_score_threshold)))
+                fprintf(f, "\n\n");
+            double tg = set[s].ndocs               ? 0.0
+                        : set[s].recall_target > 0 ? (double)set[s].recall_target
+                                                   : 0.95;
+            fprintf(f, "%.5f %.1f %.4f %.3f %zu %.3f %zu\n", res[s].recall, res[s].qps, res[s].p50,
+                    tg, set[s].ncells, (double)set[s].centroid_score_threshold, set[s].ndocs);
+        }
+        fclose(f);
+        printf("wrote %s\n", dat);
     }
     free(set);
     free(res);

@@ -3,12 +3,14 @@
  * that bench/synth_stats.py can compare a synthetic corpus with real embeddings through the
  * index's own k-means (the codec's view of the data), not through a second clustering.
  *
- *   bench/index_dump INDEX OUTDIR
+ *   bench/index_dump INDEX OUTDIR [--decompressed]
  *
  * OUTDIR gets centroids.npy [K, dim] float32, codes.npy [T] int32 (tokens of the live
  * documents in document-number order), doclens.npy [N] int32 and ids.txt (one external id a
  * line, in the same order). A fresh `tartan build` numbers documents in input order, so the
- * codes line up with the embeddings the index was built from.
+ * codes line up with the embeddings the index was built from. With --decompressed, also
+ * decompressed.npy [T, dim] float32: every live token as the index scores it (what exhaustive
+ * search sees), for prototyping search stages outside the engine.
  */
 #include "config.h"
 
@@ -38,8 +40,9 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s INDEX OUTDIR\n", argv[0]);
+    int decomp = argc == 4 && strcmp(argv[3], "--decompressed") == 0;
+    if (argc != 3 && !decomp) {
+        fprintf(stderr, "usage: %s INDEX OUTDIR [--decompressed]\n", argv[0]);
         return 2;
     }
     store_msg m = {0};
@@ -67,7 +70,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int32_t *codes = NULL, *lens = NULL;
-    size_t ncap = 0, lcap = 0, T = 0, N = 0;
+    float *dec = NULL;
+    size_t ncap = 0, lcap = 0, dcap = 0, T = 0, N = 0;
     store_cursor *cur = NULL;
     uint32_t docno;
     kern_pdoc d;
@@ -76,6 +80,13 @@ int main(int argc, char **argv)
             grow((void **)&lens, &lcap, N + 1, sizeof *lens)) {
             fprintf(stderr, "index_dump: out of memory\n");
             return 1;
+        }
+        if (decomp) {
+            if (grow((void **)&dec, &dcap, (T + d.ntok) * r.h.dim, sizeof *dec)) {
+                fprintf(stderr, "index_dump: out of memory\n");
+                return 1;
+            }
+            idx_reader_decompress(&r, &d, dec + T * r.h.dim);
         }
         for (uint32_t t = 0; t < d.ntok; t++)
             codes[T + t] = r.h.code_bytes == 2 ? ((const uint16_t *)d.codes)[t]
@@ -102,6 +113,12 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/codes.npy", argv[2]);
     if (tool_npy_save(path, TOOL_I32, 1, shape, codes, err, sizeof err))
         goto fail;
+    if (decomp) {
+        size_t dshape[2] = {T, r.h.dim};
+        snprintf(path, sizeof path, "%s/decompressed.npy", argv[2]);
+        if (tool_npy_save(path, TOOL_F32, 2, dshape, dec, err, sizeof err))
+            goto fail;
+    }
     shape[0] = N;
     snprintf(path, sizeof path, "%s/doclens.npy", argv[2]);
     if (tool_npy_save(path, TOOL_I32, 1, shape, lens, err, sizeof err))
@@ -111,6 +128,7 @@ int main(int argc, char **argv)
     store_close(env);
     free(codes);
     free(lens);
+    free(dec);
     return 0;
 fail:
     fprintf(stderr, "index_dump: %s\n", err);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "calibrate.h"
 #include "db.h"
 #include "verify.h"
 
@@ -33,6 +34,23 @@ int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx, size_t *n_pro
     first_problem f = {report, ctx, ""};
     size_t n = 0;
     int rc = store_verify(db->env, relay, &f, &n, NULL, &m);
+    if (!rc) {
+        /* The search calibration (engine/calibrate.c lays it out). */
+        store_txn *txn;
+        eng_calib c;
+        if (!(rc = store_read_begin(db->env, &txn, &m))) {
+            store_msg cm = {{0}};
+            int crc = eng_calib_read(txn, &c, &cm);
+            store_read_end(db->env, txn);
+            if (crc == TARTAN_ECORRUPT) {
+                n++;
+                relay(&f, "calibration", cm.text); /* the last part: nothing left to stop */
+            } else if (crc) {
+                rc = crc;
+                m = cm;
+            }
+        }
+    }
     if (n_problems)
         *n_problems = n;
     if (rc)

@@ -21,6 +21,7 @@
 #include <omp.h>
 #endif
 
+#include "calibrate.h"
 #include "db.h"
 #include "device.h"
 #include "gpu.h"
@@ -37,20 +38,9 @@ void tartan_search_params_init(tartan_search_params *p, size_t k)
 {
     memset(p, 0, sizeof *p);
     p->k = k;
-    /* ColBERT's defaults by k (DESIGN.md section 4). */
-    if (k <= 10) {
-        p->ncells = 1;
-        p->centroid_score_threshold = 0.5f;
-        p->ndocs = 256;
-    } else if (k <= 100) {
-        p->ncells = 2;
-        p->centroid_score_threshold = 0.45f;
-        p->ndocs = 1024;
-    } else {
-        p->ncells = 4;
-        p->centroid_score_threshold = 0.4f;
-        p->ndocs = 4 * k > 4096 ? 4 * k : 4096;
-    }
+    /* Adaptive probing and exact scoring (tartan.h, engine/SEARCH.md); no pruning: scores
+     * are cosines, never below -1. */
+    p->centroid_score_threshold = -1.f;
 }
 
 void tartan_results_free(tartan_results *r)
@@ -62,14 +52,12 @@ static int check_params(const tartan_search_params *p, store_msg *m)
 {
     if (p->k == 0 || p->k > TARTAN_MAX_K)
         return store_fail(m, TARTAN_ERANGE, "k is %zu; it must be 1 to %zu", p->k, TARTAN_MAX_K);
-    if (!p->exhaustive) {
-        if (p->ncells == 0)
-            return store_fail(m, TARTAN_ERANGE, "ncells is 0; it must be at least 1");
-        if (p->ndocs == 0)
-            return store_fail(m, TARTAN_ERANGE, "ndocs is 0; it must be at least 1");
-        if (!isfinite(p->centroid_score_threshold))
-            return store_fail(m, TARTAN_ERANGE, "centroid_score_threshold is not finite");
-    }
+    if (!p->exhaustive && !isfinite(p->centroid_score_threshold))
+        return store_fail(m, TARTAN_ERANGE, "centroid_score_threshold is not finite");
+    if (!(p->recall_target >= 0.f && p->recall_target < 1.f))
+        return store_fail(m, TARTAN_ERANGE,
+                          "recall_target is %g; it must be above 0 and below 1 (0: the default)",
+                          (double)p->recall_target);
     if ((unsigned)p->device > TARTAN_DEVICE_CUDA)
         return store_fail(m, TARTAN_EINVAL, "device is %d; it must be a tartan_device",
                           (int)p->device);
@@ -203,6 +191,9 @@ static int build_results(const idx_reader *r, const eng_search *s, size_t nq,
             res->stats.seconds_total = seconds;
             res->stats.n_candidates = st->n_cand;
             res->stats.n_exact = st->n_exact;
+            res->stats.n_probes = st->n_probes;
+            res->stats.probe_margin = isfinite(s->margin) ? s->margin : -1.f;
+            res->stats.rerank_z = s->adaptive ? s->z : 0.f;
             size_t h = 0;
             for (size_t i = 0; i < nq; i++) {
                 counts[i] = s->hit_n[i];
@@ -231,6 +222,7 @@ static void add_stats(eng_stage_stats *to, const eng_stage_stats *from)
     to->exact += from->exact;
     to->n_cand += from->n_cand;
     to->n_exact += from->n_exact;
+    to->n_probes += from->n_probes;
 }
 
 /* PLAID over all queries: in the calling thread (one query, or one thread: the kernels then
@@ -309,6 +301,13 @@ done:
 int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_search_params *params,
                   tartan_results **results)
 {
+    return eng_search_call(db, queries, params, NULL, results);
+}
+
+int eng_search_call(tartan_db *db, const tartan_queries *queries,
+                    const tartan_search_params *params, const eng_calib *calib,
+                    tartan_results **results)
+{
     if (!db)
         return eng_failf(NULL, TARTAN_EINVAL, "tartan_search: db is NULL");
     if (!results)
@@ -368,10 +367,38 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
     /* An index without documents (or without centroids, hence without documents) gives every
      * query zero hits. */
     if (r[0].trained && r[0].h.n_docs > 0) {
-        s.ncells = params->ncells < r[0].h.n_centroids ? params->ncells : r[0].h.n_centroids;
+        /* Each stage adaptive unless fixed by the caller (tartan.h, engine/SEARCH.md). */
+        const size_t K = r[0].h.n_centroids;
+        float target = params->recall_target > 0.f ? params->recall_target : ENG_DEFAULT_TARGET;
+        eng_calib cal;
+        eng_calib_default(&cal);
+        if (calib)
+            cal = *calib;
+        else if (params->ncells == 0 && !params->exhaustive &&
+                 (rc = eng_calib_read(r[0].txn, &cal, &m)))
+            goto restore; /* only adaptive probing reads the calibration */
+        if (params->ncells == 0) {
+            size_t cap = eng_probe_cap(s.k);
+            s.ncells = cap < K ? cap : K;
+            s.margin = eng_calib_margin(&cal, s.k, target);
+        } else {
+            s.ncells = params->ncells < K ? params->ncells : K;
+            s.margin = INFINITY;
+        }
         s.threshold = params->centroid_score_threshold;
-        s.ndocs = params->ndocs;
-        s.ndocs_exact = params->ndocs / 4 > s.k ? params->ndocs / 4 : s.k;
+        s.prune = s.threshold > -1.f;
+        s.adaptive = params->ndocs == 0;
+        if (s.adaptive) {
+            s.z = eng_rerank_z(target);
+            s.depth_cap =
+                ENG_DEPTH_PER_K * s.k > ENG_DEPTH_FLOOR ? ENG_DEPTH_PER_K * s.k : ENG_DEPTH_FLOOR;
+            /* A subset this small is scored exactly, all of it. */
+            s.ndocs = s.depth_cap < 256 ? s.depth_cap : 256;
+            s.ndocs_exact = s.k;
+        } else {
+            s.ndocs = params->ndocs;
+            s.ndocs_exact = params->ndocs / 4 > s.k ? params->ndocs / 4 : s.k;
+        }
         s.n_docnos = r[0].h.next_docno;
         s.hit_doc = malloc(nq * s.k * sizeof *s.hit_doc);
         s.hit_score = malloc(nq * s.k * sizeof *s.hit_score);
@@ -389,8 +416,10 @@ int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_sea
         if (s.allowed)
             s.subset_exact =
                 params->exhaustive ? s.n_allowed <= r[0].h.n_docs / 8 : s.n_allowed <= s.ndocs;
-        if (params->exhaustive) /* unused by the scan; the subset's list needs only k */
+        if (params->exhaustive) { /* unused by the scan; the subset's list needs only k */
             s.ndocs = s.ndocs_exact = s.k;
+            s.adaptive = 0;
+        }
         kern_dev dev = KERN_DEV_CPU;
         tartan_gpu_mode gmode = TARTAN_GPU_AUTO;
         if ((rc = eng_device_pick(params->device != TARTAN_DEVICE_AUTO ? params->device

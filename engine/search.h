@@ -34,11 +34,21 @@ void eng_queries_free(eng_queries *q);
 typedef struct eng_search {
     const eng_queries *q;
     size_t k;      /* results per query (already at most the live documents) */
-    size_t ncells; /* at most n_centroids */
+    size_t ncells; /* probes per query token at most (at most n_centroids) */
+    float margin;  /* of those, only centroids within margin of the token's best (INFINITY:
+                      all ncells, the fixed mode) */
+    int prune;     /* stage 2 ignores centroids whose best score is below threshold */
     float threshold;
-    size_t ndocs;       /* stage 2 keeps this many */
-    size_t ndocs_exact; /* stage 3 keeps this many: max(ndocs / 4, k) */
-    uint32_t n_docnos;  /* document numbers are below this (the snapshot's next_docno) */
+    /* Fixed mode (adaptive 0): stage 2 keeps ndocs, stage 3 ndocs_exact = max(ndocs / 4, k).
+     * Adaptive mode: exact scoring in order of approximate score until the next candidate's
+     * approximate score + mean + z sd of the approximation error so far falls below the k-th
+     * best exact score (engine/SEARCH.md); ndocs = ndocs_exact = k then. */
+    int adaptive;
+    float z;
+    size_t depth_cap; /* adaptive mode: exactly scored documents at most */
+    size_t ndocs;
+    size_t ndocs_exact;
+    uint32_t n_docnos; /* document numbers are below this (the snapshot's next_docno) */
     /* Subset mode: allowed[docno / 64] bit docno % 64, over n_docnos; NULL: all allowed.
      * allowed_list: the allowed live documents in ascending order (n_allowed of them). */
     const uint64_t *allowed;
@@ -57,8 +67,15 @@ typedef struct eng_search {
 /* Time and work per stage, one per thread, summed at the end. */
 typedef struct eng_stage_stats {
     double cand, prune, exact;
-    uint64_t n_cand, n_exact;
+    uint64_t n_cand, n_exact, n_probes;
 } eng_stage_stats;
+
+/* Adaptive mode: documents of the first exact batch (at least 2k), how much each later batch
+ * grows, and how far it goes at most (a multiple of k, at least a floor). */
+#define ENG_FIRST_BATCH 32
+#define ENG_BATCH_GROWTH 1.5
+#define ENG_DEPTH_FLOOR 4096
+#define ENG_DEPTH_PER_K 64
 
 /* Monotonic seconds. */
 double eng_now(void);
@@ -85,6 +102,15 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
  */
 int eng_exact_scan(idx_reader *r, const eng_search *s, int threads, eng_stage_stats *st,
                    store_msg *m);
+
+/*
+ * tartan_search's body: with calib non-NULL, that calibration instead of the index's (the
+ * calibration measures a table before storing it).
+ */
+struct eng_calib;
+int eng_search_call(tartan_db *db, const tartan_queries *queries,
+                    const tartan_search_params *params, const struct eng_calib *calib,
+                    tartan_results **results);
 
 /* Maps a kernel status to an engine code, with the kernel's message. */
 int eng_kern_fail(int krc, store_msg *m, const char *what);

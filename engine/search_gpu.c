@@ -93,7 +93,7 @@ struct eng_gpu {
     size_t s_n;
     /* Search workspace. */
     dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
-        docs4, vals, allowed, list;
+        docs4, vals, allowed, list, depth;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
@@ -744,6 +744,64 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
     return rc;
 }
 
+/*
+ * The adaptive stages of one chunk (engine/SEARCH.md) over the candidates docs1 [nq, width]:
+ * unpruned (unless s->prune) centroid interaction; the best n2 by approximate score, in
+ * order (docs2, approx2 [nq, n2]); exact scores of the first n3 of each query; each query's
+ * stopping depth on the device (kern_cuda_adaptive_depth); exact scores of the first depth[q]
+ * of each query (the first n3 again: simpler than merging two score matrices, and a small
+ * part of the work); the top *k into docs4 / vals (*k lowered to what fits). *n_exact: exact
+ * scores counted.
+ */
+static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
+                           size_t width, size_t n2, size_t n3, size_t *n_exact, size_t *k,
+                           eng_stage_stats *st, double *t0, store_msg *m)
+{
+    const size_t K = g->K, nq = c->nq;
+    int rc;
+    if ((rc = dbuf_need(&g->depth, nq * 8, 0, m)))
+        return rc;
+    KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p, g->codes.p,
+                               g->docs1.p, width, s->prune, NULL, 0, s->threshold, g->approx1.p),
+         "centroid interaction");
+    KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, n2, g->sel.p, g->approx2.p),
+         "top-k");
+    KTRY(kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, n2, g->docs2.p), "gather");
+    double t1 = eng_now();
+    st->prune += t1 - *t0;
+    *t0 = t1;
+    KTRY(kern_cuda_take_columns(g->docs2.p, n2, 0, n3, NULL, nq, g->docs3.p), "columns");
+    if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, NULL, g->scores.p, m)))
+        return rc;
+    KTRY(kern_cuda_adaptive_depth(g->scores.p, n3, g->approx2.p, g->docs2.p, n2, nq, s->k, s->z,
+                                  g->depth.p),
+         "stopping rule");
+    int64_t *dep = malloc(nq * 8);
+    if (!dep)
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    int krc = kern_cuda_download(dep, g->depth.p, nq * 8);
+    size_t dmax = 0;
+    *n_exact = 0;
+    for (size_t i = 0; !krc && i < nq; i++) {
+        size_t d = (size_t)dep[i];
+        dmax = d > dmax ? d : dmax;
+        *n_exact += d;
+    }
+    free(dep);
+    if (krc)
+        return gpu_fail(krc, m, "download");
+    if (dmax == 0)
+        dmax = 1; /* every query without candidates: one column of KERN_NO_DOC */
+    if ((rc = dbuf_need(&g->docs3, nq * dmax * 4, 0, m)) ||
+        (rc = dbuf_need(&g->scores, nq * dmax * 4, 0, m)))
+        return rc;
+    KTRY(kern_cuda_take_columns(g->docs2.p, n2, 0, dmax, g->depth.p, nq, g->docs3.p), "columns");
+    if ((rc = exact_stage(g, r, c, g->docs3.p, dmax, 0, NULL, g->scores.p, m)))
+        return rc;
+    *k = s->k < dmax ? s->k : dmax;
+    return final_topk(g, c, g->scores.p, dmax, g->docs3.p, 0, *k, m);
+}
+
 static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
                      const chunk *c, eng_stage_stats *st, store_msg *m)
 {
@@ -799,7 +857,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         if (g->bits.cap != old_cap || g->bits_dirty)
             KTRY(kern_cuda_memset(g->bits.p, 0, g->bits.cap), "memset");
         g->bits_dirty = 1;
-        KTRY(kern_cuda_probe(g->ST.p, K, c->T, nc, g->probes.p), "probes");
+        KTRY(kern_cuda_probe(g->ST.p, K, c->T, nc, s->margin, g->probes.p), "probes");
         KTRY(kern_cuda_candidates_mark(g->probes.p, nc, g->q_off.p, c->h_off, nq, g->ivf_off.p,
                                        g->ivf_docs.p, g->live.p, s->allowed ? g->allowed.p : NULL,
                                        words, g->bits.p, g->counts.p),
@@ -815,10 +873,17 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
                 width = (size_t)cnt[i] > width ? (size_t)cnt[i] : width;
                 st->n_cand += (uint64_t)cnt[i];
             }
-            n2 = s->ndocs < width ? s->ndocs : width;
-            n3 = s->ndocs_exact < n2 ? s->ndocs_exact : n2;
-            for (size_t i = 0; i < nq; i++)
-                n3sum += (size_t)cnt[i] < n3 ? (size_t)cnt[i] : n3;
+            if (s->adaptive) {
+                /* n2: candidates ordered by approximate score; n3: the first exact batch. */
+                size_t first = 2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH;
+                n2 = s->depth_cap < width ? s->depth_cap : width;
+                n3 = first < n2 ? first : n2;
+            } else {
+                n2 = s->ndocs < width ? s->ndocs : width;
+                n3 = s->ndocs_exact < n2 ? s->ndocs_exact : n2;
+                for (size_t i = 0; i < nq; i++)
+                    n3sum += (size_t)cnt[i] < n3 ? (size_t)cnt[i] : n3;
+            }
         }
         free(cnt);
         if (krc)
@@ -844,6 +909,13 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             return rc;
         KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
         g->bits_dirty = 0;
+        if (s->adaptive) {
+            rc = adaptive_stages(g, r, s, c, width, n2, n3, &n3sum, &k, st, &t0, m);
+            if (rc)
+                return rc;
+            st->n_exact += n3sum;
+            goto hits;
+        }
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
         KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
                                    g->codes.p, g->docs1.p, width, 1, g->counts.p,
@@ -871,6 +943,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         st->n_exact += n3sum;
         k = kk;
     }
+hits:;
     /* The hits back to the host. */
     uint32_t *hd = malloc(nq * k * 4);
     float *hv = malloc(nq * k * 4);

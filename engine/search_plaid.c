@@ -1,19 +1,24 @@
 /*
- * search_plaid.c: PLAID's four stages for one query (DESIGN.md section 4), on the CPU, reading
- * codes and residuals straight from LMDB's map through the thread's own reader.
+ * search_plaid.c: the search pipeline for one query (DESIGN.md section 4, engine/SEARCH.md),
+ * on the CPU, reading codes and residuals straight from LMDB's map through the thread's own
+ * reader.
  *
- *   1. S = Q C^T, the whole [lq, K] table; each token's top ncells centroids; the union of
- *      their inverted lists (deduplicated with a bitmap over document numbers; filtered by the
- *      subset) is the candidate set, in ascending document number.
- *   2. Centroid interaction over the candidates' codes, counting only centroids whose best
- *      score over the query's tokens reaches the threshold; keep the best ndocs.
- *   3. The same without pruning over those; keep the best ndocs_exact.
- *   4. Exact residual-fused MaxSim of the survivors (checksums verified); top k.
+ *   1. S = Q C^T, the whole [lq, K] table; each token's best ncells centroids, of which only
+ *      those within margin of the token's best are probed (all of them in the fixed mode);
+ *      the union of their inverted lists (deduplicated with a bitmap over document numbers;
+ *      filtered by the subset) is the candidate set, in ascending document number.
+ *   2. Centroid interaction over the candidates' codes (counting only centroids whose best
+ *      score over the query's tokens reaches the threshold, when pruning).
+ *   3. Adaptive mode: exact residual-fused MaxSim in order of approximate score, in growing
+ *      batches, until the next candidate cannot reach the k-th best exact score by the
+ *      approximation error measured so far; fixed mode: PLAID's stage 2 keeps ndocs, stage 3
+ *      (unpruned interaction) ndocs_exact, stage 4 scores those exactly.
+ *   4. Top k of the exactly scored documents (checksums verified), ties to the lower number.
  *
- * Stages 2 and 3 read only the codes of each candidate and skip the per-document checksum
- * (it would read every residual byte of thousands of documents); a damaged code cannot
- * mislead them beyond a ranking, since the kernels refuse codes past K, and every document
- * whose score is returned went through stage 4's verified read.
+ * Centroid interaction reads only the codes of each candidate and skips the per-document
+ * checksum (it would read every residual byte of thousands of documents); a damaged code
+ * cannot mislead it beyond a ranking, since the kernels refuse codes past K, and every
+ * document whose score is returned went through a verified read before exact scoring.
  */
 #include "config.h"
 
@@ -53,6 +58,12 @@ struct eng_plaid_ws {
     uint32_t *codes2; /* the candidates' renumbered codes */
     size_t c2_cap;
     uint8_t *keep2; /* [K'] */
+    /* Adaptive mode: exactly scored documents (numbers, documents, approximate and exact
+     * scores) in the order they were scored. */
+    uint32_t *ev_doc;
+    kern_pdoc *ev_pd;
+    float *ev_approx, *ev_exact;
+    size_t ev_cap;
 };
 
 double eng_now(void)
@@ -98,6 +109,10 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->S2);
     free(ws->codes2);
     free(ws->keep2);
+    free(ws->ev_doc);
+    free(ws->ev_pd);
+    free(ws->ev_approx);
+    free(ws->ev_exact);
     free(ws);
 }
 
@@ -155,6 +170,8 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         nt = s->ndocs;
     if (nt < s->ndocs_exact)
         nt = s->ndocs_exact;
+    if (s->adaptive && nt < s->depth_cap)
+        nt = s->depth_cap;
     if (eng_grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
         goto oom;
     if (ws->t_cap < nt) {
@@ -305,16 +322,15 @@ typedef struct qc_table {
 } qc_table;
 
 /*
- * Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. With
- * pd_given, pd already holds the documents (codes renumbered for t) and the map is read again
- * only to verify their checksums; otherwise pd is filled by verified reads.
+ * Exact scores of documents docnos [n] into score [n]. With pd_given, pd already holds the
+ * documents (codes renumbered for t) and the map is read again only to verify their
+ * checksums; otherwise pd is filled by verified reads.
  */
-static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
-                      const uint32_t *docnos, kern_pdoc *pd, int pd_given, const qc_table *t,
-                      float *score, size_t n, eng_stage_stats *st, store_msg *m)
+static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uint32_t *docnos,
+                        kern_pdoc *pd, int pd_given, const qc_table *t, float *score, size_t n,
+                        store_msg *m)
 {
     const eng_queries *q = s->q;
-    size_t lq = q->off[qi + 1] - q->off[qi];
     int rc;
     if (pd_given) {
         r->verify = 1;
@@ -333,7 +349,7 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
         .nbits = r->h.nbits,
         .code_bytes = t->code_bytes,
         .q = q->emb + q->off[qi] * q->dim,
-        .lq = lq,
+        .lq = q->off[qi + 1] - q->off[qi],
         .qc = t->S,
         .n_centroids = t->n,
         .bucket_weights = r->codec.weights,
@@ -341,9 +357,16 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
         .nd = n,
     };
     int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, score);
-    if (krc)
-        return eng_kern_fail(krc, m, "exact scoring");
+    return krc ? eng_kern_fail(krc, m, "exact scoring") : 0;
+}
+
+/* The query's top k of docnos [n] (ascending: equal scores go to the lower number) into s's
+ * hits. */
+static int take_topk(const eng_search *s, size_t qi, eng_plaid_ws *ws, const uint32_t *docnos,
+                     const float *score, size_t n, store_msg *m)
+{
     size_t k = s->k < n ? s->k : n;
+    int krc;
     if (k && (krc = kern_topk_rows(KERN_DEV_CPU, score, 1, n, k, ws->tix, ws->tval)))
         return eng_kern_fail(krc, m, "top-k");
     size_t h = 0;
@@ -354,8 +377,19 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
         hs[h] = ws->tval[i];
     }
     s->hit_n[qi] = h;
-    st->n_exact += n;
     return 0;
+}
+
+/* Stage 4 over docnos [n] (ascending): exact scores, the query's top k into s's hits. */
+static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                      const uint32_t *docnos, kern_pdoc *pd, int pd_given, const qc_table *t,
+                      float *score, size_t n, eng_stage_stats *st, store_msg *m)
+{
+    int rc = exact_scores(r, s, qi, docnos, pd, pd_given, t, score, n, m);
+    if (rc)
+        return rc;
+    st->n_exact += n;
+    return take_topk(s, qi, ws, docnos, score, n, m);
 }
 
 /*
@@ -435,6 +469,147 @@ static int cmp_survivor(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Grows the adaptive mode's arrays of exactly scored documents to hold n. */
+static int grow_ev(eng_plaid_ws *ws, size_t n)
+{
+    if (n <= ws->ev_cap)
+        return 0;
+    size_t c = ws->ev_cap ? ws->ev_cap : 256;
+    while (c < n)
+        c *= 2;
+    uint32_t *a = realloc(ws->ev_doc, c * sizeof *a);
+    if (a)
+        ws->ev_doc = a;
+    kern_pdoc *b = realloc(ws->ev_pd, c * sizeof *b);
+    if (b)
+        ws->ev_pd = b;
+    float *x = realloc(ws->ev_approx, c * sizeof *x);
+    if (x)
+        ws->ev_approx = x;
+    float *y = realloc(ws->ev_exact, c * sizeof *y);
+    if (y)
+        ws->ev_exact = y;
+    if (!a || !b || !x || !y)
+        return ENOMEM;
+    ws->ev_cap = c;
+    return 0;
+}
+
+/* The k-th largest of x [n] (n >= k >= 1), through tmp [n]: quickselect. */
+static float kth_largest(const float *x, size_t n, size_t k, float *tmp)
+{
+    memcpy(tmp, x, n * sizeof *tmp);
+    size_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = tmp[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (tmp[i] > pivot)
+                i++;
+            while (tmp[j] < pivot)
+                j--;
+            if (i <= j) {
+                float t = tmp[i];
+                tmp[i] = tmp[j];
+                tmp[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            break;
+    }
+    return tmp[want];
+}
+
+typedef struct scored {
+    uint32_t docno;
+    float score;
+} scored;
+
+static int cmp_scored(const void *a, const void *b)
+{
+    uint32_t x = ((const scored *)a)->docno, y = ((const scored *)b)->docno;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The adaptive exact stage over the n candidates of ws (numbers cand, documents pd with codes
+ * renumbered for t, approximate scores score): exact scores in order of approximate score, a
+ * batch at a time, until the next candidate's approximate score plus the mean and z standard
+ * deviations of (exact - approximate) over the documents scored so far falls below the k-th
+ * best exact score (or depth_cap documents are scored); the query's top k of them into s's
+ * hits (engine/SEARCH.md).
+ */
+static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                          const qc_table *t, size_t n, eng_stage_stats *st, store_msg *m)
+{
+    size_t cap = n < s->depth_cap ? n : s->depth_cap;
+    int krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, cap, ws->tix, ws->tval);
+    if (krc)
+        return eng_kern_fail(krc, m, "ordering candidates");
+    size_t no = 0;
+    while (no < cap && ws->tix[no] >= 0)
+        no++;
+    if (grow_ev(ws, no))
+        return store_fail(m, ENOMEM, "search: out of memory");
+    for (size_t i = 0; i < no; i++) {
+        ws->ev_doc[i] = ws->cand[ws->tix[i]];
+        ws->ev_pd[i] = ws->pd[ws->tix[i]];
+        ws->ev_approx[i] = ws->tval[i];
+    }
+    size_t first = 2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH;
+    size_t done = 0, next = first < no ? first : no;
+    double sum = 0, sum2 = 0;
+    int rc = 0;
+    while (done < next) {
+        rc = exact_scores(r, s, qi, ws->ev_doc + done, ws->ev_pd + done, 1, t, ws->ev_exact + done,
+                          next - done, m);
+        if (rc)
+            return rc;
+        for (size_t i = done; i < next; i++) {
+            double d = (double)ws->ev_exact[i] - ws->ev_approx[i];
+            sum += d;
+            sum2 += d * d;
+        }
+        done = next;
+        if (done >= no)
+            break;
+        if (done >= s->k) {
+            /* ws->score is free now: scratch for the selection. */
+            float theta = kth_largest(ws->ev_exact, done, s->k, ws->score);
+            double mu = sum / (double)done, var = sum2 / (double)done - mu * mu;
+            double reach = ws->ev_approx[done] + mu + s->z * sqrt(var > 0 ? var : 0);
+            if (reach < theta)
+                break;
+        }
+        size_t grow = (size_t)((double)done * ENG_BATCH_GROWTH);
+        next = grow < no ? grow : no;
+    }
+    st->n_exact += done;
+    /* Ties go to the lower number: the scored documents in ascending number for top-k. */
+    scored *sc = malloc((done ? done : 1) * sizeof *sc);
+    if (!sc)
+        return store_fail(m, ENOMEM, "search: out of memory");
+    for (size_t i = 0; i < done; i++) {
+        sc[i].docno = ws->ev_doc[i];
+        sc[i].score = ws->ev_exact[i];
+    }
+    qsort(sc, done, sizeof *sc, cmp_scored);
+    for (size_t i = 0; i < done; i++) {
+        ws->ev_doc[i] = sc[i].docno;
+        ws->ev_exact[i] = sc[i].score;
+    }
+    free(sc);
+    return take_topk(s, qi, ws, ws->ev_doc, ws->ev_exact, done, m);
+}
+
 int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
                     eng_stage_stats *st, store_msg *m)
 {
@@ -467,6 +642,16 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     size_t nc = s->ncells;
     if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
         return eng_kern_fail(krc, m, "probing centroids");
+    /* Of each token's best nc centroids, those within the margin of its best. */
+    for (size_t i = 0; i < lq; i++) {
+        const float *v = ws->tval + i * nc;
+        int64_t *ix = ws->tix + i * nc;
+        for (size_t j = 0; j < nc; j++) {
+            if (ix[j] >= 0 && v[j] < v[0] - s->margin)
+                ix[j] = -1;
+            st->n_probes += ix[j] >= 0;
+        }
+    }
     size_t n = 0;
     if ((rc = union_lists(r, s, ws, lq * nc, &n, m)))
         return rc;
@@ -476,8 +661,11 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     if (n == 0)
         return 0;
 
-    /* Few candidates: score them all exactly, as stage 3 would have kept them all. */
-    if (n <= s->ndocs_exact) {
+    /* Few candidates: score them all exactly, as stage 3 would have kept them all (the
+     * adaptive stage's first batch would have scored them all too). */
+    size_t few =
+        s->adaptive ? (2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH) : s->ndocs_exact;
+    if (n <= few) {
         rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 0, &full, ws->score, n, st, m);
         st->exact += eng_now() - t1;
         return rc;
@@ -489,9 +677,16 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
         (rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
         return rc;
     qc_table small = {ws->S2, kk, 4};
-    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n, ws->keep2,
-                                         ws->score)))
+    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n,
+                                         s->prune ? ws->keep2 : NULL, ws->score)))
         return eng_kern_fail(krc, m, "centroid interaction");
+    if (s->adaptive) {
+        double t2 = eng_now();
+        st->prune += t2 - t1;
+        rc = adaptive_exact(r, s, qi, ws, &small, n, st, m);
+        st->exact += eng_now() - t2;
+        return rc;
+    }
     size_t n2 = s->ndocs < n ? s->ndocs : n;
     if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, n, n2, ws->tix, ws->tval)))
         return eng_kern_fail(krc, m, "top-k");

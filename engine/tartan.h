@@ -356,15 +356,29 @@ TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
  *
  * A search scores queries (late-interaction query embeddings: a few tokens of the index's
  * dimension each) against the index's documents with MaxSim and returns each query's best k
- * documents by external id. The default is PLAID's pipeline (DESIGN.md section 4): candidates
- * from each query token's nearest ncells centroids, two rounds of centroid interaction that
- * keep ndocs then max(ndocs / 4, k) documents, then exact scoring of those from the stored
- * codes and residuals (when stage 1 finds no more candidates than that, all are scored
- * exactly). Exhaustive mode scores every live document exactly (the reference PLAID's recall
- * is measured against). With a subset, PLAID's candidates are only the subset's documents; a
- * subset of at most ndocs live documents is scored exactly instead, all of it (as cheap as
- * the pruning stages, and exact). Scores are sums over query tokens of cosines (tokens of
- * queries and documents are L2-normalised); ties go to the document added first.
+ * documents by external id. The default pipeline adapts to the index and to each query
+ * (engine/SEARCH.md has the design and its measured trade-offs):
+ *   1. candidates: each query token probes every centroid whose score is within a margin of
+ *      its best centroid's (at most a cap of them); the margin comes from the index's
+ *      calibration (tartan_calibrate) for the search's k and recall_target, or from built-in
+ *      defaults when the index was never calibrated; the union of the probed centroids'
+ *      inverted lists is the candidate set;
+ *   2. centroid interaction: every candidate's approximate score from its tokens' centroid
+ *      scores;
+ *   3. exact scoring in order of approximate score, in growing batches, until the next
+ *      candidate's approximate score plus the approximation error measured on the documents
+ *      scored so far (mean + z standard deviations, z from recall_target) cannot reach the
+ *      k-th best exact score; the best k of the exactly scored documents are the results.
+ * Every stage can be fixed instead (expert overrides, ColBERT's PLAID): ncells > 0 probes
+ * each token's best ncells centroids; ndocs > 0 keeps ndocs documents by (pruned) centroid
+ * interaction, then max(ndocs / 4, k) by unpruned interaction, and scores those exactly (when
+ * stage 1 finds no more candidates than that, all are scored exactly); ColBERT's settings for
+ * k <= 10 are ncells 1, centroid_score_threshold 0.5, ndocs 256. Exhaustive mode scores every
+ * live document exactly (the reference recall is measured against). With a subset, the
+ * candidates are only the subset's documents; a subset of at most max(ndocs, 256) live
+ * documents is scored exactly instead, all of it (as cheap as the pruning stages, and exact).
+ * Scores are sums over query tokens of cosines (tokens of queries and documents are
+ * L2-normalised); ties go to the document added first.
  *
  * Lifecycle of a search:
  *   1. tartan_search_params_init(&p, k): the defaults for k; set what differs;
@@ -389,12 +403,15 @@ TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
 typedef struct tartan_search_params {
     size_t k;      /* results per query, 1 .. TARTAN_MAX_K (else TARTAN_ERANGE). Fewer come
                       back when fewer documents qualify */
-    size_t ncells; /* centroids each query token probes for candidates, >= 1; more than the
-                      index has means all. Defaults: 1 (k <= 10), 2 (k <= 100), 4 */
+    size_t ncells; /* 0 (default): each query token probes the centroids within the margin
+                      of its best (see above); N >= 1: exactly its best N centroids (more
+                      than the index has means all) */
     float centroid_score_threshold; /* stage 2 ignores centroids whose best score over the
-                      query's tokens is below this (finite). Defaults 0.5, 0.45, 0.4 */
-    size_t ndocs;  /* documents kept after stage 2 (stage 3 keeps max(ndocs / 4, k) of them
-                      for exact scoring), >= 1. Defaults 256, 1024, max(4 k, 4096) */
+                      query's tokens is below this (finite; -1, the default, ignores none:
+                      scores are cosines). ColBERT's PLAID used 0.5 (k <= 10), 0.45, 0.4 */
+    size_t ndocs;  /* 0 (default): exact scoring stops by the rule above; N >= 1: stage 2
+                      keeps N documents and stage 3 max(N / 4, k) of them for exact
+                      scoring */
     int exhaustive; /* nonzero: score every live document exactly (ignores ncells,
                       threshold and ndocs); slow, the reference for recall. Default 0 */
     const char *const *subset; /* allowed external ids, or NULL (default) for all documents:
@@ -404,11 +421,17 @@ typedef struct tartan_search_params {
     int threads;   /* OpenMP threads for this call, 0 (default): OpenMP's default */
     tartan_device device; /* this call's device; TARTAN_DEVICE_AUTO (default): the handle's
                       (tartan_options.device) */
+    float recall_target; /* the share of the exhaustive top k the adaptive stages aim to keep,
+                      0 < recall_target < 1 (else TARTAN_ERANGE); 0 means the default, 0.95.
+                      Higher costs more time. It steers only the stages left adaptive
+                      (ncells 0, ndocs 0); it is an aim measured on the index's calibration
+                      queries, not a guarantee for every query */
 } tartan_search_params;
 
 /*
- * Fills *p with the defaults for k (ColBERT's, above): ncells, centroid_score_threshold and
- * ndocs by k; exhaustive 0, subset NULL, threads 0. p: out, not NULL. Any thread.
+ * Fills *p with the defaults for k: adaptive probing and exact scoring (ncells 0, ndocs 0,
+ * threshold -1), recall_target 0 (0.95), exhaustive 0, subset NULL, threads 0, device AUTO.
+ * p: out, not NULL. Any thread.
  */
 TARTAN_API void tartan_search_params_init(tartan_search_params *p, size_t k);
 
@@ -444,6 +467,9 @@ typedef struct tartan_search_stats {
     double seconds_total;      /* wall time of the whole call */
     uint64_t n_candidates;     /* documents stage 2 scored (or exhaustive mode scored) */
     uint64_t n_exact;          /* documents scored exactly */
+    uint64_t n_probes;         /* centroids probed, summed over the queries' tokens */
+    float probe_margin;        /* the margin stage 1 probed with (-1: fixed ncells) */
+    float rerank_z;            /* the z of stage 3's stopping rule (0: fixed ndocs) */
 } tartan_search_stats;
 
 /*
@@ -489,6 +515,80 @@ TARTAN_API int tartan_search(tartan_db *db, const tartan_queries *queries,
 
 /* Frees results from tartan_search; NULL is fine. */
 TARTAN_API void tartan_results_free(tartan_results *results);
+
+/* ---------------------------------------------------------------------------------------
+ * Calibration
+ *
+ * How wide the adaptive search must probe to keep a share of the exhaustive top k depends on
+ * the corpus (how crowded its token space is, how its documents share centroids). An index
+ * measures it on itself: tartan_calibrate runs queries (the caller's, or pseudo-queries drawn
+ * from the index's own documents: noisy copies of a document's tokens and of their centroids,
+ * tokens of a second document, and tokens near the query's mean) exhaustively and through the
+ * probing stage, and stores how wide a margin kept each share of the top 10 and top 100. A
+ * later search takes its probe margin from there (see tartan_search). An index never
+ * calibrated searches with built-in margins (wider than most corpora need).
+ *
+ * `tartan build` calibrates once the documents are in; `tartan add` again when the live
+ * documents have changed more than twofold since (tartan_calibration.stale); `tartan
+ * calibrate INDEX [--queries Q.npy]` on demand. A library user calls tartan_calibrate after
+ * the first large add, and again when stale.
+ * ------------------------------------------------------------------------------------- */
+
+/* What a calibration measured (tartan_calibration_get, tartan_calibrate). */
+typedef struct tartan_calibration {
+    int calibrated;            /* 0: never calibrated (every other field 0) */
+    int from_queries;          /* 1: the caller's queries; 0: pseudo-queries */
+    int stale;                 /* live documents changed more than twofold since */
+    uint32_t n_queries;        /* queries measured */
+    uint64_t n_docs;           /* live documents when calibrated */
+    uint64_t n_reference_docs; /* documents the exhaustive reference ranked (a sample of them
+                                  when the index is larger than max_reference_docs) */
+    float margin_k10;          /* probe margins a default search (recall_target 0.95) uses */
+    float margin_k100;         /*   at k 10 and k 100 */
+    float recall_k10;          /* that search's recall@10 / @100 against exhaustive search */
+    float recall_k100;         /*   over the same documents, on the calibration queries */
+    double candidates_k10;     /* its candidates and exactly scored documents per query, k 10 */
+    double exact_k10;
+    double seconds; /* the calibration's wall time */
+} tartan_calibration;
+
+/* Parameters of tartan_calibrate. Start from tartan_calibrate_params_init(). */
+typedef struct tartan_calibrate_params {
+    const tartan_queries *queries; /* the caller's queries, or NULL (default): pseudo-queries */
+    size_t n_pseudo;           /* pseudo-queries to draw, 0: 128 */
+    size_t max_reference_docs; /* the exhaustive reference ranks at most this many live
+                                  documents (a fixed sample of the index), 0: 20,000 */
+    uint64_t seed;             /* pseudo-queries and the sample; default 42 */
+    int threads;               /* OpenMP threads, 0: OpenMP's default */
+    tartan_device device;      /* where the searches run; AUTO: the handle's */
+} tartan_calibrate_params;
+
+/* Fills *p with the defaults above. Any thread. */
+TARTAN_API void tartan_calibrate_params_init(tartan_calibrate_params *p);
+
+/*
+ * tartan_calibrate: measures the index (see above) and stores the result in it, in one
+ * write transaction; searches that start after it returns use it.
+ *   db: in, open read-write, trained.   params: in, NULL for the defaults.
+ *   out: out (may be NULL): what was measured and stored.
+ * The queries' tokens are checked as tartan_search checks them. Time: the calibration
+ * queries' exhaustive search over at most max_reference_docs documents plus their adaptive
+ * searches (seconds for 20,000 documents on two cores). Returns 0, or:
+ *   TARTAN_EINVAL (NULL db; bad queries as tartan_search says), TARTAN_EREADONLY,
+ *   TARTAN_ENOTTRAINED (no centroids yet), TARTAN_EEMPTY (no live documents), the errors of
+ *   tartan_search (TARTAN_EDIM, TARTAN_ENONFINITE, ...), ENOMEM, TARTAN_ECORRUPT,
+ *   TARTAN_ESTORAGE.
+ * A failed calibration leaves the stored one as it was. Threads: as tartan_add.
+ */
+TARTAN_API int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params,
+                                tartan_calibration *out);
+
+/*
+ * tartan_calibration_get: the index's stored calibration (out->calibrated 0 if none), with
+ * stale computed against the live documents now. Returns 0, TARTAN_EINVAL (NULL),
+ * TARTAN_ECORRUPT (a damaged record), TARTAN_ESTORAGE. Any thread.
+ */
+TARTAN_API int tartan_calibration_get(tartan_db *db, tartan_calibration *out);
 
 /* ---------------------------------------------------------------------------------------
  * Checking an index (reliability)

@@ -182,9 +182,26 @@ int kern_cuda_sync(void)
 
 /* The GPU search pipeline's calls in a build without CUDA. */
 #ifndef TARTAN_HAVE_CUDA
-int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, int32_t *probes)
+int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
+                    int32_t *probes)
 {
-    (void)ST, (void)K, (void)ld, (void)ncells, (void)probes;
+    (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)probes;
+    return no_cuda();
+}
+
+int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
+                           const int64_t *depth, size_t nq, uint32_t *out)
+{
+    (void)in, (void)width, (void)c0, (void)c1, (void)depth, (void)nq, (void)out;
+    return no_cuda();
+}
+
+int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
+                             const uint32_t *docs, size_t width, size_t nq, size_t k, float z,
+                             int64_t *depth)
+{
+    (void)exact, (void)n1, (void)approx, (void)docs, (void)width, (void)nq, (void)k, (void)z;
+    (void)depth;
     return no_cuda();
 }
 

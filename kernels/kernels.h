@@ -246,8 +246,10 @@ void kern_topk_free(kern_topk *t);
 #define KERN_CUDA_MAX_NCELLS 64
 
 /* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
- * nt = ld columns of ST [K, ld]. */
-int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, int32_t *probes);
+ * nt = ld columns of ST [K, ld]; of those, only the ones whose score is within margin of the
+ * token's best (margin >= 0; INFINITY: all), the others -1. */
+int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
+                    int32_t *probes);
 
 /*
  * Candidates, counted: for each query q, the union of the inverted lists (CSR: ivf_off [K + 1]
@@ -278,6 +280,24 @@ int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld, const 
                          const uint32_t *codes, const uint32_t *docs, size_t width, int prune,
                          const int64_t *counts, int64_t prune_over, float threshold,
                          float *approx);
+
+/* The adaptive exact stage (engine/SEARCH.md). out [nq, c1 - c0] = columns [c0, c1) of in
+ * [nq, width], KERN_NO_DOC where a column is at or past depth[q] (depth NULL: none). */
+int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
+                           const int64_t *depth, size_t nq, uint32_t *out);
+
+/*
+ * The stopping rule, per query q: docs [nq, width] are its candidates in descending order of
+ * approximate score approx [nq, width] (KERN_NO_DOC past the last); exact [nq, n1] the exact
+ * scores of its first n1. With mu and sd the mean and standard deviation of exact - approx
+ * over those and theta the k-th best exact score, depth[q] (int64, device) is the number of
+ * candidates whose approximate score reaches theta - mu - z sd (at least min(n1, candidates));
+ * when fewer than k candidates were scored, all of them. n1 <= KERN_CUDA_MAX_FIRST_BATCH.
+ */
+#define KERN_CUDA_MAX_FIRST_BATCH 4096
+int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
+                             const uint32_t *docs, size_t width, size_t nq, size_t k, float z,
+                             int64_t *depth);
 
 /* out[q, j] = in[q, sel[q, j]] (KERN_NO_DOC where sel is negative), for j < k of sel [nq, k]
  * and in [nq, width]; width 0: in is one list for every query, out[q, j] = in[sel[q, j]]. */

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(PROBE_THREADS)
 template <int NC>
 __global__ void __launch_bounds__(PROBE_THREADS)
     probe_merge_kernel(const float *__restrict__ pv, const int *__restrict__ pi, int segs,
-                       long long ld, int n, int32_t *__restrict__ probes)
+                       long long ld, int n, float margin, int32_t *__restrict__ probes)
 {
     const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
     if (j >= ld)
@@ -87,11 +87,13 @@ __global__ void __launch_bounds__(PROBE_THREADS)
             if (pi[o + i] >= 0)
                 keep_best<NC>(v, ix, n, pv[o + i], pi[o + i]);
     }
+    /* Only the centroids within margin of the column's best (INFINITY: all n). */
     for (int i = 0; i < n; i++)
-        probes[j * n + i] = ix[i];
+        probes[j * n + i] = i == 0 || v[i] >= v[0] - margin ? ix[i] : -1;
 }
 
-template <int NC> int launch_probe(const float *ST, size_t K, size_t ld, int n, int32_t *probes)
+template <int NC>
+int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int32_t *probes)
 {
     /* Enough segments to fill the GPU when there are few columns; each at least 256 rows. */
     const long long colblocks = (long long)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
@@ -112,7 +114,8 @@ template <int NC> int launch_probe(const float *ST, size_t K, size_t ld, int n, 
     const unsigned cols = (unsigned)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
     probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
         ST, (long long)K, (long long)ld, n, seg_rows, pv, pi);
-    probe_merge_kernel<NC><<<cols, PROBE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, probes);
+    probe_merge_kernel<NC>
+        <<<cols, PROBE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, margin, probes);
     cudaError_t e = cudaGetLastError();
     rc = e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, "launch of probe kernels", __FILE__, __LINE__);
     kern_scratch_free(pv, part * (sizeof(float) + sizeof(int)));
@@ -312,6 +315,115 @@ __global__ void gather_kernel(const uint32_t *__restrict__ in, long long width,
     out[i] = s >= 0 && (width == 0 || s < width) ? in[q * width + s] : KERN_NO_DOC;
 }
 
+/* ---- the adaptive exact stage ------------------------------------------------------------ */
+
+/* out[q, j] = in[q, c0 + j] for j < c1 - c0, KERN_NO_DOC where c0 + j >= depth[q] (depth
+ * NULL: no limit). */
+__global__ void take_columns_kernel(const uint32_t *__restrict__ in, long long width, long long c0,
+                                    long long w, const int64_t *__restrict__ depth, long long n,
+                                    uint32_t *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const long long q = i / w, c = c0 + i % w;
+    out[i] = depth && c >= depth[q] ? KERN_NO_DOC : in[q * width + c];
+}
+
+constexpr int DEPTH_THREADS = 256;
+
+/* Sums of a block: every thread gets (a, b) summed over the block. */
+__device__ void block_sum2(double &a, double &b)
+{
+    __shared__ double sa[DEPTH_THREADS / 32], sb[DEPTH_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l == 0) {
+        sa[w] = a;
+        sb[w] = b;
+    }
+    __syncthreads();
+    a = b = 0;
+    for (int i = 0; i < DEPTH_THREADS / 32; i++) {
+        a += sa[i];
+        b += sb[i];
+    }
+    __syncthreads();
+}
+
+/*
+ * Block q: query q's stopping depth (kernels.h, kern_cuda_adaptive_depth). exact [nq, n1],
+ * approx and docs [nq, width] (approximate scores descending; KERN_NO_DOC past the last).
+ */
+__global__ void __launch_bounds__(DEPTH_THREADS)
+    depth_kernel(const float *__restrict__ exact, long long n1, const float *__restrict__ approx,
+                 const uint32_t *__restrict__ docs, long long width, long long k, float z,
+                 int64_t *__restrict__ depth)
+{
+    const long long q = blockIdx.x;
+    const float *ex = exact + q * n1;
+    const float *ap = approx + q * width;
+    const uint32_t *dc = docs + q * width;
+    __shared__ long long s_valid;
+    __shared__ unsigned long long s_theta_rank;
+    if (threadIdx.x == 0) {
+        /* Candidates of the query: the documents before the first KERN_NO_DOC. */
+        long long lo = 0, hi = width;
+        while (lo < hi) {
+            long long mid = lo + (hi - lo) / 2;
+            if (dc[mid] != KERN_NO_DOC)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        s_valid = lo;
+        s_theta_rank = 0;
+    }
+    __syncthreads();
+    const long long valid = s_valid, done = valid < n1 ? valid : n1;
+    if (done < k || done >= valid) {
+        /* Fewer than k scored (then every candidate was), or nothing left. */
+        if (threadIdx.x == 0)
+            depth[q] = done;
+        return;
+    }
+    double a = 0, b = 0;
+    for (long long j = threadIdx.x; j < done; j += DEPTH_THREADS) {
+        const double d = (double)ex[j] - (double)ap[j];
+        a += d;
+        b += d * d;
+    }
+    block_sum2(a, b);
+    const double mu = a / (double)done, var = b / (double)done - mu * mu;
+    /* The k-th best exact score: the element with exactly k - 1 greater (ties by position). */
+    __shared__ float s_theta;
+    for (long long j = threadIdx.x; j < done; j += DEPTH_THREADS) {
+        long long above = 0;
+        const float x = ex[j];
+        for (long long i = 0; i < done; i++)
+            above += ex[i] > x || (ex[i] == x && i < j);
+        if (above == k - 1)
+            s_theta = x;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const double reach = (double)s_theta - mu - (double)z * sqrt(var > 0 ? var : 0);
+        /* Candidates past done whose approximate score reaches it (scores descend). */
+        long long lo = done, hi = valid;
+        while (lo < hi) {
+            long long mid = lo + (hi - lo) / 2;
+            if ((double)ap[mid] >= reach)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        depth[q] = lo;
+    }
+}
+
 /* ---- inverted lists from the codes ------------------------------------------------------ */
 
 /* Warp per document; a token counts when no earlier token of its document has its code. With
@@ -375,12 +487,13 @@ __global__ void __launch_bounds__(1024)
 
 } // namespace
 
-extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells,
+extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
                                int32_t *probes)
 {
     cudaGetLastError();
     if (!ST || !probes || K == 0 || ncells == 0 || ncells > KERN_CUDA_MAX_NCELLS ||
-        K > 0x7fffffff || (ld + PROBE_THREADS - 1) / PROBE_THREADS > 0x7fffffffu) {
+        !(margin >= 0.f) || K > 0x7fffffff ||
+        (ld + PROBE_THREADS - 1) / PROBE_THREADS > 0x7fffffffu) {
         kern_set_error("probe (cuda): bad arguments (K %zu, ncells %zu, columns %zu)", K, ncells,
                        ld);
         return KERN_EINVAL;
@@ -389,16 +502,18 @@ extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncel
         return KERN_OK;
     const int n = (int)ncells;
     if (n <= 1)
-        return launch_probe<1>(ST, K, ld, n, probes);
+        return launch_probe<1>(ST, K, ld, n, margin, probes);
     if (n <= 2)
-        return launch_probe<2>(ST, K, ld, n, probes);
+        return launch_probe<2>(ST, K, ld, n, margin, probes);
     if (n <= 4)
-        return launch_probe<4>(ST, K, ld, n, probes);
+        return launch_probe<4>(ST, K, ld, n, margin, probes);
     if (n <= 8)
-        return launch_probe<8>(ST, K, ld, n, probes);
+        return launch_probe<8>(ST, K, ld, n, margin, probes);
     if (n <= 16)
-        return launch_probe<16>(ST, K, ld, n, probes);
-    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, probes);
+        return launch_probe<16>(ST, K, ld, n, margin, probes);
+    if (n <= 32)
+        return launch_probe<32>(ST, K, ld, n, margin, probes);
+    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, margin, probes);
 }
 
 extern "C" int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells,
@@ -660,5 +775,41 @@ extern "C" int kern_cuda_copier_host_wait(kern_cuda_copier *c, int s)
 {
     if (c->has_copied[s])
         KERN_CUDA_TRY(cudaEventSynchronize(c->copied[s]));
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
+                                      const int64_t *depth, size_t nq, uint32_t *out)
+{
+    cudaGetLastError();
+    if (!in || !out || c1 < c0 || c1 > width) {
+        kern_set_error("take_columns (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    const long long w = (long long)(c1 - c0), n = (long long)nq * w;
+    if (n == 0)
+        return KERN_OK;
+    take_columns_kernel<<<(unsigned)((n + 255) / 256), 256>>>(in, (long long)width, (long long)c0,
+                                                              w, depth, n, out);
+    KERN_CUDA_LAUNCHED("take_columns_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
+                                        const uint32_t *docs, size_t width, size_t nq, size_t k,
+                                        float z, int64_t *depth)
+{
+    cudaGetLastError();
+    if (!exact || !approx || !docs || !depth || n1 == 0 || n1 > width || k == 0 ||
+        n1 > KERN_CUDA_MAX_FIRST_BATCH || nq > 0x7fffffff || !(z >= 0.f)) {
+        kern_set_error("adaptive_depth (cuda): bad arguments (n1 %zu, width %zu, k %zu)", n1, width,
+                       k);
+        return KERN_EINVAL;
+    }
+    if (nq == 0)
+        return KERN_OK;
+    depth_kernel<<<(unsigned)nq, DEPTH_THREADS>>>(exact, (long long)n1, approx, docs,
+                                                  (long long)width, (long long)k, z, depth);
+    KERN_CUDA_LAUNCHED("depth_kernel");
     return KERN_OK;
 }

@@ -117,6 +117,26 @@ int store_codec_get(store_txn *t, unsigned nbits, float *cutoffs, float *weights
     return 0;
 }
 
+int store_meta_put(store_txn *t, const char *name, const void *data, size_t len, store_msg *m)
+{
+    MDB_val k = {strlen(name), (void *)name}, d = {len, (void *)data};
+    int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, 0);
+    return rc ? store_map_lmdb(m, rc, "writing a meta record") : 0;
+}
+
+int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)
+{
+    MDB_val k = {strlen(name), (void *)name}, d;
+    int rc = mdb_get(t->st_txn, t->st_env->se_meta, &k, &d);
+    if (rc == MDB_NOTFOUND)
+        return TARTAN_ENOTFOUND;
+    if (rc)
+        return store_map_lmdb(m, rc, "reading a meta record");
+    *data = d.mv_data;
+    *len = d.mv_size;
+    return 0;
+}
+
 /* FORMAT.md "centroids": one value under key 0. */
 int store_centroids_put(store_txn *t, uint32_t k, uint32_t dim, const float *c, store_msg *m)
 {

@@ -127,6 +127,17 @@ int store_codec_put(store_txn *txn, unsigned nbits, const float *cutoffs, const 
                     store_msg *m);
 
 /*
+ * A meta record the layers above lay out themselves (FORMAT.md "meta": "calibration"):
+ * store_meta_put writes len bytes under name; store_meta_get points *data into the map (valid
+ * for the transaction's life, no alignment promised) or returns TARTAN_ENOTFOUND (no
+ * message) when there is no such record.
+ */
+#define STORE_META_CALIBRATION "calibration"
+int store_meta_put(store_txn *txn, const char *name, const void *data, size_t len, store_msg *m);
+int store_meta_get(store_txn *txn, const char *name, const void **data, size_t *len,
+                   store_msg *m);
+
+/*
  * Centroids [k, dim] fp32 as one value. store_centroids_get points into the map (valid for the
  * transaction's life, 4-byte aligned) and checks the size against k * dim.
  */

@@ -138,8 +138,10 @@ static int check_meta(vstate *v, store_msg *m)
     while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         int known = 0;
-        static const char *const keys[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC};
-        for (size_t i = 0; i < 3; i++)
+        /* The calibration's layout is the engine's (engine/calibrate.c checks it). */
+        static const char *const keys[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC,
+                                           STORE_META_CALIBRATION};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             if (k.mv_size == strlen(keys[i]) && !memcmp(k.mv_data, keys[i], k.mv_size))
                 known = 1;
         if (!known)

@@ -997,6 +997,154 @@ START_TEST(test_kernels_gpu_topk_matches_reference)
 }
 END_TEST
 
+/* ---- the adaptive stages: probing with a margin, taking columns, the stopping rule ------- */
+
+/* kern_cuda_probe with a margin against a host reference: each column's best n rows (ties to
+ * the lower row), those below best - margin replaced by -1. */
+static void run_probe(size_t K, size_t ld, size_t n, float margin)
+{
+    float *st = malloc(K * ld * sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    for (size_t i = 0; i < K * ld; i++) /* coarse values: ties happen */
+        st[i] = (float)rng_int(-400, 400) / 400.f;
+    float *d_st = dev_put(st, K * ld * sizeof *st);
+    int32_t *h = malloc(ld * n * sizeof *h), *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < ld * n; i++)
+        h[i] = -7;
+    int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
+    for (size_t j = 0; j < ld; j++) {
+        /* The reference: n passes of "best not yet taken, lowest row on ties". */
+        for (size_t t = 0; t < n; t++) {
+            int32_t best = -1;
+            for (size_t r = 0; r < K; r++) {
+                int taken = 0;
+                for (size_t u = 0; u < t; u++)
+                    taken |= want[u] == (int32_t)r;
+                if (!taken && (best < 0 || st[r * ld + j] > st[(size_t)best * ld + j]))
+                    best = (int32_t)r;
+            }
+            want[t] = best;
+        }
+        float top = st[(size_t)want[0] * ld + j];
+        for (size_t t = 0; t < n; t++) {
+            int32_t w = t == 0 || st[(size_t)want[t] * ld + j] >= top - margin ? want[t] : -1;
+            ck_assert_msg(h[j * n + t] == w, "K %zu column %zu probe %zu: %d, want %d", K, j, t,
+                          h[j * n + t], w);
+        }
+    }
+    kern_gpu_free(d_st), kern_gpu_free(d_pr);
+    free(st), free(h), free(want);
+}
+
+/* kern_cuda_take_columns and kern_cuda_adaptive_depth against a host reference of the
+ * stopping rule (kernels.h): random approximate scores in descending order, exact ones near
+ * them, random candidate counts (fewer than k, fewer than n1, many). */
+static void run_depth(size_t nq, size_t width, size_t n1, size_t k, float z)
+{
+    float *ap = malloc(nq * width * sizeof *ap), *ex = malloc(nq * n1 * sizeof *ex);
+    uint32_t *docs = malloc(nq * width * sizeof *docs), *cols = malloc(nq * width * 4);
+    size_t *valid = malloc(nq * sizeof *valid);
+    int64_t *dep = malloc(nq * sizeof *dep);
+    ck_assert(ap && ex && docs && cols && valid && dep);
+    for (size_t q = 0; q < nq; q++) {
+        int kind = rng_int(0, 3);
+        valid[q] = kind == 0 ? (size_t)rng_int(0, (int)k) : kind == 1 ? (size_t)rng_int(0, (int)n1)
+                                                                      : width - (size_t)rng_int(0, 5);
+        double a = 20.0, step = 0.002 + 0.05 * rng_unit(), noise = 0.02 + 0.5 * rng_unit();
+        for (size_t j = 0; j < width; j++) {
+            a -= step * rng_unit();
+            ap[q * width + j] = j < valid[q] ? (float)a : NAN;
+            docs[q * width + j] = j < valid[q] ? (uint32_t)(q * 100000 + j) : KERN_NO_DOC;
+            if (j < n1)
+                ex[q * n1 + j] =
+                    j < valid[q] ? (float)(a + 0.3 + noise * rng_normal()) : -INFINITY;
+        }
+    }
+    float *d_ap = dev_put(ap, nq * width * sizeof *ap), *d_ex = dev_put(ex, nq * n1 * sizeof *ex);
+    uint32_t *d_docs = dev_put(docs, nq * width * 4);
+    for (size_t i = 0; i < nq; i++)
+        dep[i] = -9;
+    int64_t *d_dep = dev_put(dep, nq * sizeof *dep);
+    ck_assert_int_eq(kern_cuda_adaptive_depth(d_ex, n1, d_ap, d_docs, width, nq, k, z, d_dep),
+                     KERN_OK);
+    ck_assert_int_eq(kern_gpu_copy(dep, d_dep, nq * sizeof *dep, 0), KERN_OK);
+    for (size_t q = 0; q < nq; q++) {
+        size_t done = valid[q] < n1 ? valid[q] : n1, want = done;
+        if (done >= k && done < valid[q]) {
+            double s = 0, s2 = 0;
+            for (size_t j = 0; j < done; j++) {
+                double d = (double)ex[q * n1 + j] - (double)ap[q * width + j];
+                s += d;
+                s2 += d * d;
+            }
+            double mu = s / (double)done, var = s2 / (double)done - mu * mu;
+            /* The k-th best exact score, by counting. */
+            double theta = 0;
+            for (size_t j = 0; j < done; j++) {
+                size_t above = 0;
+                for (size_t i = 0; i < done; i++)
+                    above += ex[q * n1 + i] > ex[q * n1 + j] ||
+                             (ex[q * n1 + i] == ex[q * n1 + j] && i < j);
+                if (above == k - 1)
+                    theta = ex[q * n1 + j];
+            }
+            double reach = theta - mu - z * sqrt(var > 0 ? var : 0);
+            while (want < valid[q] && (double)ap[q * width + want] >= reach)
+                want++;
+            /* The device sums in another order: a score within rounding of reach may land on
+             * either side. */
+            if ((size_t)dep[q] != want) {
+                size_t lo = (size_t)dep[q] < want ? (size_t)dep[q] : want;
+                size_t hi = (size_t)dep[q] < want ? want : (size_t)dep[q];
+                for (size_t j = lo; j < hi; j++)
+                    ck_assert_msg(fabs((double)ap[q * width + j] - reach) < 1e-4 * fabs(reach) + 1e-4,
+                                  "query %zu: depth %lld, want %zu", q, (long long)dep[q], want);
+                continue;
+            }
+        }
+        ck_assert_msg((size_t)dep[q] == want, "query %zu (valid %zu): depth %lld, want %zu", q,
+                      valid[q], (long long)dep[q], want);
+    }
+    /* Columns [c0, c1) cut at each query's depth. */
+    size_t c0 = (size_t)rng_int(0, (int)(width / 2)), c1 = c0 + (size_t)rng_int(1, (int)(width - c0));
+    for (size_t i = 0; i < nq * width; i++)
+        cols[i] = 0x5a5a5a5au;
+    uint32_t *d_cols = dev_put(cols, nq * (c1 - c0) * 4);
+    for (int limited = 0; limited < 2; limited++) {
+        ck_assert_int_eq(kern_cuda_take_columns(d_docs, width, c0, c1, limited ? d_dep : NULL, nq,
+                                                d_cols),
+                         KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(cols, d_cols, nq * (c1 - c0) * 4, 0), KERN_OK);
+        for (size_t q = 0; q < nq; q++)
+            for (size_t c = c0; c < c1; c++) {
+                uint32_t w = limited && (int64_t)c >= dep[q] ? KERN_NO_DOC : docs[q * width + c];
+                ck_assert_uint_eq(cols[q * (c1 - c0) + c - c0], w);
+            }
+    }
+    kern_gpu_free(d_ap), kern_gpu_free(d_ex), kern_gpu_free(d_docs), kern_gpu_free(d_dep);
+    kern_gpu_free(d_cols);
+    free(ap), free(ex), free(docs), free(cols), free(valid), free(dep);
+}
+
+START_TEST(test_kernels_gpu_adaptive_stages)
+{
+    run_probe(300, 40, 1, INFINITY);
+    run_probe(2000, 70, 16, 0.05f);
+    run_probe(700, 33, 32, 0.2f);
+    run_probe(5000, 9, 64, 0.f);
+    run_depth(60, 300, 32, 10, 3.f);
+    run_depth(40, 1000, 200, 100, 2.5f);
+    run_depth(25, 64, 64, 1, 4.f);
+    run_depth(10, 5000, 4096, 1000, 3.f);
+    /* Bad arguments come back as codes. */
+    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_adaptive_depth(NULL, 1, NULL, NULL, 1, 1, 1, 3.f, NULL),
+                     KERN_EINVAL);
+}
+END_TEST
+
 /* ---- peak device memory ------------------------------------------------------------------ */
 START_TEST(test_kernels_gpu_memory_stays_within_inputs)
 {
@@ -1221,6 +1369,7 @@ static Suite *suite(void)
         {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
+        {"adaptive_stages", test_kernels_gpu_adaptive_stages, 120},
         {"memory", test_kernels_gpu_memory_stays_within_inputs, 120},
         {"errors", test_kernels_gpu_errors_become_codes, 60},
         {"i8", test_kernels_gpu_i8_matches_reference, 120},

@@ -341,24 +341,22 @@ static int has_id(const tartan_results *r, size_t qi, const char *id)
 
 START_TEST(test_search_params_defaults)
 {
-    static const struct {
-        size_t k, ncells, ndocs;
-        float thr;
-    } want[] = {{1, 1, 256, 0.5f},     {10, 1, 256, 0.5f},    {11, 2, 1024, 0.45f},
-                {100, 2, 1024, 0.45f}, {101, 4, 4096, 0.4f},  {1024, 4, 4096, 0.4f},
-                {1025, 4, 4100, 0.4f}, {5000, 4, 20000, 0.4f}};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    /* Every k: the adaptive stages (ncells 0, ndocs 0), no pruning, the default target. */
+    static const size_t ks[] = {1, 10, 11, 100, 101, 1024, 1025, 5000};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         tartan_search_params p;
         memset(&p, 0xA5, sizeof p);
-        tartan_search_params_init(&p, want[i].k);
-        ck_assert_uint_eq(p.k, want[i].k);
-        ck_assert_uint_eq(p.ncells, want[i].ncells);
-        ck_assert_uint_eq(p.ndocs, want[i].ndocs);
-        ck_assert(p.centroid_score_threshold == want[i].thr);
+        tartan_search_params_init(&p, ks[i]);
+        ck_assert_uint_eq(p.k, ks[i]);
+        ck_assert_uint_eq(p.ncells, 0);
+        ck_assert_uint_eq(p.ndocs, 0);
+        ck_assert(p.centroid_score_threshold == -1.f);
+        ck_assert(p.recall_target == 0.f);
         ck_assert_int_eq(p.exhaustive, 0);
         ck_assert_ptr_null(p.subset);
         ck_assert_uint_eq(p.n_subset, 0);
         ck_assert_int_eq(p.threads, 0);
+        ck_assert_int_eq(p.device, TARTAN_DEVICE_AUTO);
     }
     tartan_results_free(NULL);
 }
@@ -945,10 +943,10 @@ START_TEST(test_search_bad_arguments)
     p.k = (size_t)-1; /* a negative k through an int */
     expect_fail(db, &good, &p, TARTAN_ERANGE, &before);
     p = gp;
-    p.ncells = 0;
+    p.recall_target = 1.f;
     expect_fail(db, &good, &p, TARTAN_ERANGE, &before);
     p = gp;
-    p.ndocs = 0;
+    p.recall_target = NAN;
     expect_fail(db, &good, &p, TARTAN_ERANGE, &before);
     p = gp;
     p.centroid_score_threshold = NAN;

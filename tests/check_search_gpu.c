@@ -21,6 +21,7 @@
 #include "gpu.h"
 #include "index.h"
 #include "kernels.h"
+#include "synth.h"
 #include "tartan.h"
 #include "tune_cuda.h"
 
@@ -650,6 +651,110 @@ START_TEST(test_gpu_device_env)
 }
 END_TEST
 
+/*
+ * The adaptive search on the GPU, on small corpora of each generator family (tools/synth.h),
+ * after calibration: recall@10 and @100 against the GPU's exhaustive search at least 0.95,
+ * and against the CPU's adaptive search (the GPU's stopping rule is one-shot: it scores at
+ * least what the CPU's would) nearly the same documents.
+ */
+START_TEST(test_gpu_adaptive_families)
+{
+    for (int model = TOOL_SYNTH_V1; model <= TOOL_SYNTH_V3; model++) {
+        tool_synth_params sp;
+        tool_synth_params_init(&sp);
+        tool_synth_params_model(&sp, model);
+        sp.n_docs = 2000;
+        sp.len_mean = 30;
+        sp.len_min = 4;
+        sp.dim = 64;
+        sp.qlen = 32;
+        sp.n_queries = 60;
+        sp.group_docs = model == TOOL_SYNTH_V1 ? 0 : 50;
+        sp.seed = rnd();
+        tool_synth *sy = NULL;
+        ck_assert_int_eq(tool_synth_new(&sp, &sy), 0);
+        size_t rows = 0, *lens = xmalloc(sp.n_docs * sizeof *lens);
+        for (size_t i = 0; i < sp.n_docs; i++)
+            rows += lens[i] = tool_synth_doclen(sy, i);
+        float *emb = xmalloc(rows * sp.dim * sizeof *emb), *q = xmalloc(60 * 32 * 64 * 4);
+        char **ids = xmalloc(sp.n_docs * sizeof *ids);
+        for (size_t i = 0, row = 0; i < sp.n_docs; row += lens[i], i++) {
+            tool_synth_doc(sy, i, emb + row * sp.dim);
+            ids[i] = xmalloc(24);
+            snprintf(ids[i], 24, "d%zu", i);
+        }
+        for (size_t j = 0; j < sp.n_queries; j++)
+            tool_synth_query(sy, j, q + j * 32 * 64, NULL);
+        tool_synth_free(sy);
+        char path[400];
+        snprintf(path, sizeof path, "%s/fam%d", tmpdir, model);
+        tartan_options o;
+        tartan_options_init(&o);
+        o.flags = TARTAN_CREATE;
+        o.dim = sp.dim;
+        o.gpu_mode = TARTAN_GPU_RESIDENT;
+        tartan_db *db = NULL;
+        ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+        tartan_batch b = {sp.n_docs, (const char *const *)ids, lens, emb, rows, sp.dim,
+                          TARTAN_FLOAT32};
+        ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+        tartan_calibrate_params cp;
+        tartan_calibrate_params_init(&cp);
+        cp.device = TARTAN_DEVICE_CUDA;
+        ck_assert_msg(tartan_calibrate(db, &cp, NULL) == 0, "%s", tartan_errmsg(db));
+        tartan_queries qs = {.n_queries = 60, .qlen = 32, .embeddings = q, .n_rows = 60 * 32,
+                             .dim = 64, .dtype = TARTAN_FLOAT32};
+        for (size_t k = 10; k <= 100; k *= 10) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, k);
+            tartan_results *ad = NULL, *adc = NULL, *ex = NULL;
+            p.device = TARTAN_DEVICE_CUDA;
+            ck_assert_int_eq(tartan_search(db, &qs, &p, &ad), 0);
+            p.device = TARTAN_DEVICE_CPU;
+            ck_assert_int_eq(tartan_search(db, &qs, &p, &adc), 0);
+            p.device = TARTAN_DEVICE_CUDA;
+            p.exhaustive = 1;
+            ck_assert_int_eq(tartan_search(db, &qs, &p, &ex), 0);
+            double rec = 0, agree = 0;
+            for (size_t i = 0; i < 60; i++) {
+                size_t nt = ex->counts[i], hit = 0, same = 0;
+                for (size_t a = 0; a < nt; a++)
+                    for (size_t j = 0; j < ad->counts[i]; j++)
+                        if (!strcmp(ex->hits[ex->offsets[i] + a].id, ad->hits[ad->offsets[i] + j].id)) {
+                            hit++;
+                            break;
+                        }
+                for (size_t a = 0; a < adc->counts[i]; a++)
+                    for (size_t j = 0; j < ad->counts[i]; j++)
+                        if (!strcmp(adc->hits[adc->offsets[i] + a].id,
+                                    ad->hits[ad->offsets[i] + j].id)) {
+                            same++;
+                            break;
+                        }
+                rec += nt ? (double)hit / (double)nt : 1.0;
+                agree += adc->counts[i] ? (double)same / (double)adc->counts[i] : 1.0;
+            }
+            rec /= 60;
+            agree /= 60;
+            ck_assert_msg(rec >= 0.95, "model %d k %zu: GPU recall %.4f", model, k, rec);
+            ck_assert_msg(agree >= 0.95, "model %d k %zu: GPU and CPU agree on %.4f", model, k,
+                          agree);
+            ck_assert_float_eq(ad->stats.probe_margin, adc->stats.probe_margin);
+            tartan_results_free(ad);
+            tartan_results_free(adc);
+            tartan_results_free(ex);
+        }
+        tartan_close(db);
+        for (size_t i = 0; i < sp.n_docs; i++)
+            free(ids[i]);
+        free(ids);
+        free(lens);
+        free(emb);
+        free(q);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("search_gpu");
@@ -665,6 +770,7 @@ static Suite *suite(void)
         {"threads", test_gpu_threads},
         {"dims_nbits", test_gpu_dims_nbits},
         {"device_env", test_gpu_device_env},
+        {"adaptive_families", test_gpu_adaptive_families},
     };
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         TCase *tc = tcase_create(tests[i].name);

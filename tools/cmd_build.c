@@ -3,7 +3,8 @@
  * [--nbits 2] [--centroids K] [--batch N] [--seed S] [--sample N] [--kmeans-iters N]
  * [--device auto|cpu|cuda]`: creates an index, trains it from a sample drawn over the whole
  * corpus, then adds the corpus in batches (one transaction each), in memory bounded by the batch
- * and the sample. k-means and encoding run on the device (a GPU when there is one).
+ * and the sample. k-means and encoding run on the device (a GPU when there is one). Then the
+ * index calibrates its search (tartan_calibrate) unless --no-calibrate.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -19,7 +20,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tartan build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
                "                    [--nbits 2] [--centroids K] [--batch N] [--seed S]\n"
-               "                    [--sample N] [--kmeans-iters N] [--device D]\n\n"
+               "                    [--sample N] [--kmeans-iters N] [--device D]\n"
+               "                    [--no-calibrate]\n\n"
                "Creates the index directory INDEX (it must not hold an index yet) from\n"
                "embeddings E.npy [tokens, dim] (float32, float16 or bfloat16 as uint16) and\n"
                "document lengths L.npy [documents] (int32 or int64). Ids come from ids.txt, one\n"
@@ -34,7 +36,9 @@ static void usage(FILE *f)
                "  --kmeans-iters N  k-means iterations (default 4)\n"
                "  --device D        where k-means and encoding run: auto (default: the\n"
                "                    TARTAN_DEVICE variable, else a GPU when present), cpu\n"
-               "                    or cuda\n");
+               "                    or cuda\n"
+               "  --no-calibrate    skip the search calibration that follows the build\n"
+               "                    (tartan calibrate runs it later)\n");
 }
 
 int tool_cmd_build(int argc, char **argv)
@@ -50,13 +54,14 @@ int tool_cmd_build(int argc, char **argv)
         {"sample", required_argument, NULL, 'S'},
         {"kmeans-iters", required_argument, NULL, 'I'},
         {"device", required_argument, NULL, 'D'},
+        {"no-calibrate", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *emb = NULL, *lens = NULL, *ids = NULL;
     size_t nbits = 2, k = 0, batch = 0, seed = 42, sample = 0, iters = 4;
     tartan_device device = TARTAN_DEVICE_AUTO;
-    int c;
+    int c, calibrate = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         size_t *v = NULL;
@@ -94,6 +99,9 @@ int tool_cmd_build(int argc, char **argv)
                         optarg);
                 return 2;
             }
+            break;
+        case 'C':
+            calibrate = 0;
             break;
         case 'h':
             usage(stdout);
@@ -166,6 +174,8 @@ int tool_cmd_build(int argc, char **argv)
                     "adding %.1f s\n",
                     path, (unsigned long long)info.n_docs, (unsigned long long)info.n_tokens,
                     info.n_centroids, t1 - t0, t2 - t1);
+        if (calibrate)
+            rc = tool_calibrate_db(db, "build", 1, NULL, NULL);
     }
     tartan_close(db);
     tool_corpus_close(&corpus);

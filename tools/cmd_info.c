@@ -62,6 +62,14 @@ int tool_cmd_info(int argc, char **argv)
     row("free pages", i.bytes_free, t);
     row("data file", i.bytes_file, t);
     printf("map size       %llu B\n", (unsigned long long)i.map_size);
+    tartan_calibration cal;
+    if (tartan_calibration_get(db, &cal)) {
+        fprintf(stderr, "tartan info: %s\n", tartan_errmsg(db));
+        tartan_close(db);
+        return 1;
+    }
+    fflush(stdout);
+    tool_calibration_print(stdout, &cal);
     tartan_close(db);
     return 0;
 }

@@ -24,6 +24,7 @@
 #include "jsonl.h"
 #include "npy.h"
 #include "progress.h"
+#include "queryfile.h"
 #include "tartan.h"
 #include "textfile.h"
 #include "trec_run.h"
@@ -37,7 +38,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tartan search INDEX --queries Q.npy [--qlens L.npy] [-k K]\n"
             "                     [--exhaustive] [--subset IDS] [--ncells N]\n"
-            "                     [--threshold T] [--ndocs N] [--format trec|jsonl]\n"
+            "                     [--threshold T] [--ndocs N] [--recall R]\n"
+            "                     [--format trec|jsonl]\n"
             "                     [--query-ids FILE] [--tag NAME] [--batch N]\n"
             "                     [--threads N] [--device D] [-o FILE] [--quiet]\n\n"
             "Searches INDEX for the best K documents of each query and writes one line per\n"
@@ -50,12 +52,16 @@ static void usage(FILE *f)
             "  --qlens L.npy       tokens per query, [Nq] int32 or int64\n"
             "  --query-ids FILE    query ids, one a line (or a BEIR queries .jsonl file,\n"
             "                      by its \"_id\"s, in order); default \"0\" .. \"Nq-1\"\n\n"
-            "Search (defaults by K, ColBERT's: K <= 10: 1, 0.5, 256; K <= 100: 2, 0.45,\n"
-            "1024; else 4, 0.4, max(4K, 4096)):\n"
+            "Search (by default every stage adapts to the index and the query: probing by\n"
+            "the index's calibration, exact scoring until the rest cannot reach the top K;\n"
+            "ColBERT's PLAID for K <= 10 is --ncells 1 --threshold 0.5 --ndocs 256):\n"
             "  -k, --k K           results per query (default 10)\n"
-            "  --ncells N          centroids each query token probes\n"
+            "  --recall R          share of the exhaustive top K to aim for, 0 < R < 1\n"
+            "                      (default 0.95; higher is slower)\n"
+            "  --ncells N          probe exactly each query token's best N centroids\n"
             "  --threshold T       centroid score below which pruning ignores a centroid\n"
-            "  --ndocs N           documents kept by centroid interaction\n"
+            "  --ndocs N           keep N documents by centroid interaction, then N / 4 for\n"
+            "                      exact scoring (PLAID's fixed stages)\n"
             "  --exhaustive        score every document exactly (slow; the reference)\n"
             "  --subset IDS        only return documents whose ids IDS lists (one a line)\n\n"
             "Output and running:\n"
@@ -84,160 +90,9 @@ enum {
     OPT_TAG,
     OPT_BATCH,
     OPT_THREADS,
-    OPT_DEVICE
+    OPT_DEVICE,
+    OPT_RECALL
 };
-
-/* The queries of the file, however they are laid out. */
-typedef struct query_source {
-    tool_npy emb;
-    tool_npy lens;
-    int have_lens;
-    size_t nq; /* queries */
-    size_t dim;
-    size_t stride; /* [Nq, Lq, d]: Lq; packed: 0 */
-    size_t *start; /* packed: first row of query i ([nq + 1]); else NULL */
-    size_t *qlen;  /* tokens of query i ([nq]) */
-    size_t elsize;
-    tartan_dtype dtype;
-    const char *path, *lens_path;
-} query_source;
-
-static void source_close(query_source *s)
-{
-    tool_npy_close(&s->emb);
-    tool_npy_close(&s->lens);
-    free(s->start);
-    free(s->qlen);
-}
-
-static int source_open(query_source *s, const char *path, const char *lens_path, char *err,
-                       size_t errlen)
-{
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    s->lens_path = lens_path;
-    int rc = tool_npy_open(&s->emb, path, TOOL_DT_FLOATS, 2, 3, err, errlen);
-    if (rc)
-        return rc;
-    s->dtype = s->emb.dtype == TOOL_F32   ? TARTAN_FLOAT32
-               : s->emb.dtype == TOOL_F16 ? TARTAN_FLOAT16
-                                          : TARTAN_BFLOAT16;
-    s->elsize = tool_dtype_size(s->emb.dtype);
-    s->dim = s->emb.shape[s->emb.rank - 1];
-    if (s->emb.rank == 3) {
-        s->nq = s->emb.shape[0];
-        s->stride = s->emb.shape[1];
-    } else if (!lens_path) {
-        return tool_fail(err, errlen, TARTAN_EINVAL,
-                         "%s: packed queries [%zu, %zu] need --qlens (tokens per query); "
-                         "fixed-length queries are [queries, tokens, dim]",
-                         path, s->emb.shape[0], s->emb.shape[1]);
-    }
-    if (s->dim == 0)
-        return tool_fail(err, errlen, TARTAN_EDIM, "%s: dimension 0", path);
-    if (lens_path) {
-        if ((rc = tool_npy_open(&s->lens, lens_path, TOOL_DT_INTS, 1, 1, err, errlen)))
-            return rc;
-        s->have_lens = 1;
-        size_t n = s->lens.shape[0];
-        if (s->emb.rank == 3 && n != s->nq)
-            return tool_fail(err, errlen, TARTAN_EFORMAT,
-                             "%s has %zu lengths but %s holds %zu queries", lens_path, n, path,
-                             s->nq);
-        s->nq = n;
-    }
-    if (s->nq == 0)
-        return tool_fail(err, errlen, TARTAN_EEMPTY, "%s: no queries", path);
-    if (!(s->qlen = malloc(s->nq * sizeof *s->qlen)))
-        return tool_fail(err, errlen, ENOMEM, "%s: out of memory", path);
-    if (!s->have_lens) {
-        if (s->stride == 0)
-            return tool_fail(err, errlen, TARTAN_EEMPTY, "%s: queries of 0 tokens", path);
-        for (size_t i = 0; i < s->nq; i++)
-            s->qlen[i] = s->stride;
-        return 0;
-    }
-    if (s->emb.rank == 2 && !(s->start = malloc((s->nq + 1) * sizeof *s->start)))
-        return tool_fail(err, errlen, ENOMEM, "%s: out of memory", path);
-    size_t total = 0;
-    for (size_t i = 0; i < s->nq; i++) {
-        int64_t v = s->lens.dtype == TOOL_I32 ? ((const int32_t *)s->lens.data)[i]
-                                              : ((const int64_t *)s->lens.data)[i];
-        if (v < 1)
-            return tool_fail(err, errlen, TARTAN_EEMPTY,
-                             "%s: query %zu has length %lld (at least 1 token)", lens_path, i,
-                             (long long)v);
-        if (s->emb.rank == 3 && (uint64_t)v > s->stride)
-            return tool_fail(err, errlen, TARTAN_EFORMAT,
-                             "%s: query %zu has length %lld but %s holds %zu tokens a query",
-                             lens_path, i, (long long)v, path, s->stride);
-        if (s->emb.rank == 2 && (uint64_t)v > s->emb.shape[0] - total)
-            return tool_fail(err, errlen, TARTAN_ETRUNC,
-                             "%s: the lengths sum to more than the %zu rows of %s (query %zu)",
-                             lens_path, s->emb.shape[0], path, i);
-        s->qlen[i] = (size_t)v;
-        if (s->start)
-            s->start[i] = total;
-        total += (size_t)v;
-    }
-    if (s->start) {
-        s->start[s->nq] = total;
-        if (total != s->emb.shape[0])
-            return tool_fail(err, errlen, TARTAN_EFORMAT,
-                             "%s: the lengths sum to %zu but %s has %zu rows", lens_path, total,
-                             path, s->emb.shape[0]);
-    }
-    return 0;
-}
-
-/*
- * Describes queries [q0, q1) as a tartan_queries. Fixed-length and packed queries point
- * straight into the file's mapping; padded ones (rank 3 with lengths) are gathered into buf.
- */
-static void source_batch(const query_source *s, size_t q0, size_t q1, char *buf, size_t *qlens,
-                         tartan_queries *q)
-{
-    size_t row = s->dim * s->elsize;
-    memset(q, 0, sizeof *q);
-    q->n_queries = q1 - q0;
-    q->dim = s->dim;
-    q->dtype = s->dtype;
-    const char *data = s->emb.data;
-    if (!s->have_lens) {
-        q->qlen = s->stride;
-        q->n_rows = (q1 - q0) * s->stride;
-        q->embeddings = data + q0 * s->stride * row;
-        return;
-    }
-    size_t rows = 0;
-    for (size_t i = q0; i < q1; i++) {
-        qlens[i - q0] = s->qlen[i];
-        if (!s->start)
-            memcpy(buf + rows * row, data + i * s->stride * row, s->qlen[i] * row);
-        rows += s->qlen[i];
-    }
-    q->qlens = qlens;
-    q->n_rows = rows;
-    q->embeddings = s->start ? data + s->start[q0] * row : buf;
-}
-
-/* Gives the mapped pages of queries already searched back to the system, so that a query
- * file larger than memory streams (as tools/ingest.c does for documents). */
-static void source_release(const query_source *s, size_t q1, size_t *released)
-{
-    if (!s->emb.mapped)
-        return;
-    size_t row = s->dim * s->elsize;
-    size_t end = (s->start ? s->start[q1] : q1 * s->stride) * row;
-    size_t page = 4096;
-    uintptr_t base = (uintptr_t)s->emb.np_base;
-    uintptr_t from = ((uintptr_t)s->emb.data + *released + page - 1) & ~(uintptr_t)(page - 1);
-    uintptr_t to = ((uintptr_t)s->emb.data + end) & ~(uintptr_t)(page - 1);
-    if (to > from && from >= base) {
-        madvise((void *)from, to - from, MADV_DONTNEED);
-        *released = to - (uintptr_t)s->emb.data;
-    }
-}
 
 static void json_string(FILE *f, const char *s)
 {
@@ -311,13 +166,13 @@ static int parse_num(const char *opt, const char *arg, size_t *v)
  * the batch; searching them one at a time (validation comes before any index read, so this
  * is cheap) finds the row of the file and its id.
  */
-static void report_failure(tartan_db *db, const query_source *s, const tartan_search_params *p,
+static void report_failure(tartan_db *db, const tool_qfile *s, const tartan_search_params *p,
                            size_t q0, size_t q1, char *buf, size_t *qlens, char **ids)
 {
     for (size_t i = q0; i < q1; i++) {
         tartan_queries one;
         tartan_results *r;
-        source_batch(s, i, i + 1, buf, qlens, &one);
+        tool_qfile_batch(s, i, i + 1, buf, qlens, &one);
         if (tartan_search(db, &one, p, &r) == 0) {
             tartan_results_free(r);
             continue;
@@ -363,6 +218,7 @@ int tool_cmd_search(int argc, char **argv)
         {"batch", required_argument, NULL, OPT_BATCH},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"recall", required_argument, NULL, OPT_RECALL},
         {"output", required_argument, NULL, 'o'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -373,7 +229,7 @@ int tool_cmd_search(int argc, char **argv)
     size_t k = 10, ncells = 0, ndocs = 0, batch = DEFAULT_BATCH, threads = 0;
     tartan_device device = TARTAN_DEVICE_AUTO;
     int exhaustive = 0, jsonl = 0, quiet = 0, have_threshold = 0;
-    double threshold = 0;
+    double threshold = 0, recall = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "hk:o:q", opts, NULL)) != -1) {
@@ -412,6 +268,19 @@ int tool_cmd_search(int argc, char **argv)
         case OPT_NDOCS:
             bad = parse_num("ndocs", optarg, &ndocs) || at_least_one("ndocs", ndocs);
             break;
+        case OPT_RECALL: {
+            char *end;
+            errno = 0;
+            recall = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(recall > 0 && recall < 1)) {
+                fprintf(stderr,
+                        "tartan search: --recall wants a number above 0 and below 1, "
+                        "not '%s'\n",
+                        optarg);
+                bad = 1;
+            }
+            break;
+        }
         case OPT_FORMAT:
             if (!strcmp(optarg, "trec")) {
                 jsonl = 0;
@@ -436,8 +305,7 @@ int tool_cmd_search(int argc, char **argv)
             break;
         case OPT_DEVICE:
             if (tool_parse_device(optarg, &device)) {
-                fprintf(stderr, "tartan search: --device is auto, cpu or cuda, not '%s'\n",
-                        optarg);
+                fprintf(stderr, "tartan search: --device is auto, cpu or cuda, not '%s'\n", optarg);
                 bad = 1;
             }
             break;
@@ -488,6 +356,7 @@ int tool_cmd_search(int argc, char **argv)
         p.ndocs = ndocs;
     if (have_threshold)
         p.centroid_score_threshold = (float)threshold;
+    p.recall_target = (float)recall;
     p.exhaustive = exhaustive;
     p.threads = (int)threads;
     p.device = device;
@@ -495,7 +364,7 @@ int tool_cmd_search(int argc, char **argv)
     const char *index = argv[optind];
     char err[1400];
     int rc, status = 1;
-    query_source src;
+    tool_qfile src;
     tool_idlist qids = {0};
     tool_textfile subset_file = {0};
     char **subset = NULL;
@@ -509,7 +378,7 @@ int tool_cmd_search(int argc, char **argv)
     const char **docids = NULL;
     char qid_buf[32];
 
-    if ((rc = source_open(&src, qpath, lpath, err, sizeof err))) {
+    if ((rc = tool_qfile_open(&src, qpath, lpath, err, sizeof err))) {
         fprintf(stderr, "tartan search: %s: %s\n", tartan_err_name(rc), err);
         goto done;
     }
@@ -592,7 +461,7 @@ int tool_cmd_search(int argc, char **argv)
     for (size_t q0 = 0; q0 < src.nq; q0 += bq) {
         size_t q1 = q0 + bq < src.nq ? q0 + bq : src.nq;
         tartan_queries q;
-        source_batch(&src, q0, q1, buf, blens, &q);
+        tool_qfile_batch(&src, q0, q1, buf, blens, &q);
         tartan_results *res;
         if ((rc = tartan_search(db, &q, &p, &res))) {
             if (!quiet && prog.tty)
@@ -628,13 +497,16 @@ int tool_cmd_search(int argc, char **argv)
         total.seconds_exact += res->stats.seconds_exact;
         total.n_candidates += res->stats.n_candidates;
         total.n_exact += res->stats.n_exact;
+        total.n_probes += res->stats.n_probes;
+        total.probe_margin = res->stats.probe_margin;
+        total.rerank_z = res->stats.rerank_z;
         tartan_results_free(res);
         if (ferror(out)) {
             fprintf(stderr, "tartan search: %s: write error\n",
                     out_path ? out_path : "standard output");
             goto done;
         }
-        source_release(&src, q1, &released);
+        tool_qfile_release(&src, q1, &released);
         if (!quiet)
             tool_progress_update(&prog, q1);
     }
@@ -659,13 +531,22 @@ int tool_cmd_search(int argc, char **argv)
     if (!quiet) {
         fprintf(stderr, "searched %zu queries in %.2f s (%.1f queries/s, %s, k %zu", src.nq, el,
                 el > 0 ? (double)src.nq / el : 0.0, exhaustive ? "exhaustive" : "PLAID", k);
-        if (!exhaustive)
-            fprintf(stderr, ", ncells %zu, threshold %g, ndocs %zu", p.ncells,
-                    (double)p.centroid_score_threshold, p.ndocs);
+        if (!exhaustive && p.ncells)
+            fprintf(stderr, ", ncells %zu", p.ncells);
+        else if (!exhaustive)
+            fprintf(stderr, ", probe margin %.4f", (double)total.probe_margin);
+        if (!exhaustive && p.centroid_score_threshold > -1.f)
+            fprintf(stderr, ", threshold %g", (double)p.centroid_score_threshold);
+        if (!exhaustive && p.ndocs)
+            fprintf(stderr, ", ndocs %zu", p.ndocs);
+        else if (!exhaustive)
+            fprintf(stderr, ", recall target %.3g (z %.2f)", recall > 0 ? recall : 0.95,
+                    (double)total.rerank_z);
         fprintf(stderr, "): %zu results", n_hits);
         if (empty)
             fprintf(stderr, ", %zu queries without any", empty);
-        fprintf(stderr, "; %.1f candidates and %.1f exact scores a query\n",
+        fprintf(stderr, "; %.1f probes, %.1f candidates and %.1f exact scores a query\n",
+                (double)total.n_probes / (double)src.nq,
                 (double)total.n_candidates / (double)src.nq,
                 (double)total.n_exact / (double)src.nq);
     }
@@ -688,6 +569,6 @@ done:
     free(subset);
     tool_textfile_free(&subset_file);
     tool_idlist_free(&qids);
-    source_close(&src);
+    tool_qfile_close(&src);
     return status;
 }

@@ -29,4 +29,22 @@ int tool_cmd_search(int argc, char **argv);
 /* tools/cmd_check.c: verifies a whole index (reliability). */
 int tool_cmd_check(int argc, char **argv);
 
+/* tools/cmd_calibrate.c: measures and stores the index's search calibration. */
+int tool_cmd_calibrate(int argc, char **argv);
+
+#include <stdio.h>
+
+#include "tartan.h"
+
+/* Prints what a calibration measured (tartan info, build, add, calibrate). */
+void tool_calibration_print(FILE *f, const tartan_calibration *c);
+
+/*
+ * Calibrates db (queries NULL: pseudo-queries; given NULL: the defaults) when force is set, or
+ * when it was never calibrated or its calibration is stale, and reports it on stderr; who
+ * names the command in messages. Returns 0 or 1 (the message printed).
+ */
+int tool_calibrate_db(tartan_db *db, const char *who, int force, const tartan_queries *queries,
+                      const tartan_calibrate_params *given);
+
 #endif

@@ -1,0 +1,799 @@
+/*
+ * calibrate.c: measuring how wide the adaptive search must probe on this index
+ * (tartan_calibrate), storing it (meta "calibration", storage/FORMAT.md), and turning it into
+ * a search's margin, probe cap and stopping rule (engine/SEARCH.md has the design and the
+ * measurements behind the constants).
+ *
+ * A calibration:
+ *   1. queries: the caller's, or pseudo-queries drawn from the index's own documents (below);
+ *   2. the reference: their exhaustive top 100 over the live documents, or over a fixed
+ *      sample of max_reference_docs of them (by a hash of the document number and the seed);
+ *   3. for every document of each reference top 10 and top 100, the smallest probe margin
+ *      that makes it a candidate: the least, over the query's tokens i and the document's
+ *      codes c among token i's best probe-cap centroids, of best_i - S[i, c] (a document
+ *      none of whose codes is among them needs more than any margin: infinite);
+ *   4. the quantiles of those margins at the coverage levels, the table a search reads;
+ *   5. the default search's recall@10 and @100 against the reference with the new table,
+ *      on the same queries (for tartan info);
+ *   6. one write transaction stores the record.
+ *
+ * Pseudo-queries stand in for real queries when the caller has none. Real queries relate to
+ * their relevant documents in many ways (paraphrase, other contexts, [MASK]-like expansion
+ * tokens, words of other documents), so each pseudo-query mixes them: 32 tokens, of which
+ * some are noisy copies of a random document's tokens (as the index decompresses them) or of
+ * their centroids (a token near the "word" rather than its occurrence), a quarter of them
+ * taken from a second random document instead, and the rest (a quarter, a half or two thirds,
+ * by query in turn) noisy copies of the query's own mean direction (expansion tokens, like
+ * ColBERT's [MASK] padding); the noise leaves a cosine of 0.95, 0.85, 0.75 or 0.65 with the
+ * original, by query in turn.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate.h"
+#include "db.h"
+#include "kernels.h"
+#include "search.h"
+
+/* FORMAT.md "meta/calibration". */
+#define CALIB_KEY STORE_META_CALIBRATION
+#define CALIB_VERSION 1u
+#define CALIB_SIZE (32 + 12 * ENG_CALIB_LEVELS + 8 + 24)
+
+/* Coverage levels measured (shares of the reference top k made candidates). */
+static const float levels[ENG_CALIB_LEVELS] = {0.9f, 0.95f, 0.975f, 0.99f, 0.995f};
+
+/*
+ * The built-in table, for indexes never calibrated: margins that covered each level on the
+ * synthetic and SciFact corpora of engine/SEARCH.md's measurements, rounded up to the widest
+ * of them, so that an uncalibrated index errs on the side of recall.
+ */
+static const float default_m10[ENG_CALIB_LEVELS] = {0.01f, 0.015f, 0.02f, 0.03f, 0.04f};
+static const float default_m100[ENG_CALIB_LEVELS] = {0.03f, 0.04f, 0.05f, 0.07f, 0.09f};
+
+/* A margin of this or more stands for "more than the probe cap reaches" (quantiles that are
+ * infinite): the search then probes the whole cap. */
+#define MARGIN_ALL 2.0f
+
+/* A search at recall target t asks stage 1 to cover 1 - (1 - t) * COVER_SHARE of the top k:
+ * half of the misses it may afford go to probing, half to the stopping rule. */
+#define COVER_SHARE 0.5
+
+/*
+ * The calibrated margin is multiplied by SAFETY: pseudo-queries are not the user's queries,
+ * and on the corpora measured (engine/SEARCH.md) real queries' margins at a level reached up
+ * to about 1.5 times the pseudo-queries' at the same level.
+ */
+#define SAFETY 1.5f
+
+/* Probe caps: probes per query token at most, for k 10 (and below) and k 100 (and above). */
+#define PROBE_CAP_10 16
+#define PROBE_CAP_100 32
+
+/* Pseudo-queries. */
+#define PSEUDO_LEN 32
+#define PSEUDO_OTHER_DOC 0.25
+#define PSEUDO_CENTROID 0.4
+#define DEFAULT_PSEUDO 128
+#define DEFAULT_REFERENCE_DOCS 20000
+
+/* Live documents changed by more than this factor since calibration: stale. */
+#define STALE_FACTOR 2.0
+
+void eng_calib_default(eng_calib *c)
+{
+    memset(c, 0, sizeof *c);
+    memcpy(c->levels, levels, sizeof levels);
+    memcpy(c->margin10, default_m10, sizeof default_m10);
+    memcpy(c->margin100, default_m100, sizeof default_m100);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+static void putf(uint8_t *p, float v)
+{
+    memcpy(p, &v, 4);
+}
+static void putd(uint8_t *p, double v)
+{
+    memcpy(p, &v, 8);
+}
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static float getf(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static double getd(const uint8_t *p)
+{
+    double v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+int eng_calib_write(store_txn *txn, const eng_calib *c, store_msg *m)
+{
+    uint8_t b[CALIB_SIZE];
+    const size_t L = ENG_CALIB_LEVELS;
+    put32(b + 0, CALIB_VERSION);
+    put32(b + 4, c->flags);
+    put32(b + 8, c->n_queries);
+    put32(b + 12, (uint32_t)L);
+    put64(b + 16, c->n_docs);
+    put64(b + 24, c->n_reference_docs);
+    for (size_t i = 0; i < L; i++) {
+        putf(b + 32 + 4 * i, c->levels[i]);
+        putf(b + 32 + 4 * (L + i), c->margin10[i]);
+        putf(b + 32 + 4 * (2 * L + i), c->margin100[i]);
+    }
+    uint8_t *t = b + 32 + 12 * L;
+    putf(t, c->recall10);
+    putf(t + 4, c->recall100);
+    putd(t + 8, c->candidates10);
+    putd(t + 16, c->exact10);
+    putd(t + 24, c->seconds);
+    return store_meta_put(txn, CALIB_KEY, b, sizeof b, m);
+}
+
+int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
+{
+    const void *data;
+    size_t len;
+    eng_calib_default(c);
+    int rc = store_meta_get(txn, CALIB_KEY, &data, &len, m);
+    if (rc == TARTAN_ENOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    const uint8_t *b = data;
+    const size_t L = ENG_CALIB_LEVELS;
+    if (len != CALIB_SIZE || get32(b) != CALIB_VERSION || get32(b + 12) != L)
+        return store_fail(m, TARTAN_ECORRUPT,
+                          "the calibration record has %zu bytes (version %u), not %d (version %u)",
+                          len, len >= 4 ? get32(b) : 0, CALIB_SIZE, CALIB_VERSION);
+    eng_calib x = {.calibrated = 1};
+    x.flags = get32(b + 4);
+    x.n_queries = get32(b + 8);
+    x.n_docs = get64(b + 16);
+    x.n_reference_docs = get64(b + 24);
+    int ok = x.n_queries > 0 && x.n_reference_docs > 0;
+    for (size_t i = 0; i < L; i++) {
+        x.levels[i] = getf(b + 32 + 4 * i);
+        x.margin10[i] = getf(b + 32 + 4 * (L + i));
+        x.margin100[i] = getf(b + 32 + 4 * (2 * L + i));
+        /* Levels ascend inside (0, 1); margins are finite, in [0, MARGIN_ALL] and grow with
+         * the level. */
+        ok = ok && x.levels[i] > 0.f && x.levels[i] < 1.f &&
+             (i == 0 || x.levels[i] > x.levels[i - 1]);
+        for (int t = 0; t < 2; t++) {
+            const float *mg = t ? x.margin100 : x.margin10;
+            ok = ok && mg[i] >= 0.f && mg[i] <= MARGIN_ALL && (i == 0 || mg[i] >= mg[i - 1]);
+        }
+    }
+    const uint8_t *t = b + 32 + 12 * L;
+    x.recall10 = getf(t);
+    x.recall100 = getf(t + 4);
+    x.candidates10 = getd(t + 8);
+    x.exact10 = getd(t + 16);
+    x.seconds = getd(t + 24);
+    ok = ok && x.recall10 >= 0.f && x.recall10 <= 1.f && x.recall100 >= 0.f && x.recall100 <= 1.f &&
+         x.candidates10 >= 0 && x.exact10 >= 0 && x.seconds >= 0;
+    if (!ok)
+        return store_fail(m, TARTAN_ECORRUPT, "the calibration record holds values out of range");
+    *c = x;
+    return 0;
+}
+
+/* Linear interpolation of margins [L] over the levels, in log(1 - level). */
+static float at_level(const float *lv, const float *mg, double level)
+{
+    const size_t L = ENG_CALIB_LEVELS;
+    if (level <= lv[0])
+        return mg[0];
+    if (level >= lv[L - 1])
+        return mg[L - 1];
+    size_t i = 1;
+    while (lv[i] < level)
+        i++;
+    double a = log(1.0 - lv[i - 1]), b = log(1.0 - lv[i]), x = log(1.0 - level);
+    double w = (x - a) / (b - a);
+    return (float)((1.0 - w) * mg[i - 1] + w * mg[i]);
+}
+
+/* Where k sits between 10 and 100, in log k: 0 at 10 and below, 1 at 100 and above. */
+static double k_weight(size_t k)
+{
+    if (k <= 10)
+        return 0.0;
+    if (k >= 100)
+        return 1.0;
+    return log((double)k / 10.0) / log(10.0);
+}
+
+float eng_calib_margin(const eng_calib *c, size_t k, float target)
+{
+    double level = 1.0 - (1.0 - (double)target) * COVER_SHARE;
+    double w = k_weight(k);
+    float m10 = at_level(c->levels, c->margin10, level);
+    float m100 = at_level(c->levels, c->margin100, level);
+    if (m10 >= MARGIN_ALL || m100 >= MARGIN_ALL)
+        return INFINITY;
+    float mg = (float)((1.0 - w) * m10 + w * m100);
+    return c->calibrated ? mg * SAFETY : mg;
+}
+
+size_t eng_probe_cap(size_t k)
+{
+    double w = k_weight(k);
+    return (size_t)((1.0 - w) * PROBE_CAP_10 + w * PROBE_CAP_100 + 0.5);
+}
+
+float eng_rerank_z(float target)
+{
+    /* z = 1.5 + 1.15 log10(1 / (1 - target)): 2.65 at 0.9, 3.0 at 0.95, 3.8 at 0.99
+     * (engine/SEARCH.md: the recall the rule kept against z). */
+    double t = target < 0.5f ? 0.5 : (double)target;
+    return (float)(1.5 + 1.15 * log10(1.0 / (1.0 - t)));
+}
+
+void eng_calib_public(const eng_calib *c, uint64_t n_docs_now, tartan_calibration *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!c->calibrated)
+        return;
+    out->calibrated = 1;
+    out->from_queries = (c->flags & ENG_CALIB_FROM_QUERIES) != 0;
+    out->n_queries = c->n_queries;
+    out->n_docs = c->n_docs;
+    out->n_reference_docs = c->n_reference_docs;
+    double a = (double)(c->n_docs ? c->n_docs : 1), b = (double)(n_docs_now ? n_docs_now : 1);
+    out->stale = a / b > STALE_FACTOR || b / a > STALE_FACTOR;
+    out->margin_k10 = eng_calib_margin(c, 10, ENG_DEFAULT_TARGET);
+    out->margin_k100 = eng_calib_margin(c, 100, ENG_DEFAULT_TARGET);
+    out->recall_k10 = c->recall10;
+    out->recall_k100 = c->recall100;
+    out->candidates_k10 = c->candidates10;
+    out->exact_k10 = c->exact10;
+    out->seconds = c->seconds;
+}
+
+void tartan_calibrate_params_init(tartan_calibrate_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->seed = 42;
+}
+
+int tartan_calibration_get(tartan_db *db, tartan_calibration *out)
+{
+    if (!db || !out)
+        return eng_failf(db, TARTAN_EINVAL, "tartan_calibration_get: %s is NULL",
+                         db ? "out" : "db");
+    store_msg m = {{0}};
+    store_txn *txn;
+    int rc = store_read_begin(db->env, &txn, &m);
+    if (rc)
+        return eng_fail(db, rc, &m);
+    eng_calib c;
+    store_header h;
+    if (!(rc = store_header_get(txn, &h, &m)))
+        rc = eng_calib_read(txn, &c, &m);
+    store_read_end(db->env, txn);
+    if (rc)
+        return eng_fail(db, rc, &m);
+    eng_calib_public(&c, h.n_docs, out);
+    return 0;
+}
+
+/* ---- the measurement ---------------------------------------------------------------------- */
+
+/* splitmix64 streams: one per (seed, purpose, item), as reproducible as the index. */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *s)
+{
+    return (double)(mix(s) >> 11) * 0x1.0p-53;
+}
+
+static double gauss(uint64_t *s)
+{
+    double u = 1.0 - unit(s), v = unit(s);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* out = c x + sqrt(1 - c^2) g, g a random unit vector orthogonal to x (x unit): a vector at
+ * cosine c from x. */
+static void noisy(uint64_t *s, const float *x, size_t dim, double c, float *out)
+{
+    double dot = 0, n = 0;
+    for (size_t j = 0; j < dim; j++) {
+        out[j] = (float)gauss(s);
+        dot += (double)out[j] * x[j];
+    }
+    for (size_t j = 0; j < dim; j++) {
+        out[j] -= (float)(dot * x[j]);
+        n += (double)out[j] * out[j];
+    }
+    double sc = n > 0 ? sqrt(1.0 - c * c) / sqrt(n) : 0.0;
+    for (size_t j = 0; j < dim; j++)
+        out[j] = (float)(c * x[j] + sc * out[j]);
+}
+
+static void normalise(float *x, size_t dim)
+{
+    double n = 0;
+    for (size_t j = 0; j < dim; j++)
+        n += (double)x[j] * x[j];
+    float inv = n > 0 ? (float)(1.0 / sqrt(n)) : 0.f;
+    for (size_t j = 0; j < dim; j++)
+        x[j] *= inv;
+}
+
+/* What one calibration holds while it runs. */
+typedef struct calib_run {
+    tartan_db *db;
+    idx_reader r;
+    int r_open;
+    size_t dim, K;
+    uint32_t *ref; /* reference documents, ascending */
+    size_t n_ref;
+    char **ref_ids; /* their external ids (owned) */
+    float *qemb;    /* pseudo-queries [n_q * PSEUDO_LEN, dim] */
+    size_t *qlens;
+    tartan_queries q;
+    float *tok; /* a document's decompressed tokens */
+    size_t tok_cap;
+} calib_run;
+
+/* The reference sample: live documents whose hashed number falls under the sampling rate. */
+static int pick_reference(calib_run *c, size_t max_ref, uint64_t seed, store_msg *m)
+{
+    uint64_t n_docs = c->r.h.n_docs;
+    double rate = n_docs <= max_ref ? 1.0 : (double)max_ref / (double)n_docs;
+    size_t cap = 0;
+    store_cursor *cur = NULL;
+    uint32_t d;
+    kern_pdoc pd;
+    int rc;
+    c->r.verify = 0;
+    while ((rc = idx_reader_next_doc(&c->r, &cur, &d, &pd, m)) == 1) {
+        uint64_t h = seed ^ ((uint64_t)d * 0x9e3779b97f4a7c15ull);
+        if (rate < 1.0 && unit(&h) >= rate)
+            continue;
+        if (eng_grow((void **)&c->ref, &cap, c->n_ref + 1, sizeof *c->ref)) {
+            idx_reader_docs_end(cur);
+            return store_fail(m, ENOMEM, "calibration: out of memory");
+        }
+        c->ref[c->n_ref++] = d;
+    }
+    c->r.verify = 1;
+    if (rc < 0 || rc > 1)
+        return rc;
+    if (c->n_ref == 0)
+        return store_fail(m, TARTAN_EEMPTY, "calibration: no live documents");
+    c->ref_ids = calloc(c->n_ref, sizeof *c->ref_ids);
+    if (!c->ref_ids)
+        return store_fail(m, ENOMEM, "calibration: out of memory");
+    for (size_t i = 0; i < c->n_ref; i++) {
+        const char *id;
+        size_t len;
+        if ((rc = idx_reader_name(&c->r, c->ref[i], &id, &len, m)))
+            return rc == TARTAN_ENOTFOUND
+                       ? store_fail(m, TARTAN_ECORRUPT, "document %u has no external id", c->ref[i])
+                       : rc;
+        if (!(c->ref_ids[i] = malloc(len + 1)))
+            return store_fail(m, ENOMEM, "calibration: out of memory");
+        memcpy(c->ref_ids[i], id, len);
+        c->ref_ids[i][len] = '\0';
+    }
+    return 0;
+}
+
+/* Document d's decompressed tokens into c->tok; *ntok set. */
+static int doc_tokens(calib_run *c, uint32_t d, kern_pdoc *pd, store_msg *m)
+{
+    int rc = idx_reader_doc(&c->r, d, pd, m);
+    if (rc)
+        return rc == TARTAN_ENOTFOUND ? store_fail(m, TARTAN_ECORRUPT, "document %u vanished", d)
+                                      : rc;
+    if (eng_grow((void **)&c->tok, &c->tok_cap, (size_t)pd->ntok * c->dim, sizeof(float)))
+        return store_fail(m, ENOMEM, "calibration: out of memory");
+    idx_reader_decompress(&c->r, pd, c->tok);
+    return 0;
+}
+
+/* The pseudo-queries (the comment at the top), into c->q. */
+static int make_pseudo(calib_run *c, size_t n, uint64_t seed, store_msg *m)
+{
+    static const double cosines[4] = {0.95, 0.85, 0.75, 0.65};
+    static const size_t expansion[3] = {PSEUDO_LEN / 4, PSEUDO_LEN / 2, 2 * PSEUDO_LEN / 3};
+    const size_t dim = c->dim;
+    c->qemb = malloc(n * PSEUDO_LEN * dim * sizeof *c->qemb);
+    c->qlens = malloc(n * sizeof *c->qlens);
+    float *base = malloc(2 * dim * sizeof *base);
+    if (!c->qemb || !c->qlens || !base) {
+        free(base);
+        return store_fail(m, ENOMEM, "calibration: out of memory");
+    }
+    float *mean = base + dim;
+    int rc = 0;
+    for (size_t p = 0; p < n && !rc; p++) {
+        uint64_t s = seed ^ (0xc2b2ae3d27d4eb4full * (p + 1));
+        double cs = cosines[p % 4];
+        size_t content = PSEUDO_LEN - expansion[p % 3];
+        uint32_t doc[2] = {c->ref[mix(&s) % c->n_ref], c->ref[mix(&s) % c->n_ref]};
+        float *q = c->qemb + p * PSEUDO_LEN * dim;
+        memset(mean, 0, dim * sizeof *mean);
+        size_t t = 0;
+        /* Tokens from each document in turn, so that a document is decompressed once. */
+        for (int which = 0; which < 2 && !rc; which++) {
+            kern_pdoc pd;
+            if ((rc = doc_tokens(c, doc[which], &pd, m)))
+                break;
+            uint64_t s2 = s ^ (which ? 0x85ebca6bull : 0x27d4eb2full);
+            for (size_t j = 0; j < content; j++) {
+                uint64_t sj = s2 ^ (0x165667b19e3779f9ull * (j + 1));
+                int other = unit(&sj) < PSEUDO_OTHER_DOC;
+                if (other != which)
+                    continue;
+                uint32_t ti = (uint32_t)(mix(&sj) % pd.ntok);
+                const float *src = c->tok + (size_t)ti * dim;
+                if (unit(&sj) < PSEUDO_CENTROID) {
+                    uint32_t code = c->r.h.code_bytes == 2 ? ((const uint16_t *)pd.codes)[ti]
+                                                           : ((const uint32_t *)pd.codes)[ti];
+                    src = c->r.centroids + (size_t)code * dim;
+                }
+                memcpy(base, src, dim * sizeof *base);
+                noisy(&sj, base, dim, cs, q + t * dim);
+                for (size_t k = 0; k < dim; k++)
+                    mean[k] += q[t * dim + k];
+                t++;
+            }
+        }
+        if (rc)
+            break;
+        normalise(mean, dim);
+        for (; t < PSEUDO_LEN; t++)
+            noisy(&s, mean, dim, cs, q + t * dim);
+        c->qlens[p] = PSEUDO_LEN;
+    }
+    free(base);
+    if (rc)
+        return rc;
+    c->q = (tartan_queries){.n_queries = n,
+                            .qlens = c->qlens,
+                            .embeddings = c->qemb,
+                            .n_rows = n * PSEUDO_LEN,
+                            .dim = dim,
+                            .dtype = TARTAN_FLOAT32};
+    return 0;
+}
+
+/* Index of document d in the reference list (ascending), or -1. */
+static long ref_index(const calib_run *c, uint32_t d)
+{
+    size_t lo = 0, hi = c->n_ref;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->ref[mid] < d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n_ref && c->ref[lo] == d ? (long)lo : -1;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Quantile at level of v [n] (sorted in place): the smallest value covering level of them. */
+static float quantile(float *v, size_t n, double level)
+{
+    qsort(v, n, sizeof *v, cmp_float);
+    size_t i = (size_t)ceil(level * (double)n);
+    i = i == 0 ? 0 : i - 1;
+    return v[i < n ? i : n - 1];
+}
+
+typedef struct margin_set {
+    float *v;
+    size_t n, cap;
+} margin_set;
+
+static int margin_push(margin_set *ms, float v)
+{
+    if (eng_grow((void **)&ms->v, &ms->cap, ms->n + 1, sizeof *ms->v))
+        return ENOMEM;
+    ms->v[ms->n++] = v;
+    return 0;
+}
+
+/*
+ * Step 3: the needed margin of every document of query qi's reference top k lists (ids of
+ * tartan_search's results over the reference subset) into ms10 / ms100.
+ */
+static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan_results *ref,
+                          size_t qi, float *S, int64_t *tix, float *tval, margin_set *ms10,
+                          margin_set *ms100, store_msg *m)
+{
+    const size_t K = c->K;
+    int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, c->r.centroids, K, c->dim, S);
+    if (krc)
+        return eng_kern_fail(krc, m, "calibration: centroid scores");
+    size_t cap10 = eng_probe_cap(10), cap100 = eng_probe_cap(100);
+    if (cap10 > K)
+        cap10 = K;
+    if (cap100 > K)
+        cap100 = K;
+    /* Each token's best and its cap10-th and cap100-th best scores. */
+    if ((krc = kern_topk_rows(KERN_DEV_CPU, S, lq, K, cap100, tix, tval)))
+        return eng_kern_fail(krc, m, "calibration: top-k");
+    size_t off = ref->offsets[qi], cnt = ref->counts[qi];
+    for (size_t h = 0; h < cnt; h++) {
+        /* The hit's document number: its id's position in the reference list. */
+        uint32_t d;
+        int rc = idx_reader_docno(&c->r, ref->hits[off + h].id, &d, m);
+        if (rc)
+            return rc == TARTAN_ENOTFOUND
+                       ? store_fail(m, TARTAN_ECORRUPT, "calibration: a hit's id vanished")
+                       : rc;
+        if (ref_index(c, d) < 0)
+            return store_fail(m, TARTAN_EINTERNAL, "calibration: a hit outside the reference");
+        kern_pdoc pd;
+        c->r.verify = 0;
+        rc = idx_reader_doc(&c->r, d, &pd, m);
+        c->r.verify = 1;
+        if (rc)
+            return rc;
+        float need10 = INFINITY, need100 = INFINITY;
+        for (size_t i = 0; i < lq; i++) {
+            const float *row = S + i * K, *tv = tval + i * cap100;
+            float best = tv[0], lim10 = tv[cap10 - 1], lim100 = tv[cap100 - 1];
+            for (uint32_t t = 0; t < pd.ntok; t++) {
+                uint32_t code = c->r.h.code_bytes == 2 ? ((const uint16_t *)pd.codes)[t]
+                                                       : ((const uint32_t *)pd.codes)[t];
+                if (code >= K)
+                    return store_fail(m, TARTAN_ECORRUPT,
+                                      "document %u: token %u has code %u, past %zu centroids", d, t,
+                                      code, K);
+                float v = row[code], gap = best - v;
+                if (v >= lim10 && gap < need10)
+                    need10 = gap;
+                if (v >= lim100 && gap < need100)
+                    need100 = gap;
+            }
+        }
+        if ((h < 10 && margin_push(ms10, need10)) || margin_push(ms100, need100))
+            return store_fail(m, ENOMEM, "calibration: out of memory");
+    }
+    return 0;
+}
+
+/* Recall of run res against the reference top k (ids), averaged over the queries. */
+static double recall_of(const tartan_results *res, const tartan_results *ref, size_t k)
+{
+    double sum = 0;
+    size_t nq = 0;
+    for (size_t q = 0; q < ref->n_queries; q++) {
+        size_t nr = ref->counts[q] < k ? ref->counts[q] : k;
+        if (!nr)
+            continue;
+        size_t hit = 0, ng = res->counts[q] < k ? res->counts[q] : k;
+        for (size_t i = 0; i < nr; i++)
+            for (size_t j = 0; j < ng; j++)
+                if (!strcmp(ref->hits[ref->offsets[q] + i].id, res->hits[res->offsets[q] + j].id)) {
+                    hit++;
+                    break;
+                }
+        sum += (double)hit / (double)nr;
+        nq++;
+    }
+    return nq ? sum / (double)nq : 1.0;
+}
+
+static void calib_free(calib_run *c)
+{
+    if (c->r_open)
+        idx_reader_close(&c->r);
+    for (size_t i = 0; c->ref_ids && i < c->n_ref; i++)
+        free(c->ref_ids[i]);
+    free(c->ref_ids);
+    free(c->ref);
+    free(c->qemb);
+    free(c->qlens);
+    free(c->tok);
+}
+
+typedef struct calib_put {
+    const eng_calib *c;
+} calib_put;
+
+static int write_fn(store_txn *txn, void *ctx, store_msg *m)
+{
+    return eng_calib_write(txn, ((calib_put *)ctx)->c, m);
+}
+
+int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tartan_calibration *out)
+{
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_calibrate: db is NULL");
+    tartan_calibrate_params dp;
+    if (!params) {
+        tartan_calibrate_params_init(&dp);
+        params = &dp;
+    }
+    store_msg m = {{0}};
+    if (store_is_readonly(db->env))
+        return eng_failf(db, TARTAN_EREADONLY, "'%s' is open read-only", store_path(db->env));
+    if (params->threads < 0)
+        return eng_failf(db, TARTAN_ERANGE, "threads is %d; it must be 0 or more", params->threads);
+    double t0 = eng_now();
+    calib_run c = {.db = db};
+    tartan_results *ref = NULL, *res = NULL;
+    float *S = NULL, *tval = NULL;
+    int64_t *tix = NULL;
+    margin_set ms10 = {0}, ms100 = {0};
+    eng_calib cal;
+    eng_calib_default(&cal);
+    int recorded = 0; /* the failure's message is on the handle already (a search's) */
+    int rc = idx_reader_open(db->env, &c.r, &m);
+    if (rc)
+        goto fail;
+    c.r_open = 1;
+    if (!c.r.trained) {
+        rc = store_fail(&m, TARTAN_ENOTTRAINED, "calibration: the index has no centroids yet");
+        goto fail;
+    }
+    if (c.r.h.n_docs == 0) {
+        rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the index has no documents");
+        goto fail;
+    }
+    c.dim = c.r.h.dim;
+    c.K = c.r.h.n_centroids;
+    size_t max_ref =
+        params->max_reference_docs ? params->max_reference_docs : DEFAULT_REFERENCE_DOCS;
+    if ((rc = pick_reference(&c, max_ref, params->seed, &m)))
+        goto fail;
+    const tartan_queries *q = params->queries;
+    if (!q) {
+        size_t n = params->n_pseudo ? params->n_pseudo : DEFAULT_PSEUDO;
+        if ((rc = make_pseudo(&c, n, params->seed, &m)))
+            goto fail;
+        q = &c.q;
+    }
+    /* The queries as the search will see them (checked, normalised). */
+    eng_queries eq;
+    if ((rc = eng_queries_prepare(q, c.dim, &eq, &m)))
+        goto fail;
+    /* Step 2: the reference, exhaustive over the sample. */
+    tartan_search_params sp;
+    tartan_search_params_init(&sp, 100);
+    sp.exhaustive = 1;
+    sp.subset = (const char *const *)c.ref_ids;
+    sp.n_subset = c.n_ref;
+    sp.threads = params->threads;
+    sp.device = params->device;
+    /* The searches run without our snapshot: the handle opens its own. */
+    idx_reader_close(&c.r);
+    c.r_open = 0;
+    if ((rc = eng_search_call(db, q, &sp, NULL, &ref))) {
+        eng_queries_free(&eq);
+        recorded = 1;
+        goto fail;
+    }
+    if ((rc = idx_reader_open(db->env, &c.r, &m))) {
+        eng_queries_free(&eq);
+        goto fail;
+    }
+    c.r_open = 1;
+    /* Step 3. */
+    size_t cap100 = eng_probe_cap(100) < c.K ? eng_probe_cap(100) : c.K;
+    S = malloc(eq.max_len * c.K * sizeof *S);
+    tix = malloc(eq.max_len * cap100 * sizeof *tix);
+    tval = malloc(eq.max_len * cap100 * sizeof *tval);
+    if (!S || !tix || !tval) {
+        eng_queries_free(&eq);
+        rc = store_fail(&m, ENOMEM, "calibration: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < eq.n && !rc; i++)
+        rc = needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, S,
+                            tix, tval, &ms10, &ms100, &m);
+    eng_queries_free(&eq);
+    if (rc)
+        goto fail;
+    if (!ms10.n || !ms100.n) {
+        rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the reference found no documents");
+        goto fail;
+    }
+    /* Step 4. */
+    cal.calibrated = 1;
+    cal.flags = params->queries ? ENG_CALIB_FROM_QUERIES : 0;
+    cal.n_queries = (uint32_t)(q->n_queries > UINT32_MAX ? UINT32_MAX : q->n_queries);
+    cal.n_docs = c.r.h.n_docs;
+    cal.n_reference_docs = c.n_ref;
+    for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
+        float a = quantile(ms10.v, ms10.n, levels[l]), b = quantile(ms100.v, ms100.n, levels[l]);
+        cal.margin10[l] = isfinite(a) && a < MARGIN_ALL ? a : MARGIN_ALL;
+        cal.margin100[l] = isfinite(b) && b < MARGIN_ALL ? b : MARGIN_ALL;
+        if (l && cal.margin10[l] < cal.margin10[l - 1])
+            cal.margin10[l] = cal.margin10[l - 1];
+        if (l && cal.margin100[l] < cal.margin100[l - 1])
+            cal.margin100[l] = cal.margin100[l - 1];
+    }
+    idx_reader_close(&c.r);
+    c.r_open = 0;
+    /* Step 5: the default search with the new table, k 10 and k 100. */
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        size_t k = pass ? 100 : 10;
+        tartan_search_params p;
+        tartan_search_params_init(&p, k);
+        p.subset = sp.subset;
+        p.n_subset = sp.n_subset;
+        p.threads = params->threads;
+        p.device = params->device;
+        if ((rc = eng_search_call(db, q, &p, &cal, &res)))
+            break;
+        double r = recall_of(res, ref, k);
+        if (pass) {
+            cal.recall100 = (float)r;
+        } else {
+            cal.recall10 = (float)r;
+            cal.candidates10 = (double)res->stats.n_candidates / (double)res->n_queries;
+            cal.exact10 = (double)res->stats.n_exact / (double)res->n_queries;
+        }
+        tartan_results_free(res);
+        res = NULL;
+    }
+    if (rc) {
+        recorded = 1;
+        goto fail;
+    }
+    cal.seconds = eng_now() - t0;
+    /* Step 6, under the handle's writer lock like every change. */
+    calib_put put = {&cal};
+    pthread_mutex_lock(&db->write_lock);
+    rc = store_write(db->env, write_fn, &put, &m);
+    pthread_mutex_unlock(&db->write_lock);
+    if (!rc && out)
+        eng_calib_public(&cal, cal.n_docs, out);
+fail:
+    calib_free(&c);
+    tartan_results_free(ref);
+    free(S);
+    free(tix);
+    free(tval);
+    free(ms10.v);
+    free(ms100.v);
+    return rc && !recorded ? eng_fail(db, rc, &m) : rc;
+}

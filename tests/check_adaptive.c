@@ -1,0 +1,492 @@
+/*
+ * check_adaptive.c: the adaptive search and its calibration (engine/SEARCH.md) on real
+ * indexes: default recall against exhaustive search on small corpora of each generator family
+ * (tools/synth.h: models 1, 2 and 3, whose token statistics differ), the calibration a search
+ * then uses, the stopping rule against exhaustive search, staleness, a damaged calibration
+ * record, and bad arguments.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate.h"
+#include "db.h"
+#include "fixture.h"
+#include "store.h"
+#include "synth.h"
+#include "tartan.h"
+
+static void setup(void)
+{
+    fixture_dir_create("check-adaptive");
+}
+
+static void teardown(void)
+{
+    fixture_dir_remove();
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* A corpus of one generator family, in memory, with its queries. */
+typedef struct corpus {
+    size_t n_docs, n_rows, dim, nq, qlen;
+    size_t *doclens;
+    float *emb, *q;
+    char **ids;
+} corpus;
+
+static void corpus_make(corpus *c, int model, size_t n_docs, size_t len, size_t dim, size_t nq,
+                        uint64_t seed)
+{
+    tool_synth_params p;
+    tool_synth_params_init(&p);
+    tool_synth_params_model(&p, model);
+    p.n_docs = n_docs;
+    p.len_mean = len;
+    p.len_min = 4;
+    p.dim = dim;
+    p.n_queries = nq;
+    p.qlen = 32;
+    p.group_docs = p.model == TOOL_SYNTH_V1 ? 0 : 50;
+    p.seed = seed;
+    tool_synth *s = NULL;
+    ck_assert_int_eq(tool_synth_new(&p, &s), 0);
+    memset(c, 0, sizeof *c);
+    c->n_docs = n_docs;
+    c->dim = dim;
+    c->nq = nq;
+    c->qlen = p.qlen;
+    c->doclens = xmalloc(n_docs * sizeof *c->doclens);
+    for (size_t i = 0; i < n_docs; i++)
+        c->n_rows += c->doclens[i] = tool_synth_doclen(s, i);
+    c->emb = xmalloc(c->n_rows * dim * sizeof *c->emb);
+    c->ids = xmalloc(n_docs * sizeof *c->ids);
+    for (size_t i = 0, row = 0; i < n_docs; row += c->doclens[i], i++) {
+        tool_synth_doc(s, i, c->emb + row * dim);
+        c->ids[i] = xmalloc(24);
+        snprintf(c->ids[i], 24, "d%zu", i);
+    }
+    c->q = xmalloc(nq * p.qlen * dim * sizeof *c->q);
+    for (size_t j = 0; j < nq; j++)
+        tool_synth_query(s, j, c->q + j * p.qlen * dim, NULL);
+    tool_synth_free(s);
+}
+
+static void corpus_free(corpus *c)
+{
+    for (size_t i = 0; i < c->n_docs; i++)
+        free(c->ids[i]);
+    free(c->ids);
+    free(c->doclens);
+    free(c->emb);
+    free(c->q);
+}
+
+static tartan_db *open_ix(size_t dim)
+{
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = dim;
+    o.device = TARTAN_DEVICE_CPU;
+    tartan_db *db = NULL;
+    ck_assert_msg(tartan_open(ixpath, &o, &db) == 0, "%s", tartan_errmsg(NULL));
+    return db;
+}
+
+/* Adds documents [a, b) of c. */
+static void add_range(tartan_db *db, const corpus *c, size_t a, size_t b)
+{
+    size_t row = 0;
+    for (size_t i = 0; i < a; i++)
+        row += c->doclens[i];
+    size_t rows = 0;
+    for (size_t i = a; i < b; i++)
+        rows += c->doclens[i];
+    tartan_batch batch = {b - a,          (const char *const *)c->ids + a,
+                          c->doclens + a, c->emb + row * c->dim,
+                          rows,           c->dim,
+                          TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &batch, 0) == 0, "%s", tartan_errmsg(db));
+}
+
+static tartan_queries queries_of(const corpus *c)
+{
+    return (tartan_queries){.n_queries = c->nq,
+                            .qlen = c->qlen,
+                            .embeddings = c->q,
+                            .n_rows = c->nq * c->qlen,
+                            .dim = c->dim,
+                            .dtype = TARTAN_FLOAT32};
+}
+
+static tartan_results *search(tartan_db *db, const corpus *c, const tartan_search_params *p)
+{
+    tartan_queries q = queries_of(c);
+    tartan_results *r = NULL;
+    ck_assert_msg(tartan_search(db, &q, p, &r) == 0, "%s", tartan_errmsg(db));
+    return r;
+}
+
+/* Mean recall of a's top k against b's (the reference) over the queries. */
+static double recall(const tartan_results *a, const tartan_results *b, size_t k)
+{
+    double sum = 0;
+    for (size_t q = 0; q < b->n_queries; q++) {
+        size_t nb = b->counts[q] < k ? b->counts[q] : k, na = a->counts[q] < k ? a->counts[q] : k;
+        size_t hit = 0;
+        for (size_t i = 0; i < nb; i++)
+            for (size_t j = 0; j < na; j++)
+                if (!strcmp(b->hits[b->offsets[q] + i].id, a->hits[a->offsets[q] + j].id)) {
+                    hit++;
+                    break;
+                }
+        sum += nb ? (double)hit / (double)nb : 1.0;
+    }
+    return sum / (double)b->n_queries;
+}
+
+/*
+ * The issue's goal in miniature: on each family, after calibration, the default search keeps
+ * at least 0.95 of the exhaustive top 10 and top 100, while scoring far fewer documents
+ * exactly than exhaustive search does.
+ */
+START_TEST(test_adaptive_default_recall_each_family)
+{
+    int model = TOOL_SYNTH_V1 + _i;
+    corpus c;
+    corpus_make(&c, model, 1500, 30, 64, 60, 1000 + (uint64_t)model);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_calibration cal;
+    ck_assert_msg(tartan_calibrate(db, NULL, &cal) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(cal.calibrated, 1);
+    for (size_t k = 10; k <= 100; k *= 10) {
+        tartan_search_params ex, ad;
+        tartan_search_params_init(&ex, k);
+        ex.exhaustive = 1;
+        tartan_search_params_init(&ad, k);
+        tartan_results *a = search(db, &c, &ad), *b = search(db, &c, &ex);
+        double r = recall(a, b, k);
+        ck_assert_msg(r >= 0.95, "model %d k %zu: recall %.4f", model, k, r);
+        ck_assert_uint_lt(a->stats.n_exact, b->stats.n_exact / 2);
+        ck_assert(a->stats.probe_margin >= 0.f && a->stats.rerank_z > 0.f);
+        tartan_results_free(a);
+        tartan_results_free(b);
+    }
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* A search takes its margin from the stored calibration (for its k and recall target), and a
+ * new calibration changes what the next search uses; an index never calibrated uses the
+ * built-in table. */
+START_TEST(test_adaptive_search_uses_calibration)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V1, 800, 25, 32, 20, 7);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 10);
+    eng_calib builtin;
+    eng_calib_default(&builtin);
+    tartan_results *r = search(db, &c, &p);
+    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&builtin, 10, 0.95f));
+    ck_assert_float_eq(r->stats.rerank_z, eng_rerank_z(0.95f));
+    tartan_results_free(r);
+    tartan_calibration got;
+    ck_assert_int_eq(tartan_calibration_get(db, &got), 0);
+    ck_assert_int_eq(got.calibrated, 0);
+
+    tartan_calibration cal, again;
+    ck_assert_msg(tartan_calibrate(db, NULL, &cal) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(tartan_calibration_get(db, &again), 0);
+    ck_assert_int_eq(again.calibrated, 1);
+    ck_assert_int_eq(again.from_queries, 0);
+    ck_assert_uint_eq(again.n_queries, 128);
+    ck_assert_uint_eq(again.n_docs, c.n_docs);
+    ck_assert_float_eq(again.margin_k10, cal.margin_k10);
+    ck_assert_float_eq(again.margin_k100, cal.margin_k100);
+    ck_assert(again.recall_k10 > 0.f && again.recall_k10 <= 1.f);
+    for (size_t k = 10; k <= 100; k *= 10) {
+        tartan_search_params_init(&p, k);
+        r = search(db, &c, &p);
+        ck_assert_float_eq(r->stats.probe_margin, k == 10 ? cal.margin_k10 : cal.margin_k100);
+        tartan_results_free(r);
+    }
+    /* The stored table read back gives the same margin at another target and k. */
+    store_msg m;
+    store_txn *txn;
+    eng_calib stored;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_int_eq(eng_calib_read(txn, &stored, &m), 0);
+    store_read_end(db->env, txn);
+    ck_assert_int_eq(stored.calibrated, 1);
+    tartan_search_params_init(&p, 30);
+    p.recall_target = 0.99f;
+    r = search(db, &c, &p);
+    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&stored, 30, 0.99f));
+    ck_assert_float_eq(r->stats.rerank_z, eng_rerank_z(0.99f));
+    tartan_results_free(r);
+
+    /* The caller's queries: a calibration of their own, marked so. */
+    tartan_queries q = queries_of(&c);
+    tartan_calibrate_params cp;
+    tartan_calibrate_params_init(&cp);
+    cp.queries = &q;
+    ck_assert_msg(tartan_calibrate(db, &cp, &cal) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(cal.from_queries, 1);
+    ck_assert_uint_eq(cal.n_queries, c.nq);
+    tartan_search_params_init(&p, 10);
+    r = search(db, &c, &p);
+    ck_assert_float_eq(r->stats.probe_margin, cal.margin_k10);
+    tartan_results_free(r);
+    /* Fixed probing reports no margin. */
+    p.ncells = 2;
+    r = search(db, &c, &p);
+    ck_assert_float_eq(r->stats.probe_margin, -1.f);
+    ck_assert_uint_eq(r->stats.n_probes, c.nq * c.qlen * 2);
+    tartan_results_free(r);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/*
+ * With every centroid probed and a target so high that the stopping rule never stops early,
+ * the adaptive search scores every candidate and must return exactly exhaustive search's
+ * results: the same ids in the same order, the same scores.
+ */
+START_TEST(test_adaptive_full_equals_exhaustive)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V3, 600, 20, 32, 25, 11);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_index_info info;
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    for (size_t k = 1; k <= 50; k *= 7) {
+        tartan_search_params ad, ex;
+        tartan_search_params_init(&ad, k);
+        ad.ncells = info.n_centroids;
+        ad.recall_target = 0.999999f;
+        tartan_search_params_init(&ex, k);
+        ex.exhaustive = 1;
+        tartan_results *a = search(db, &c, &ad), *b = search(db, &c, &ex);
+        for (size_t q = 0; q < c.nq; q++) {
+            ck_assert_uint_eq(a->counts[q], b->counts[q]);
+            for (size_t j = 0; j < a->counts[q]; j++) {
+                const tartan_hit *x = &a->hits[a->offsets[q] + j], *y = &b->hits[b->offsets[q] + j];
+                ck_assert_msg(!strcmp(x->id, y->id), "k %zu query %zu rank %zu: %s, want %s", k, q,
+                              j, x->id, y->id);
+                ck_assert_float_eq_tol(x->score, y->score, 1e-5f * c.qlen);
+            }
+        }
+        tartan_results_free(a);
+        tartan_results_free(b);
+    }
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* A calibration goes stale when the live documents change more than twofold; adds after it
+ * do not change what is stored. */
+START_TEST(test_adaptive_stale)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 900, 20, 32, 4, 5);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, 200);
+    tartan_calibration cal;
+    ck_assert_msg(tartan_calibrate(db, NULL, &cal) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(cal.stale, 0);
+    ck_assert_uint_eq(cal.n_docs, 200);
+    add_range(db, &c, 200, 400);
+    ck_assert_int_eq(tartan_calibration_get(db, &cal), 0);
+    ck_assert_int_eq(cal.stale, 0);
+    add_range(db, &c, 400, 900);
+    ck_assert_int_eq(tartan_calibration_get(db, &cal), 0);
+    ck_assert_int_eq(cal.stale, 1);
+    ck_assert_uint_eq(cal.n_docs, 200);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* A damaged calibration record is TARTAN_ECORRUPT for searches that read it and for
+ * tartan_calibration_get; calibrating again repairs it. */
+typedef struct put_ctx {
+    const void *data;
+    size_t len;
+} put_ctx;
+
+static int put_fn(store_txn *txn, void *ctx, store_msg *m)
+{
+    put_ctx *p = ctx;
+    return store_meta_put(txn, STORE_META_CALIBRATION, p->data, p->len, m);
+}
+
+START_TEST(test_adaptive_damaged_record)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 300, 20, 32, 3, 9);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
+    /* The record with its first margin made negative, then cut short. */
+    store_msg m;
+    store_txn *txn;
+    const void *data;
+    size_t len;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_int_eq(store_meta_get(txn, STORE_META_CALIBRATION, &data, &len, &m), 0);
+    uint8_t *bad = xmalloc(len);
+    memcpy(bad, data, len);
+    store_read_end(db->env, txn);
+    for (int how = 0; how < 2; how++) {
+        float neg = -0.5f;
+        memcpy(bad + 32 + 4 * ENG_CALIB_LEVELS, &neg, 4);
+        put_ctx ctx = {bad, how ? len - 4 : len};
+        ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+        tartan_search_params p;
+        tartan_search_params_init(&p, 10);
+        tartan_queries q = queries_of(&c);
+        tartan_results *r = NULL;
+        ck_assert_int_eq(tartan_search(db, &q, &p, &r), TARTAN_ECORRUPT);
+        ck_assert_ptr_null(r);
+        ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "calibration"));
+        tartan_calibration cal;
+        ck_assert_int_eq(tartan_calibration_get(db, &cal), TARTAN_ECORRUPT);
+        size_t problems = 0;
+        ck_assert_int_eq(tartan_check(db, NULL, NULL, &problems), TARTAN_ECORRUPT);
+        ck_assert_uint_eq(problems, 1);
+        ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "calibration"));
+        /* Searches that do not probe adaptively do not read it. */
+        tartan_search_params fx = p;
+        fx.ncells = 2;
+        ck_assert_int_eq(tartan_search(db, &q, &fx, &r), 0);
+        tartan_results_free(r);
+        fx.exhaustive = 1;
+        ck_assert_int_eq(tartan_search(db, &q, &fx, &r), 0);
+        tartan_results_free(r);
+        /* Calibrating again writes a sound record. */
+        ck_assert_int_eq(tartan_calibrate(db, NULL, &cal), 0);
+        ck_assert_int_eq(tartan_check(db, NULL, NULL, &problems), 0);
+        ck_assert_int_eq(tartan_search(db, &q, &p, &r), 0);
+        tartan_results_free(r);
+    }
+    free(bad);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* Bad arguments get their codes and leave the stored calibration as it was. */
+START_TEST(test_adaptive_bad_arguments)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 300, 20, 32, 3, 13);
+    tartan_db *db = open_ix(c.dim);
+    tartan_calibration cal;
+    /* Untrained, then empty after deleting everything. */
+    ck_assert_int_eq(tartan_calibrate(db, NULL, &cal), TARTAN_ENOTTRAINED);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 10);
+    tartan_queries q = queries_of(&c);
+    tartan_results *r = (tartan_results *)&p;
+    const float bad_targets[] = {1.f, -0.1f, NAN, 2.f, INFINITY};
+    for (size_t i = 0; i < sizeof bad_targets / sizeof *bad_targets; i++) {
+        p.recall_target = bad_targets[i];
+        ck_assert_int_eq(tartan_search(db, &q, &p, &r), TARTAN_ERANGE);
+        ck_assert_ptr_null(r);
+        ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "recall_target"));
+    }
+    ck_assert_int_eq(tartan_calibrate(db, NULL, &cal), 0);
+    tartan_calibration before;
+    ck_assert_int_eq(tartan_calibration_get(db, &before), 0);
+    /* Queries of another dimension, with a NaN, and threads < 0. */
+    tartan_calibrate_params cp;
+    tartan_calibrate_params_init(&cp);
+    tartan_queries wrong = q;
+    wrong.dim = c.dim + 1;
+    cp.queries = &wrong;
+    ck_assert_int_eq(tartan_calibrate(db, &cp, &cal), TARTAN_EDIM);
+    float *nan_q = xmalloc(c.nq * c.qlen * c.dim * sizeof *nan_q);
+    memcpy(nan_q, c.q, c.nq * c.qlen * c.dim * sizeof *nan_q);
+    nan_q[5] = NAN;
+    tartan_queries nq = q;
+    nq.embeddings = nan_q;
+    cp.queries = &nq;
+    ck_assert_int_eq(tartan_calibrate(db, &cp, &cal), TARTAN_ENONFINITE);
+    cp.queries = NULL;
+    cp.threads = -1;
+    ck_assert_int_eq(tartan_calibrate(db, &cp, &cal), TARTAN_ERANGE);
+    ck_assert_int_eq(tartan_calibrate(NULL, NULL, &cal), TARTAN_EINVAL);
+    ck_assert_int_eq(tartan_calibration_get(db, NULL), TARTAN_EINVAL);
+    tartan_calibration after;
+    ck_assert_int_eq(tartan_calibration_get(db, &after), 0);
+    ck_assert(memcmp(&before, &after, sizeof before) == 0);
+    free(nan_q);
+    /* Read-only handles cannot calibrate. */
+    tartan_close(db);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_READONLY;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    ck_assert_int_eq(tartan_calibrate(db, NULL, &cal), TARTAN_EREADONLY);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+static Suite *adaptive_suite(void)
+{
+    Suite *s = suite_create("adaptive");
+    TCase *tc = tcase_create("families");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_adaptive_default_recall_each_family, 0, 3);
+    suite_add_tcase(s, tc);
+    const struct {
+        const char *name;
+        const TTest *test;
+    } cases[] = {
+        {"uses_calibration", test_adaptive_search_uses_calibration},
+        {"full_equals_exhaustive", test_adaptive_full_equals_exhaustive},
+        {"stale", test_adaptive_stale},
+        {"damaged_record", test_adaptive_damaged_record},
+        {"bad_arguments", test_adaptive_bad_arguments},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tc = tcase_create(cases[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, cases[i].test);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(adaptive_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -543,8 +543,8 @@ static int margin_push(margin_set *ms, float v)
  * tartan_search's results over the reference subset) into ms10 / ms100.
  */
 static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan_results *ref,
-                          size_t qi, float *S, int64_t *tix, float *tval, margin_set *ms10,
-                          margin_set *ms100, store_msg *m)
+                          size_t qi, size_t k10, size_t k100, float *S, int64_t *tix, float *tval,
+                          margin_set *ms10, margin_set *ms100, store_msg *m)
 {
     const size_t K = c->K;
     int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, c->r.centroids, K, c->dim, S);
@@ -559,7 +559,7 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
     if ((krc = kern_topk_rows(KERN_DEV_CPU, S, lq, K, cap100, tix, tval)))
         return eng_kern_fail(krc, m, "calibration: top-k");
     size_t off = ref->offsets[qi], cnt = ref->counts[qi];
-    for (size_t h = 0; h < cnt; h++) {
+    for (size_t h = 0; h < cnt && h < k100; h++) {
         /* The hit's document number: its id's position in the reference list. */
         uint32_t d;
         int rc = idx_reader_docno(&c->r, ref->hits[off + h].id, &d, m);
@@ -593,7 +593,7 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
                     need100 = gap;
             }
         }
-        if ((h < 10 && margin_push(ms10, need10)) || margin_push(ms100, need100))
+        if ((h < k10 && margin_push(ms10, need10)) || margin_push(ms100, need100))
             return store_fail(m, ENOMEM, "calibration: out of memory");
     }
     return 0;
@@ -726,9 +726,17 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         rc = store_fail(&m, ENOMEM, "calibration: out of memory");
         goto fail;
     }
+    /* A sample's top j documents stand for the whole index's top j / rate: its rank-1
+     * document is the best of rate * n_docs random ones, ranked about 1 / rate overall. So the
+     * margins for the index's top 10 and top 100 come from the sample's top 10 * rate and
+     * 100 * rate (rounded up): a larger sample rank would ask for documents that the index's
+     * top k does not hold, and inflate the margins (measured: 23x at a 10% sample). */
+    double rate = (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
+    size_t k10 = rate >= 1.0 ? 10 : (size_t)ceil(10.0 * rate);
+    size_t k100 = rate >= 1.0 ? 100 : (size_t)ceil(100.0 * rate);
     for (size_t i = 0; i < eq.n && !rc; i++)
-        rc = needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, S,
-                            tix, tval, &ms10, &ms100, &m);
+        rc = needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, k10,
+                            k100, S, tix, tval, &ms10, &ms100, &m);
     eng_queries_free(&eq);
     if (rc)
         goto fail;

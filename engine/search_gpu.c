@@ -93,7 +93,7 @@ struct eng_gpu {
     size_t s_n;
     /* Search workspace. */
     dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
-        docs4, vals, allowed, list, depth;
+        docs4, vals, allowed, list, done, next, exact_all;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
@@ -746,60 +746,106 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
 
 /*
  * The adaptive stages of one chunk (engine/SEARCH.md) over the candidates docs1 [nq, width]:
- * unpruned (unless s->prune) centroid interaction; the best n2 by approximate score, in
- * order (docs2, approx2 [nq, n2]); exact scores of the first n3 of each query; each query's
- * stopping depth on the device (kern_cuda_adaptive_depth); exact scores of the first depth[q]
- * of each query (the first n3 again: simpler than merging two score matrices, and a small
- * part of the work); the top *k into docs4 / vals (*k lowered to what fits). *n_exact: exact
- * scores counted.
+ * unpruned (unless s->prune) centroid interaction, then exact scoring in rounds by the same
+ * rule as the CPU's (search_plaid.c): each query's candidates in order of approximate score,
+ * done[q] of them scored so far into exact_all [nq, cap] (NaN elsewhere); a round scores
+ * columns [done[q], next[q]) of every query at once, then the stopping rule on the device
+ * (kern_cuda_adaptive_next) gives the next round's next[q]; the rounds end when no query goes
+ * on. The best *k of each query's scored documents go to docs4 / vals (*k lowered to what
+ * fits). *n_exact: exact scores counted.
  */
 static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
-                           size_t width, size_t n2, size_t n3, size_t *n_exact, size_t *k,
-                           eng_stage_stats *st, double *t0, store_msg *m)
+                           size_t width, size_t *n_exact, size_t *k, eng_stage_stats *st,
+                           double *t0, store_msg *m)
 {
     const size_t K = g->K, nq = c->nq;
-    int rc;
-    if ((rc = dbuf_need(&g->depth, nq * 8, 0, m)))
+    const size_t cap = s->depth_cap < width ? s->depth_cap : width;
+    const size_t first = 2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH;
+    int rc, krc = 0;
+    if ((rc = dbuf_need(&g->done, nq * 8, 0, m)) || (rc = dbuf_need(&g->next, nq * 8, 0, m)) ||
+        (rc = dbuf_need(&g->exact_all, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->sel, nq * cap * 8, 0, m)) ||
+        (rc = dbuf_need(&g->approx2, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->docs2, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->docs3, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->scores, nq * cap * 4, 0, m)))
         return rc;
     KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p, g->codes.p,
                                g->docs1.p, width, s->prune, NULL, 0, s->threshold, g->approx1.p),
          "centroid interaction");
-    KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, n2, g->sel.p, g->approx2.p),
-         "top-k");
-    KTRY(kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, n2, g->docs2.p), "gather");
     double t1 = eng_now();
     st->prune += t1 - *t0;
     *t0 = t1;
-    KTRY(kern_cuda_take_columns(g->docs2.p, n2, 0, n3, NULL, nq, g->docs3.p), "columns");
-    if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, NULL, g->scores.p, m)))
-        return rc;
-    KTRY(kern_cuda_adaptive_depth(g->scores.p, n3, g->approx2.p, g->docs2.p, n2, nq, s->k, s->z,
-                                  g->depth.p),
-         "stopping rule");
-    int64_t *dep = malloc(nq * 8);
-    if (!dep)
+    int64_t *h = malloc(nq * 3 * 8);
+    if (!h)
         return store_fail(m, ENOMEM, "GPU search: out of memory");
-    int krc = kern_cuda_download(dep, g->depth.p, nq * 8);
-    size_t dmax = 0;
-    *n_exact = 0;
-    for (size_t i = 0; !krc && i < nq; i++) {
-        size_t d = (size_t)dep[i];
-        dmax = d > dmax ? d : dmax;
-        *n_exact += d;
+    int64_t *cnt = h, *done = h + nq, *next = h + 2 * nq;
+    if ((krc = kern_cuda_download(cnt, g->counts.p, nq * 8)))
+        goto dev_fail;
+    for (size_t q = 0; q < nq; q++) {
+        size_t v = (size_t)cnt[q] < cap ? (size_t)cnt[q] : cap;
+        done[q] = 0;
+        next[q] = (int64_t)(first < v ? first : v);
     }
-    free(dep);
-    if (krc)
-        return gpu_fail(krc, m, "download");
-    if (dmax == 0)
-        dmax = 1; /* every query without candidates: one column of KERN_NO_DOC */
-    if ((rc = dbuf_need(&g->docs3, nq * dmax * 4, 0, m)) ||
-        (rc = dbuf_need(&g->scores, nq * dmax * 4, 0, m)))
+    /* NaN (all bytes 0xff) where nothing was scored: top-k never selects it. */
+    if ((krc = kern_cuda_memset(g->exact_all.p, 0xff, nq * cap * 4)) ||
+        (krc = kern_cuda_upload(g->done.p, done, nq * 8)) ||
+        (krc = kern_cuda_upload(g->next.p, next, nq * 8)))
+        goto dev_fail;
+    size_t D = 0; /* columns ordered so far */
+    for (;;) {
+        size_t dn = 0, dmin = SIZE_MAX;
+        for (size_t q = 0; q < nq; q++) {
+            dn = (size_t)next[q] > dn ? (size_t)next[q] : dn;
+            if (next[q] > done[q] && (size_t)done[q] < dmin)
+                dmin = (size_t)done[q];
+        }
+        if (dmin == SIZE_MAX)
+            break; /* every query has stopped */
+        /* The candidates in order, as far as any query goes now (a wider top-k orders the
+         * same leading columns the same way). */
+        if ((krc = kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, dn, g->sel.p,
+                                  g->approx2.p)) ||
+            (krc = kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, dn, g->docs2.p)) ||
+            (krc = kern_cuda_take_columns(g->docs2.p, dn, dmin, dn, g->done.p, g->next.p, nq,
+                                          g->docs3.p)))
+            goto dev_fail;
+        D = dn;
+        if ((rc = exact_stage(g, r, c, g->docs3.p, dn - dmin, 0, NULL, g->scores.p, m)))
+            goto fail;
+        if ((krc = kern_cuda_scatter_columns(g->scores.p, dn - dmin, dmin, g->done.p, g->next.p, nq,
+                                             g->exact_all.p, cap)) ||
+            (krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
+            (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, dn, g->done.p,
+                                           g->counts.p, g->approx1.p, width, nq, s->k, s->z,
+                                           ENG_BATCH_GROWTH, cap, g->next.p)))
+            goto dev_fail;
+        memcpy(done, next, nq * 8);
+        if ((krc = kern_cuda_download(next, g->next.p, nq * 8)))
+            goto dev_fail;
+    }
+    *n_exact = 0;
+    for (size_t q = 0; q < nq; q++)
+        *n_exact += (size_t)done[q];
+    free(h);
+    h = NULL;
+    if (D == 0) {
+        *k = 0;
+        return 0;
+    }
+    *k = s->k < D ? s->k : D;
+    if ((rc = dbuf_need(&g->vals, nq * *k * 4, 0, m)) ||
+        (rc = dbuf_need(&g->docs4, nq * *k * 4, 0, m)))
         return rc;
-    KTRY(kern_cuda_take_columns(g->docs2.p, n2, 0, dmax, g->depth.p, nq, g->docs3.p), "columns");
-    if ((rc = exact_stage(g, r, c, g->docs3.p, dmax, 0, NULL, g->scores.p, m)))
-        return rc;
-    *k = s->k < dmax ? s->k : dmax;
-    return final_topk(g, c, g->scores.p, dmax, g->docs3.p, 0, *k, m);
+    /* The scored documents' best: their columns index the last round's order (docs2). */
+    KTRY(kern_topk_rows(KERN_DEV_CUDA, g->exact_all.p, nq, cap, *k, g->sel.p, g->vals.p), "top-k");
+    KTRY(kern_cuda_gather_docs(g->docs2.p, D, g->sel.p, nq, *k, g->docs4.p), "gather");
+    return 0;
+dev_fail:
+    rc = gpu_fail(krc, m, "adaptive stages");
+fail:
+    free(h);
+    return rc;
 }
 
 static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
@@ -873,12 +919,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
                 width = (size_t)cnt[i] > width ? (size_t)cnt[i] : width;
                 st->n_cand += (uint64_t)cnt[i];
             }
-            if (s->adaptive) {
-                /* n2: candidates ordered by approximate score; n3: the first exact batch. */
-                size_t first = 2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH;
-                n2 = s->depth_cap < width ? s->depth_cap : width;
-                n3 = first < n2 ? first : n2;
-            } else {
+            if (!s->adaptive) {
                 n2 = s->ndocs < width ? s->ndocs : width;
                 n3 = s->ndocs_exact < n2 ? s->ndocs_exact : n2;
                 for (size_t i = 0; i < nq; i++)
@@ -910,10 +951,16 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
         g->bits_dirty = 0;
         if (s->adaptive) {
-            rc = adaptive_stages(g, r, s, c, width, n2, n3, &n3sum, &k, st, &t0, m);
+            rc = adaptive_stages(g, r, s, c, width, &n3sum, &k, st, &t0, m);
             if (rc)
                 return rc;
             st->n_exact += n3sum;
+            if (k == 0) { /* nothing scored: no hits */
+                for (size_t i = 0; i < nq; i++)
+                    s->hit_n[c->qa + i] = 0;
+                st->exact += eng_now() - t0;
+                return 0;
+            }
             goto hits;
         }
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */

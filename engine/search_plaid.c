@@ -544,8 +544,10 @@ static int cmp_scored(const void *a, const void *b)
  * renumbered for t, approximate scores score): exact scores in order of approximate score, a
  * batch at a time, until the next candidate's approximate score plus the mean and z standard
  * deviations of (exact - approximate) over the documents scored so far falls below the k-th
- * best exact score (or depth_cap documents are scored); the query's top k of them into s's
- * hits (engine/SEARCH.md).
+ * best exact score (or depth_cap documents are scored); a batch takes the candidates that
+ * reach it, at most ENG_BATCH_GROWTH times the documents scored so far. The query's top k of
+ * the scored documents into s's hits (engine/SEARCH.md; the GPU runs the same rule, in
+ * search_gpu.c).
  */
 static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
                           const qc_table *t, size_t n, eng_stage_stats *st, store_msg *m)
@@ -581,16 +583,20 @@ static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_pla
         done = next;
         if (done >= no)
             break;
-        if (done >= s->k) {
-            /* ws->score is free now: scratch for the selection. */
-            float theta = kth_largest(ws->ev_exact, done, s->k, ws->score);
-            double mu = sum / (double)done, var = sum2 / (double)done - mu * mu;
-            double reach = ws->ev_approx[done] + mu + s->z * sqrt(var > 0 ? var : 0);
-            if (reach < theta)
-                break;
-        }
-        size_t grow = (size_t)((double)done * ENG_BATCH_GROWTH);
-        next = grow < no ? grow : no;
+        if (done < s->k)
+            break; /* fewer than k candidates in all */
+        /* ws->score is free now: scratch for the selection. */
+        float theta = kth_largest(ws->ev_exact, done, s->k, ws->score);
+        double mu = sum / (double)done, var = sum2 / (double)done - mu * mu;
+        double reach = (double)theta - mu - s->z * sqrt(var > 0 ? var : 0);
+        /* The next batch: the candidates whose approximate score reaches it (they come in
+         * descending order), at most ENG_BATCH_GROWTH times as many as scored so far. */
+        size_t grow = (size_t)ceil((double)done * ENG_BATCH_GROWTH);
+        if (grow > no)
+            grow = no;
+        next = done;
+        while (next < grow && (double)ws->ev_approx[next] >= reach)
+            next++;
     }
     st->n_exact += done;
     /* Ties go to the lower number: the scored documents in ascending number for top-k. */

@@ -190,18 +190,26 @@ int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float m
 }
 
 int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
-                           const int64_t *depth, size_t nq, uint32_t *out)
+                           const int64_t *lo, const int64_t *hi, size_t nq, uint32_t *out)
 {
-    (void)in, (void)width, (void)c0, (void)c1, (void)depth, (void)nq, (void)out;
+    (void)in, (void)width, (void)c0, (void)c1, (void)lo, (void)hi, (void)nq, (void)out;
     return no_cuda();
 }
 
-int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
-                             const uint32_t *docs, size_t width, size_t nq, size_t k, float z,
-                             int64_t *depth)
+int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_t *lo,
+                              const int64_t *hi, size_t nq, float *E, size_t ldE)
 {
-    (void)exact, (void)n1, (void)approx, (void)docs, (void)width, (void)nq, (void)k, (void)z;
-    (void)depth;
+    (void)in, (void)w, (void)c0, (void)lo, (void)hi, (void)nq, (void)E, (void)ldE;
+    return no_cuda();
+}
+
+int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
+                            const int64_t *done, const int64_t *counts, const float *approx,
+                            size_t width, size_t nq, size_t k, float z, double growth, size_t cap,
+                            int64_t *next)
+{
+    (void)E, (void)ldE, (void)sorted, (void)lds, (void)done, (void)counts, (void)approx;
+    (void)width, (void)nq, (void)k, (void)z, (void)growth, (void)cap, (void)next;
     return no_cuda();
 }
 

@@ -281,23 +281,33 @@ int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld, const 
                          const int64_t *counts, int64_t prune_over, float threshold,
                          float *approx);
 
-/* The adaptive exact stage (engine/SEARCH.md). out [nq, c1 - c0] = columns [c0, c1) of in
- * [nq, width], KERN_NO_DOC where a column is at or past depth[q] (depth NULL: none). */
+/*
+ * The adaptive exact stage (engine/SEARCH.md) runs in rounds. Per query q its candidates are
+ * ordered by approximate score; done[q] of them are scored exactly, in E [nq, ldE] (column j:
+ * the j-th candidate); a round scores columns [done[q], next[q]).
+ *
+ * take_columns: out [nq, c1 - c0] = columns [c0, c1) of in [nq, width], KERN_NO_DOC where a
+ * column lies outside [lo[q], hi[q]) (lo, hi: int64 [nq] on the device, or NULL: no bound).
+ * scatter_columns: E[q, c0 + j] = in[q, j] (in [nq, w]) where lo[q] <= c0 + j < hi[q].
+ */
 int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
-                           const int64_t *depth, size_t nq, uint32_t *out);
+                           const int64_t *lo, const int64_t *hi, size_t nq, uint32_t *out);
+int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_t *lo,
+                              const int64_t *hi, size_t nq, float *E, size_t ldE);
 
 /*
- * The stopping rule, per query q: docs [nq, width] are its candidates in descending order of
- * approximate score approx [nq, width] (KERN_NO_DOC past the last); exact [nq, n1] the exact
- * scores of its first n1. With mu and sd the mean and standard deviation of exact - approx
- * over those and theta the k-th best exact score, depth[q] (int64, device) is the number of
- * candidates whose approximate score reaches theta - mu - z sd (at least min(n1, candidates));
- * when fewer than k candidates were scored, all of them. n1 <= KERN_CUDA_MAX_FIRST_BATCH.
+ * The stopping rule, per query q with n = done[q] candidates scored: with mu and sd the mean
+ * and standard deviation of E - sorted over its first n columns (sorted [nq, lds]: the
+ * candidates' approximate scores in descending order) and theta the k-th best of those exact
+ * scores, the candidates whose approximate score (approx [nq, width], every candidate, NaN
+ * past counts[q]) reaches theta - mu - z sd number c; next[q] = min(c, ceil(n * growth),
+ * min(counts[q], cap)), or n when that is not more than n, or when n < k or n >= min(counts[q],
+ * cap) (nothing left to score). All arrays on the device, int64 where integer.
  */
-#define KERN_CUDA_MAX_FIRST_BATCH 4096
-int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
-                             const uint32_t *docs, size_t width, size_t nq, size_t k, float z,
-                             int64_t *depth);
+int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
+                            const int64_t *done, const int64_t *counts, const float *approx,
+                            size_t width, size_t nq, size_t k, float z, double growth, size_t cap,
+                            int64_t *next);
 
 /* out[q, j] = in[q, sel[q, j]] (KERN_NO_DOC where sel is negative), for j < k of sel [nq, k]
  * and in [nq, width]; width 0: in is one list for every query, out[q, j] = in[sel[q, j]]. */

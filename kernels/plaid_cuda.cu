@@ -317,110 +317,114 @@ __global__ void gather_kernel(const uint32_t *__restrict__ in, long long width,
 
 /* ---- the adaptive exact stage ------------------------------------------------------------ */
 
-/* out[q, j] = in[q, c0 + j] for j < c1 - c0, KERN_NO_DOC where c0 + j >= depth[q] (depth
- * NULL: no limit). */
+/* out[q, j] = in[q, c0 + j] for j < c1 - c0 where lo[q] <= c0 + j < hi[q] (lo, hi NULL: no
+ * bound), else KERN_NO_DOC. */
 __global__ void take_columns_kernel(const uint32_t *__restrict__ in, long long width, long long c0,
-                                    long long w, const int64_t *__restrict__ depth, long long n,
+                                    long long w, const int64_t *__restrict__ lo,
+                                    const int64_t *__restrict__ hi, long long n,
                                     uint32_t *__restrict__ out)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
     const long long q = i / w, c = c0 + i % w;
-    out[i] = depth && c >= depth[q] ? KERN_NO_DOC : in[q * width + c];
+    const bool in_range = (!lo || c >= lo[q]) && (!hi || c < hi[q]);
+    out[i] = in_range ? in[q * width + c] : KERN_NO_DOC;
 }
 
-constexpr int DEPTH_THREADS = 256;
-
-/* Sums of a block: every thread gets (a, b) summed over the block. */
-__device__ void block_sum2(double &a, double &b)
+/* E[q, c0 + j] = in[q, j] for j < w where lo[q] <= c0 + j < hi[q]; other entries untouched. */
+__global__ void scatter_columns_kernel(const float *__restrict__ in, long long w, long long c0,
+                                       const int64_t *__restrict__ lo,
+                                       const int64_t *__restrict__ hi, long long n,
+                                       float *__restrict__ E, long long ldE)
 {
-    __shared__ double sa[DEPTH_THREADS / 32], sb[DEPTH_THREADS / 32];
-    for (int o = 16; o > 0; o >>= 1) {
-        a += __shfl_down_sync(0xffffffffu, a, o);
-        b += __shfl_down_sync(0xffffffffu, b, o);
-    }
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const long long q = i / w, c = c0 + i % w;
+    if (c >= lo[q] && c < hi[q])
+        E[q * ldE + c] = in[i];
+}
+
+constexpr int NEXT_THREADS = 256;
+
+/* A block's sum of v: every thread gets it. */
+template <typename T> __device__ T block_sum(T v)
+{
+    __shared__ T part[NEXT_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    if (l == 0) {
-        sa[w] = a;
-        sb[w] = b;
-    }
     __syncthreads();
-    a = b = 0;
-    for (int i = 0; i < DEPTH_THREADS / 32; i++) {
-        a += sa[i];
-        b += sb[i];
-    }
+    if (l == 0)
+        part[w] = v;
     __syncthreads();
+    T t = 0;
+    for (int i = 0; i < NEXT_THREADS / 32; i++)
+        t += part[i];
+    return t;
+}
+
+/* Floats as unsigned keys in the same order (NaN excluded by the callers). */
+__device__ __forceinline__ unsigned order_key(float x)
+{
+    const unsigned u = __float_as_uint(x);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
 /*
- * Block q: query q's stopping depth (kernels.h, kern_cuda_adaptive_depth). exact [nq, n1],
- * approx and docs [nq, width] (approximate scores descending; KERN_NO_DOC past the last).
+ * Block q: how far query q's exact scoring goes next (kernels.h, kern_cuda_adaptive_next).
+ * E [nq, ldE] exact scores in order of approximate score, sorted [nq, lds] those approximate
+ * scores, approx [nq, width] every candidate's approximate score (NaN past the last).
  */
-__global__ void __launch_bounds__(DEPTH_THREADS)
-    depth_kernel(const float *__restrict__ exact, long long n1, const float *__restrict__ approx,
-                 const uint32_t *__restrict__ docs, long long width, long long k, float z,
-                 int64_t *__restrict__ depth)
+__global__ void __launch_bounds__(NEXT_THREADS)
+    next_kernel(const float *__restrict__ E, long long ldE, const float *__restrict__ sorted,
+                long long lds, const int64_t *__restrict__ done, const int64_t *__restrict__ counts,
+                const float *__restrict__ approx, long long width, long long k, float z,
+                double growth, long long cap, int64_t *__restrict__ next)
 {
-    const long long q = blockIdx.x;
-    const float *ex = exact + q * n1;
-    const float *ap = approx + q * width;
-    const uint32_t *dc = docs + q * width;
-    __shared__ long long s_valid;
-    __shared__ unsigned long long s_theta_rank;
-    if (threadIdx.x == 0) {
-        /* Candidates of the query: the documents before the first KERN_NO_DOC. */
-        long long lo = 0, hi = width;
-        while (lo < hi) {
-            long long mid = lo + (hi - lo) / 2;
-            if (dc[mid] != KERN_NO_DOC)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        s_valid = lo;
-        s_theta_rank = 0;
-    }
-    __syncthreads();
-    const long long valid = s_valid, done = valid < n1 ? valid : n1;
-    if (done < k || done >= valid) {
+    const long long q = blockIdx.x, n = done[q];
+    const long long valid = counts[q] < cap ? counts[q] : cap;
+    if (n < k || n >= valid) {
         /* Fewer than k scored (then every candidate was), or nothing left. */
         if (threadIdx.x == 0)
-            depth[q] = done;
+            next[q] = n;
         return;
     }
+    const float *e = E + q * ldE, *ap = sorted + q * lds;
     double a = 0, b = 0;
-    for (long long j = threadIdx.x; j < done; j += DEPTH_THREADS) {
-        const double d = (double)ex[j] - (double)ap[j];
+    for (long long j = threadIdx.x; j < n; j += NEXT_THREADS) {
+        const double d = (double)e[j] - (double)ap[j];
         a += d;
         b += d * d;
     }
-    block_sum2(a, b);
-    const double mu = a / (double)done, var = b / (double)done - mu * mu;
-    /* The k-th best exact score: the element with exactly k - 1 greater (ties by position). */
-    __shared__ float s_theta;
-    for (long long j = threadIdx.x; j < done; j += DEPTH_THREADS) {
-        long long above = 0;
-        const float x = ex[j];
-        for (long long i = 0; i < done; i++)
-            above += ex[i] > x || (ex[i] == x && i < j);
-        if (above == k - 1)
-            s_theta = x;
+    a = block_sum(a);
+    b = block_sum(b);
+    /* theta, the k-th best exact score: the largest key t with at least k keys >= t, bit by
+     * bit from the top. */
+    unsigned t = 0;
+    for (int bit = 31; bit >= 0; bit--) {
+        const unsigned cand = t | (1u << bit);
+        long long c = 0;
+        for (long long j = threadIdx.x; j < n; j += NEXT_THREADS)
+            c += order_key(e[j]) >= cand;
+        if (block_sum(c) >= k)
+            t = cand;
     }
-    __syncthreads();
+    const float theta = __uint_as_float(t & 0x80000000u ? t & 0x7fffffffu : ~t);
+    const double mu = a / (double)n, var = b / (double)n - mu * mu;
+    const double reach = (double)theta - mu - (double)z * sqrt(var > 0 ? var : 0);
+    /* Candidates whose approximate score reaches it (every candidate of the row). */
+    long long c = 0;
+    const float *row = approx + q * width;
+    for (long long j = threadIdx.x; j < width; j += NEXT_THREADS)
+        c += (double)row[j] >= reach; /* NaN never does */
+    c = block_sum(c);
     if (threadIdx.x == 0) {
-        const double reach = (double)s_theta - mu - (double)z * sqrt(var > 0 ? var : 0);
-        /* Candidates past done whose approximate score reaches it (scores descend). */
-        long long lo = done, hi = valid;
-        while (lo < hi) {
-            long long mid = lo + (hi - lo) / 2;
-            if ((double)ap[mid] >= reach)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        depth[q] = lo;
+        long long grow = (long long)ceil((double)n * growth);
+        grow = grow > n ? grow : n + 1;
+        long long want = c < valid ? c : valid;
+        next[q] = want > n ? (want < grow ? want : grow) : n;
     }
 }
 
@@ -779,7 +783,8 @@ extern "C" int kern_cuda_copier_host_wait(kern_cuda_copier *c, int s)
 }
 
 extern "C" int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
-                                      const int64_t *depth, size_t nq, uint32_t *out)
+                                      const int64_t *lo, const int64_t *hi, size_t nq,
+                                      uint32_t *out)
 {
     cudaGetLastError();
     if (!in || !out || c1 < c0 || c1 > width) {
@@ -790,26 +795,44 @@ extern "C" int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c
     if (n == 0)
         return KERN_OK;
     take_columns_kernel<<<(unsigned)((n + 255) / 256), 256>>>(in, (long long)width, (long long)c0,
-                                                              w, depth, n, out);
+                                                              w, lo, hi, n, out);
     KERN_CUDA_LAUNCHED("take_columns_kernel");
     return KERN_OK;
 }
 
-extern "C" int kern_cuda_adaptive_depth(const float *exact, size_t n1, const float *approx,
-                                        const uint32_t *docs, size_t width, size_t nq, size_t k,
-                                        float z, int64_t *depth)
+extern "C" int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_t *lo,
+                                         const int64_t *hi, size_t nq, float *E, size_t ldE)
 {
     cudaGetLastError();
-    if (!exact || !approx || !docs || !depth || n1 == 0 || n1 > width || k == 0 ||
-        n1 > KERN_CUDA_MAX_FIRST_BATCH || nq > 0x7fffffff || !(z >= 0.f)) {
-        kern_set_error("adaptive_depth (cuda): bad arguments (n1 %zu, width %zu, k %zu)", n1, width,
-                       k);
+    if (!in || !lo || !hi || !E || c0 + w > ldE) {
+        kern_set_error("scatter_columns (cuda): bad arguments");
+        return KERN_EINVAL;
+    }
+    const long long n = (long long)(nq * w);
+    if (n == 0)
+        return KERN_OK;
+    scatter_columns_kernel<<<(unsigned)((n + 255) / 256), 256>>>(in, (long long)w, (long long)c0,
+                                                                 lo, hi, n, E, (long long)ldE);
+    KERN_CUDA_LAUNCHED("scatter_columns_kernel");
+    return KERN_OK;
+}
+
+extern "C" int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
+                                       const int64_t *done, const int64_t *counts,
+                                       const float *approx, size_t width, size_t nq, size_t k,
+                                       float z, double growth, size_t cap, int64_t *next)
+{
+    cudaGetLastError();
+    if (!E || !sorted || !done || !counts || !approx || !next || k == 0 || nq > 0x7fffffff ||
+        !(z >= 0.f) || !(growth > 1.0)) {
+        kern_set_error("adaptive_next (cuda): bad arguments (k %zu, width %zu)", k, width);
         return KERN_EINVAL;
     }
     if (nq == 0)
         return KERN_OK;
-    depth_kernel<<<(unsigned)nq, DEPTH_THREADS>>>(exact, (long long)n1, approx, docs,
-                                                  (long long)width, (long long)k, z, depth);
-    KERN_CUDA_LAUNCHED("depth_kernel");
+    next_kernel<<<(unsigned)nq, NEXT_THREADS>>>(E, (long long)ldE, sorted, (long long)lds, done,
+                                                counts, approx, (long long)width, (long long)k, z,
+                                                growth, (long long)cap, next);
+    KERN_CUDA_LAUNCHED("next_kernel");
     return KERN_OK;
 }

@@ -1038,94 +1038,134 @@ static void run_probe(size_t K, size_t ld, size_t n, float margin)
     free(st), free(h), free(want);
 }
 
-/* kern_cuda_take_columns and kern_cuda_adaptive_depth against a host reference of the
- * stopping rule (kernels.h): random approximate scores in descending order, exact ones near
- * them, random candidate counts (fewer than k, fewer than n1, many). */
-static void run_depth(size_t nq, size_t width, size_t n1, size_t k, float z)
+/* kern_cuda_take_columns, kern_cuda_scatter_columns and kern_cuda_adaptive_next against host
+ * references of kernels.h's definitions: random approximate scores (a row of every candidate,
+ * and the same in descending order), exact ones near them, random done counts, random
+ * candidate counts (fewer than k, fewer than done, many). */
+static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, size_t cap)
 {
-    float *ap = malloc(nq * width * sizeof *ap), *ex = malloc(nq * n1 * sizeof *ex);
-    uint32_t *docs = malloc(nq * width * sizeof *docs), *cols = malloc(nq * width * 4);
-    size_t *valid = malloc(nq * sizeof *valid);
-    int64_t *dep = malloc(nq * sizeof *dep);
-    ck_assert(ap && ex && docs && cols && valid && dep);
+    float *ap = malloc(nq * width * sizeof *ap), *sorted = malloc(nq * width * sizeof *sorted);
+    float *E = malloc(nq * ldE * sizeof *E);
+    int64_t *done = malloc(nq * 8), *cnt = malloc(nq * 8), *next = malloc(nq * 8);
+    ck_assert(ap && sorted && E && done && cnt && next);
     for (size_t q = 0; q < nq; q++) {
         int kind = rng_int(0, 3);
-        valid[q] = kind == 0 ? (size_t)rng_int(0, (int)k) : kind == 1 ? (size_t)rng_int(0, (int)n1)
-                                                                      : width - (size_t)rng_int(0, 5);
+        size_t v = kind == 0 ? (size_t)rng_int(0, (int)k) : (size_t)rng_int(1, (int)width);
+        cnt[q] = (int64_t)v;
+        size_t lim = v < ldE ? v : ldE;
+        done[q] = kind == 1 ? (int64_t)lim : (int64_t)rng_int(0, (int)lim);
         double a = 20.0, step = 0.002 + 0.05 * rng_unit(), noise = 0.02 + 0.5 * rng_unit();
         for (size_t j = 0; j < width; j++) {
             a -= step * rng_unit();
-            ap[q * width + j] = j < valid[q] ? (float)a : NAN;
-            docs[q * width + j] = j < valid[q] ? (uint32_t)(q * 100000 + j) : KERN_NO_DOC;
-            if (j < n1)
-                ex[q * n1 + j] =
-                    j < valid[q] ? (float)(a + 0.3 + noise * rng_normal()) : -INFINITY;
+            sorted[q * width + j] = j < v ? (float)a : NAN;
         }
+        /* The row in another order: a random rotation of the sorted values. */
+        size_t rot = v ? (size_t)rng_int(0, (int)v - 1) : 0;
+        for (size_t j = 0; j < width; j++)
+            ap[q * width + j] = j < v ? sorted[q * width + (j + rot) % v] : NAN;
+        for (size_t j = 0; j < ldE; j++)
+            E[q * ldE + j] = j < (size_t)done[q]
+                                 ? (float)(sorted[q * width + j] + 0.3 + noise * rng_normal())
+                                 : NAN;
     }
-    float *d_ap = dev_put(ap, nq * width * sizeof *ap), *d_ex = dev_put(ex, nq * n1 * sizeof *ex);
-    uint32_t *d_docs = dev_put(docs, nq * width * 4);
+    float *d_ap = dev_put(ap, nq * width * 4), *d_so = dev_put(sorted, nq * width * 4);
+    float *d_E = dev_put(E, nq * ldE * 4);
+    int64_t *d_done = dev_put(done, nq * 8), *d_cnt = dev_put(cnt, nq * 8);
     for (size_t i = 0; i < nq; i++)
-        dep[i] = -9;
-    int64_t *d_dep = dev_put(dep, nq * sizeof *dep);
-    ck_assert_int_eq(kern_cuda_adaptive_depth(d_ex, n1, d_ap, d_docs, width, nq, k, z, d_dep),
+        next[i] = -9;
+    int64_t *d_next = dev_put(next, nq * 8);
+    ck_assert_int_eq(kern_cuda_adaptive_next(d_E, ldE, d_so, width, d_done, d_cnt, d_ap, width, nq,
+                                             k, z, 1.5, cap, d_next),
                      KERN_OK);
-    ck_assert_int_eq(kern_gpu_copy(dep, d_dep, nq * sizeof *dep, 0), KERN_OK);
+    ck_assert_int_eq(kern_gpu_copy(next, d_next, nq * 8, 0), KERN_OK);
     for (size_t q = 0; q < nq; q++) {
-        size_t done = valid[q] < n1 ? valid[q] : n1, want = done;
-        if (done >= k && done < valid[q]) {
+        size_t n = (size_t)done[q], valid = (size_t)cnt[q] < cap ? (size_t)cnt[q] : cap;
+        int64_t want = (int64_t)n;
+        double reach = 0;
+        if (n >= k && n < valid) {
             double s = 0, s2 = 0;
-            for (size_t j = 0; j < done; j++) {
-                double d = (double)ex[q * n1 + j] - (double)ap[q * width + j];
+            for (size_t j = 0; j < n; j++) {
+                double d = (double)E[q * ldE + j] - (double)sorted[q * width + j];
                 s += d;
                 s2 += d * d;
             }
-            double mu = s / (double)done, var = s2 / (double)done - mu * mu;
-            /* The k-th best exact score, by counting. */
-            double theta = 0;
-            for (size_t j = 0; j < done; j++) {
-                size_t above = 0;
-                for (size_t i = 0; i < done; i++)
-                    above += ex[q * n1 + i] > ex[q * n1 + j] ||
-                             (ex[q * n1 + i] == ex[q * n1 + j] && i < j);
-                if (above == k - 1)
-                    theta = ex[q * n1 + j];
+            double mu = s / (double)n, var = s2 / (double)n - mu * mu, theta = 0;
+            for (size_t j = 0; j < n; j++) { /* the k-th best by counting */
+                size_t above = 0, same_before = 0;
+                for (size_t i = 0; i < n; i++) {
+                    above += E[q * ldE + i] > E[q * ldE + j];
+                    same_before += E[q * ldE + i] == E[q * ldE + j] && i < j;
+                }
+                if (above + same_before == k - 1)
+                    theta = E[q * ldE + j];
             }
-            double reach = theta - mu - z * sqrt(var > 0 ? var : 0);
-            while (want < valid[q] && (double)ap[q * width + want] >= reach)
-                want++;
-            /* The device sums in another order: a score within rounding of reach may land on
-             * either side. */
-            if ((size_t)dep[q] != want) {
-                size_t lo = (size_t)dep[q] < want ? (size_t)dep[q] : want;
-                size_t hi = (size_t)dep[q] < want ? want : (size_t)dep[q];
-                for (size_t j = lo; j < hi; j++)
-                    ck_assert_msg(fabs((double)ap[q * width + j] - reach) < 1e-4 * fabs(reach) + 1e-4,
-                                  "query %zu: depth %lld, want %zu", q, (long long)dep[q], want);
-                continue;
-            }
+            reach = theta - mu - z * sqrt(var > 0 ? var : 0);
+            size_t c = 0;
+            for (size_t j = 0; j < width; j++)
+                c += (double)ap[q * width + j] >= reach;
+            size_t grow = (size_t)ceil((double)n * 1.5);
+            grow = grow > n ? grow : n + 1;
+            size_t w = c < valid ? c : valid;
+            want = w > n ? (int64_t)(w < grow ? w : grow) : (int64_t)n;
         }
-        ck_assert_msg((size_t)dep[q] == want, "query %zu (valid %zu): depth %lld, want %zu", q,
-                      valid[q], (long long)dep[q], want);
+        if (next[q] != want && n >= k && n < valid) {
+            /* Sums in another order: a score within rounding of reach may land on either
+             * side. */
+            size_t near = 0;
+            for (size_t j = 0; j < width; j++)
+                near += fabs((double)ap[q * width + j] - reach) < 1e-4 * fabs(reach) + 1e-4;
+            ck_assert_msg(llabs(next[q] - want) <= (long long)near,
+                          "query %zu: next %lld, want %lld", q, (long long)next[q],
+                          (long long)want);
+            continue;
+        }
+        ck_assert_msg(next[q] == want, "query %zu (done %zu, candidates %zu): next %lld, want %lld",
+                      q, n, (size_t)cnt[q], (long long)next[q], (long long)want);
     }
-    /* Columns [c0, c1) cut at each query's depth. */
-    size_t c0 = (size_t)rng_int(0, (int)(width / 2)), c1 = c0 + (size_t)rng_int(1, (int)(width - c0));
+    /* take_columns and scatter_columns over [lo, hi) = [done, next). */
+    uint32_t *docs = malloc(nq * width * 4), *cols = malloc(nq * width * 4);
     for (size_t i = 0; i < nq * width; i++)
-        cols[i] = 0x5a5a5a5au;
-    uint32_t *d_cols = dev_put(cols, nq * (c1 - c0) * 4);
-    for (int limited = 0; limited < 2; limited++) {
-        ck_assert_int_eq(kern_cuda_take_columns(d_docs, width, c0, c1, limited ? d_dep : NULL, nq,
-                                                d_cols),
+        docs[i] = (uint32_t)rng_next();
+    uint32_t *d_docs = dev_put(docs, nq * width * 4);
+    size_t c0 = (size_t)rng_int(0, (int)(width / 2)),
+           c1 = c0 + (size_t)rng_int(1, (int)(width - c0));
+    size_t w = c1 - c0;
+    for (int bounded = 0; bounded < 2; bounded++) {
+        for (size_t i = 0; i < nq * w; i++)
+            cols[i] = 0x5a5a5a5au;
+        uint32_t *d_cols = dev_put(cols, nq * w * 4);
+        ck_assert_int_eq(kern_cuda_take_columns(d_docs, width, c0, c1, bounded ? d_done : NULL,
+                                                bounded ? d_next : NULL, nq, d_cols),
                          KERN_OK);
-        ck_assert_int_eq(kern_gpu_copy(cols, d_cols, nq * (c1 - c0) * 4, 0), KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(cols, d_cols, nq * w * 4, 0), KERN_OK);
         for (size_t q = 0; q < nq; q++)
             for (size_t c = c0; c < c1; c++) {
-                uint32_t w = limited && (int64_t)c >= dep[q] ? KERN_NO_DOC : docs[q * width + c];
-                ck_assert_uint_eq(cols[q * (c1 - c0) + c - c0], w);
+                int in = !bounded || ((int64_t)c >= done[q] && (int64_t)c < next[q]);
+                ck_assert_uint_eq(cols[q * w + c - c0], in ? docs[q * width + c] : KERN_NO_DOC);
             }
+        kern_gpu_free(d_cols);
     }
-    kern_gpu_free(d_ap), kern_gpu_free(d_ex), kern_gpu_free(d_docs), kern_gpu_free(d_dep);
-    kern_gpu_free(d_cols);
-    free(ap), free(ex), free(docs), free(cols), free(valid), free(dep);
+    if (c1 <= ldE) {
+        float *src = malloc(nq * w * 4), *got = malloc(nq * ldE * 4);
+        for (size_t i = 0; i < nq * w; i++)
+            src[i] = (float)i;
+        float *d_src = dev_put(src, nq * w * 4);
+        ck_assert_int_eq(kern_cuda_scatter_columns(d_src, w, c0, d_done, d_next, nq, d_E, ldE),
+                         KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(got, d_E, nq * ldE * 4, 0), KERN_OK);
+        for (size_t q = 0; q < nq; q++)
+            for (size_t c = 0; c < ldE; c++) {
+                int in = c >= c0 && c < c1 && (int64_t)c >= done[q] && (int64_t)c < next[q];
+                float want = in ? src[q * w + c - c0] : E[q * ldE + c];
+                ck_assert_msg((isnan(want) && isnan(got[q * ldE + c])) || got[q * ldE + c] == want,
+                              "scatter q %zu c %zu", q, c);
+            }
+        kern_gpu_free(d_src);
+        free(src), free(got);
+    }
+    kern_gpu_free(d_ap), kern_gpu_free(d_so), kern_gpu_free(d_E), kern_gpu_free(d_done);
+    kern_gpu_free(d_cnt), kern_gpu_free(d_next), kern_gpu_free(d_docs);
+    free(ap), free(sorted), free(E), free(done), free(cnt), free(next), free(docs), free(cols);
 }
 
 START_TEST(test_kernels_gpu_adaptive_stages)
@@ -1134,14 +1174,15 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     run_probe(2000, 70, 16, 0.05f);
     run_probe(700, 33, 32, 0.2f);
     run_probe(5000, 9, 64, 0.f);
-    run_depth(60, 300, 32, 10, 3.f);
-    run_depth(40, 1000, 200, 100, 2.5f);
-    run_depth(25, 64, 64, 1, 4.f);
-    run_depth(10, 5000, 4096, 1000, 3.f);
+    run_next(60, 300, 300, 10, 3.f, 300);
+    run_next(40, 1000, 1000, 100, 2.5f, 640);
+    run_next(25, 64, 64, 1, 4.f, 64);
+    run_next(10, 5000, 4096, 1000, 3.f, 4096);
     /* Bad arguments come back as codes. */
     ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL), KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_adaptive_depth(NULL, 1, NULL, NULL, 1, 1, 1, 3.f, NULL),
-                     KERN_EINVAL);
+    ck_assert_int_eq(
+        kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, NULL, 1, 1, 1, 3.f, 1.5, 1, NULL),
+        KERN_EINVAL);
 }
 END_TEST
 

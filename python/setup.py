@@ -47,24 +47,6 @@ def find_library():
     return incs, [libdir], None, libdir
 
 
-def header_defines(include_dirs):
-    """Macros for the parts of tartan.h that arrive in later versions, found in the header
-    itself, so that the binding picks them up at the next build with no change here."""
-    for d in include_dirs:
-        h = os.path.join(d, "tartan.h")
-        if os.path.exists(h):
-            text = open(h, encoding="utf-8").read()
-            break
-    else:
-        sys.exit("tartan: tartan.h not found in %s" % include_dirs)
-    params = re.search(r"typedef struct tartan_search_params \{(.*?)\} tartan_search_params;",
-                       text, re.S)
-    defines = []
-    if params and re.search(r"\brecall_target\b", params.group(1)):
-        defines.append(("TARTAN_PY_HAVE_RECALL_TARGET", "1"))
-    return defines
-
-
 INCS, LIBDIRS, BUNDLED, RPATH = find_library()
 
 
@@ -96,7 +78,6 @@ ext = Extension(
     include_dirs=INCS + [TOOLS],
     library_dirs=LIBDIRS,
     libraries=["tartan"],
-    define_macros=header_defines(INCS),
     runtime_library_dirs=[RPATH],
     # C11 as the rest of the project; hidden visibility keeps the tool's symbols private
     # (PyInit__tartan is exported by PyMODINIT_FUNC).

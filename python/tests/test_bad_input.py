@@ -105,16 +105,25 @@ def test_bad_searches(built, corpus):
         assert snapshot(built, qs) == before, i
 
 
-def test_recall_target_without_engine_support(built, corpus):
-    """recall_target reaches tartan_search_params.recall_target when the header has it; a
-    build against a header without it says so instead of ignoring it."""
+def test_recall_target(built, corpus):
+    """recall_target reaches the engine: a higher target probes at least as many centroids
+    and never loses a hit the lower one found against exhaustive search; values outside
+    [0, 1) raise ERANGE and leave the index as it was."""
     ids, docs, qs = corpus
-    if tartan._tartan.FEATURES["recall_target"]:
-        assert len(built.search(qs, k=5, recall_target=0.95)) == len(qs)
-    else:
-        with pytest.raises(tartan.ENOTSUP):
-            built.search(qs, k=5, recall_target=0.95)
-        assert built.search(qs, k=5, recall_target=None) == built.search(qs, k=5)
+    before = snapshot(built, qs)
+    ref = built.search(qs, k=5, exhaustive=True)
+    lo = built.search_arrays(qs, k=5, recall_target=0.5).stats
+    hi = built.search_arrays(qs, k=5, recall_target=0.99).stats
+    assert lo.n_probes <= hi.n_probes
+    assert hi.probe_margin >= lo.probe_margin >= 0
+    assert len(built.search(qs, k=5, recall_target=0.99)) == len(qs)
+    got = built.search(qs, k=5, recall_target=0.99)
+    hits = sum(len({i for i, _ in g} & {i for i, _ in r}) for g, r in zip(got, ref))
+    assert hits >= 0.9 * sum(len(r) for r in ref)
+    for bad in (1.0, 1.5, -0.1, float("nan")):
+        with pytest.raises(tartan.ERANGE):
+            built.search(qs, k=5, recall_target=bad)
+    assert snapshot(built, qs) == before
 
 
 def test_cuda_without_a_gpu(built, corpus):
@@ -142,3 +151,22 @@ def test_failed_first_add_creates_nothing_usable(tmp_path, rng):
         assert len(ix) == 0
         ix.add(["a"], [d])
         assert len(ix) == 1
+
+
+def test_calibration_follows_adds(tmp_path, corpus):
+    """add calibrates an uncalibrated index, and the stored calibration is what search uses
+    (its probe margin at k 10 is the calibration's margin_k10)."""
+    ids, docs, qs = corpus
+    with tartan.Index(str(tmp_path / "c"), dim=32, create=True) as ix:
+        ix.add(ids, docs, calibrate=False)
+        assert not ix.calibration()["calibrated"]
+        got = ix.calibrate(n_pseudo=16)
+        assert got["calibrated"] and got["n_reference_docs"] == len(ids)
+        assert 0 <= got["recall_k10"] <= 1
+        st = ix.search_arrays(qs, k=10).stats
+        assert abs(st.probe_margin - got["margin_k10"]) < 1e-6
+    with tartan.Index(str(tmp_path / "d"), dim=32, create=True) as ix:
+        ix.add(ids, docs)
+        assert ix.calibration()["calibrated"]
+        with pytest.raises(ValueError):
+            ix.calibrate(n_pseudo=-1)

@@ -24,7 +24,7 @@ import errno
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -196,6 +196,9 @@ class SearchStats:
     seconds_total: float
     n_candidates: int
     n_exact: int
+    n_probes: int = 0  # centroids probed, summed over the queries' tokens
+    probe_margin: float = -1.0  # stage 1's probe margin (-1: fixed ncells)
+    rerank_z: float = 0.0  # stage 3's stopping rule's z (0: fixed ndocs)
 
 
 @dataclass(frozen=True)
@@ -406,7 +409,7 @@ class Index:
         return arrs, lens, int(lens.sum()), dim, code
 
     def add(self, ids: Sequence[Id], embeddings: Any, doclens: Optional[Any] = None, *,
-            replace: bool = False) -> None:
+            replace: bool = False, calibrate: bool = True) -> None:
         """Adds documents in one transaction.
 
         Args:
@@ -416,6 +419,9 @@ class Index:
                 flat ``[T, dim]`` array with ``doclens``, or a ``[n_docs, tokens, dim]`` array.
             doclens: tokens of each document, summing to T, with a flat array.
             replace: replace documents whose ids the index has, instead of refusing them.
+            calibrate: afterwards, calibrate the adaptive search (:meth:`calibrate`) when the
+                index has no calibration or its documents changed more than twofold since, as
+                ``tartan add`` does; False leaves it to the caller.
 
         The first add to an untrained index trains the centroids and codec from a sample of
         its documents. A C-contiguous array (or a list of arrays lying back to back in one
@@ -433,6 +439,30 @@ class Index:
             _raise("EINVAL", f"{len(ids)} ids for {lens.shape[0]} documents")
         db = self._handle_for_write(dim)
         db.add(ids, pieces, lens, n_rows, dim, code, _tartan.REPLACE if replace else 0)
+        if calibrate:
+            cal = db.calibration()
+            if not cal["calibrated"] or cal["stale"]:
+                db.calibrate()
+
+    def calibrate(self, n_pseudo: int = 0, reference_docs: int = 0, seed: int = 42,
+                  threads: int = 0) -> Dict[str, Any]:
+        """Measures how wide the adaptive search must probe to keep each share of exhaustive
+        search's top 10 and top 100 (pseudo-queries drawn from the index's documents against
+        an exhaustive reference over at most ``reference_docs`` of them, 0: 20,000) and
+        stores it in the index (tartan_calibrate). Returns what was measured: margins,
+        recall at k 10 and 100, candidates, seconds. Raises EEMPTY on an empty index."""
+        db = self._handle()
+        if db is None:
+            _raise("EEMPTY", "calibrate: the index has no documents yet")
+        return db.calibrate(int(n_pseudo), int(reference_docs), int(seed), int(threads))
+
+    def calibration(self) -> Dict[str, Any]:
+        """The stored calibration (``calibrated`` False when none; ``stale`` True when the
+        documents changed more than twofold since)."""
+        db = self._handle()
+        if db is None:
+            return dict(calibrated=0)
+        return db.calibration()
 
     def train(self, sample: Any, doclens: Optional[Any] = None, corpus_tokens: int = 0) -> None:
         """Trains centroids and codec from a sample before any add (for corpora larger than
@@ -511,8 +541,8 @@ class Index:
             k: results per query (fewer when fewer documents qualify).
             exhaustive: score every live document exactly (slow; the reference for recall).
             subset: allowed external ids (a filter); only these can be returned.
-            recall_target: the engine's recall target for PLAID's pruning, where the linked
-                libtartan has one (else :class:`ENOTSUP`).
+            recall_target: the share of exhaustive search's top k that the default adaptive
+                search aims to keep, in [0, 1) (None: 0.95); higher probes more.
             device: 'auto', 'cpu' or 'cuda' for this call; None: the index's.
             ncells, threshold, ndocs: PLAID's parameters (None: the defaults for k).
             threads: OpenMP threads for this call (0: OpenMP's default).

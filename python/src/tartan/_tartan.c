@@ -601,6 +601,69 @@ static int put(PyObject *d, const char *key, PyObject *v)
     return rc;
 }
 
+/* A tartan_calibration as a dict. */
+static PyObject *calibration_dict(const tartan_calibration *c)
+{
+    return Py_BuildValue("{sisisisIsKsKsfsfsfsfsdsdsd}", "calibrated", c->calibrated,
+                         "from_queries", c->from_queries, "stale", c->stale, "n_queries",
+                         (unsigned int)c->n_queries, "n_docs", (unsigned long long)c->n_docs,
+                         "n_reference_docs", (unsigned long long)c->n_reference_docs,
+                         "margin_k10", c->margin_k10, "margin_k100", c->margin_k100,
+                         "recall_k10", c->recall_k10, "recall_k100", c->recall_k100,
+                         "candidates_k10", c->candidates_k10, "exact_k10", c->exact_k10,
+                         "seconds", c->seconds);
+}
+
+/* calibrate(n_pseudo=0, reference_docs=0, seed=42, threads=0) -> dict (tartan_calibrate with
+ * pseudo-queries). */
+static PyObject *Db_calibrate(DbObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"n_pseudo", "reference_docs", "seed", "threads", NULL};
+    Py_ssize_t n_pseudo = 0, ref = 0;
+    unsigned long long seed = 42;
+    int threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nnKi", kwlist, &n_pseudo, &ref, &seed,
+                                     &threads))
+        return NULL;
+    if (n_pseudo < 0 || ref < 0) {
+        PyErr_SetString(PyExc_ValueError, "n_pseudo and reference_docs must be >= 0");
+        return NULL;
+    }
+    tartan_db *db = db_enter(self);
+    if (!db)
+        return NULL;
+    tartan_calibrate_params p;
+    tartan_calibrate_params_init(&p);
+    p.n_pseudo = (size_t)n_pseudo;
+    p.max_reference_docs = (size_t)ref;
+    p.seed = seed;
+    p.threads = threads;
+    tartan_calibration c;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+        rc = tartan_calibrate(db, &p, &c);
+    Py_END_ALLOW_THREADS
+    PyObject *ret = rc ? raise_db(db, rc) : calibration_dict(&c);
+    db_leave(self);
+    return ret;
+}
+
+/* calibration() -> dict (tartan_calibration_get). */
+static PyObject *Db_calibration(DbObject *self, PyObject *unused)
+{
+    tartan_db *db = db_enter(self);
+    if (!db)
+        return NULL;
+    tartan_calibration c;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+        rc = tartan_calibration_get(db, &c);
+    Py_END_ALLOW_THREADS
+    PyObject *ret = rc ? raise_db(db, rc) : calibration_dict(&c);
+    db_leave(self);
+    return ret;
+}
+
 /* info() -> dict of tartan_index_info's fields. */
 static PyObject *Db_info(DbObject *self, PyObject *unused)
 {
@@ -799,11 +862,13 @@ fail:
 
 static PyObject *stats_dict(const tartan_search_stats *st)
 {
-    return Py_BuildValue("{sdsdsdsdsKsK}", "seconds_candidates", st->seconds_candidates,
+    return Py_BuildValue("{sdsdsdsdsKsKsKsdsd}", "seconds_candidates", st->seconds_candidates,
                          "seconds_prune", st->seconds_prune, "seconds_exact", st->seconds_exact,
                          "seconds_total", st->seconds_total, "n_candidates",
                          (unsigned long long)st->n_candidates, "n_exact",
-                         (unsigned long long)st->n_exact);
+                         (unsigned long long)st->n_exact, "n_probes",
+                         (unsigned long long)st->n_probes, "probe_margin",
+                         (double)st->probe_margin, "rerank_z", (double)st->rerank_z);
 }
 
 /* An optional whole number >= 1 (None: keep the default). */
@@ -865,14 +930,7 @@ static PyObject *Db_search(DbObject *self, PyObject *args, PyObject *kw)
         double rt = PyFloat_AsDouble(rt_o);
         if (rt == -1.0 && PyErr_Occurred())
             return NULL;
-#ifdef TARTAN_PY_HAVE_RECALL_TARGET
-        p.recall_target = rt;
-#else
-        return raise_fmt(TARTAN_ENOTSUP,
-                         "recall_target=%g: this libtartan's "
-                         "tartan_search_params has no recall_target yet",
-                         rt);
-#endif
+        p.recall_target = (float)rt;
     }
     p.exhaustive = exhaustive;
     p.threads = threads;
@@ -940,6 +998,9 @@ static PyMethodDef Db_methods[] = {
     {"train", (PyCFunction)(void (*)(void))Db_train, METH_VARARGS | METH_KEYWORDS,
      "train(pieces, doclens, n_docs, n_rows, dim, dtype, corpus_tokens=0): tartan_train"},
     {"delete", (PyCFunction)Db_delete, METH_O, "delete(ids) -> documents deleted"},
+    {"calibrate", (PyCFunction)(void (*)(void))Db_calibrate, METH_VARARGS | METH_KEYWORDS,
+     "calibrate(n_pseudo=0, reference_docs=0, seed=42, threads=0) -> dict"},
+    {"calibration", (PyCFunction)Db_calibration, METH_NOARGS, "calibration() -> dict"},
     {"info", (PyCFunction)Db_info, METH_NOARGS, "info() -> dict"},
     {"check", (PyCFunction)Db_check, METH_NOARGS, "check() -> (n_problems, [(kind, message)])"},
     {"search", (PyCFunction)(void (*)(void))Db_search, METH_VARARGS | METH_KEYWORDS,
@@ -1336,13 +1397,8 @@ PyMODINIT_FUNC PyInit__tartan(void)
     PyObject *features = PyDict_New();
     if (!features || PyModule_AddObject(m, "FEATURES", features) < 0)
         goto fail;
-#ifdef TARTAN_PY_HAVE_RECALL_TARGET
     if (put(features, "recall_target", Py_NewRef(Py_True)) < 0)
         goto fail;
-#else
-    if (put(features, "recall_target", Py_NewRef(Py_False)) < 0)
-        goto fail;
-#endif
     return m;
 fail:
     Py_DECREF(m);

@@ -95,6 +95,7 @@ static double recall10(const bench *b, const tartan_results *r, size_t q0)
 
 typedef struct measure {
     double recall, qps, p50, p99, mean, cand, exact, margin;
+    double ms_cand, ms_prune, ms_exact; /* one query a call: stage times (tartan_search_stats) */
 } measure;
 
 /* Query i's hits as TREC lines tagged tag (the batched pass's results). */
@@ -144,6 +145,9 @@ static measure measure_params(bench *b, const tartan_search_params *p, int reps,
         m.cand += (double)r->stats.n_candidates;
         m.exact += (double)r->stats.n_exact;
         m.margin = r->stats.probe_margin;
+        m.ms_cand += 1e3 * r->stats.seconds_candidates;
+        m.ms_prune += 1e3 * r->stats.seconds_prune;
+        m.ms_exact += 1e3 * r->stats.seconds_exact;
         tartan_results_free(r);
     }
     qsort(lat, b->nq, sizeof *lat, cmp_double);
@@ -152,6 +156,9 @@ static measure measure_params(bench *b, const tartan_search_params *p, int reps,
     m.mean /= (double)b->nq;
     m.cand /= (double)b->nq;
     m.exact /= (double)b->nq;
+    m.ms_cand /= (double)b->nq;
+    m.ms_prune /= (double)b->nq;
+    m.ms_exact /= (double)b->nq;
     free(lat);
     return m;
 }
@@ -363,6 +370,9 @@ int main(int argc, char **argv)
                set[s].ndocs ? 0.0 : (double)tg, set[s].ncells,
                (double)set[s].centroid_score_threshold, set[s].ndocs, res[s].recall, res[s].qps,
                res[s].p50, res[s].p99, res[s].mean, res[s].cand, res[s].exact);
+        printf(
+            "          one query a call, ms in stages: candidates %.3f, prune %.3f, exact %.3f\n",
+            res[s].ms_cand, res[s].ms_prune, res[s].ms_exact);
     }
     if (rf)
         fclose(rf);
@@ -408,14 +418,16 @@ int main(int argc, char **argv)
                     "\"probe_margin\": %.5f, \"ncells\": %zu, \"threshold\": %.3f, "
                     "\"ndocs\": %zu, \"recall_at_10\": %.5f, \"qps_batched\": %.1f, "
                     "\"latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, \"mean\": %.4f}, "
-                    "\"candidates\": %.1f, \"exact\": %.1f}%s\n",
+                    "\"candidates\": %.1f, \"exact\": %.1f, \"stage_ms\": {\"candidates\": "
+                    "%.4f, \"prune\": %.4f, \"exact\": %.4f}}%s\n",
                     s ? "false" : "true",
                     set[s].ndocs               ? 0.0
                     : set[s].recall_target > 0 ? (double)set[s].recall_target
                                                : 0.95,
                     res[s].margin, set[s].ncells, (double)set[s].centroid_score_threshold,
                     set[s].ndocs, res[s].recall, res[s].qps, res[s].p50, res[s].p99, res[s].mean,
-                    res[s].cand, res[s].exact, s + 1 < nset ? "," : "");
+                    res[s].cand, res[s].exact, res[s].ms_cand, res[s].ms_prune, res[s].ms_exact,
+                    s + 1 < nset ? "," : "");
         fprintf(f, "  ]\n}\n");
         fclose(f);
         printf("wrote %s\n", json);

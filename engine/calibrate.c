@@ -36,6 +36,7 @@
 
 #include "calibrate.h"
 #include "db.h"
+#include "device.h"
 #include "kernels.h"
 #include "search.h"
 
@@ -80,6 +81,7 @@ static const float default_m100[ENG_CALIB_LEVELS] = {0.03f, 0.04f, 0.05f, 0.07f,
 #define PSEUDO_CENTROID 0.4
 #define DEFAULT_PSEUDO 128
 #define DEFAULT_REFERENCE_DOCS 20000
+#define DEFAULT_REFERENCE_DOCS_GPU 1000000
 
 /* Live documents changed by more than this factor since calibration: stale. */
 #define STALE_FACTOR 2.0
@@ -367,6 +369,7 @@ typedef struct calib_run {
     char **ref_ids; /* their external ids (owned) */
     float *qemb;    /* pseudo-queries [n_q * PSEUDO_LEN, dim] */
     size_t *qlens;
+    uint32_t *src; /* each pseudo-query's source documents [n_q * 2] (UINT32_MAX: none) */
     tartan_queries q;
     float *tok; /* a document's decompressed tokens */
     size_t tok_cap;
@@ -437,8 +440,9 @@ static int make_pseudo(calib_run *c, size_t n, uint64_t seed, store_msg *m)
     const size_t dim = c->dim;
     c->qemb = malloc(n * PSEUDO_LEN * dim * sizeof *c->qemb);
     c->qlens = malloc(n * sizeof *c->qlens);
+    c->src = malloc(2 * n * sizeof *c->src);
     float *base = malloc(2 * dim * sizeof *base);
-    if (!c->qemb || !c->qlens || !base) {
+    if (!c->qemb || !c->qlens || !c->src || !base) {
         free(base);
         return store_fail(m, ENOMEM, "calibration: out of memory");
     }
@@ -449,6 +453,8 @@ static int make_pseudo(calib_run *c, size_t n, uint64_t seed, store_msg *m)
         double cs = cosines[p % 4];
         size_t content = PSEUDO_LEN - expansion[p % 3];
         uint32_t doc[2] = {c->ref[mix(&s) % c->n_ref], c->ref[mix(&s) % c->n_ref]};
+        c->src[2 * p] = doc[0];
+        c->src[2 * p + 1] = doc[1] != doc[0] ? doc[1] : UINT32_MAX;
         float *q = c->qemb + p * PSEUDO_LEN * dim;
         memset(mean, 0, dim * sizeof *mean);
         size_t t = 0;
@@ -541,10 +547,19 @@ static int margin_push(margin_set *ms, float v)
 /*
  * Step 3: the needed margin of every document of query qi's reference top k lists (ids of
  * tartan_search's results over the reference subset) into ms10 / ms100.
+ *
+ * Over a sample at rate < 1, the sample's top j documents stand for the index's top j / rate:
+ * its rank-1 document is the best of rate * n_docs random ones, ranked about 1 / rate in the
+ * whole index. So the index's top k is the sample's top ceil(k * rate), except for a
+ * pseudo-query's source documents (src, up to 2), which are always in the sample and rank
+ * at the top of both: they count as themselves, and the others as ceil((k - sources) *
+ * rate). Taking the sample's whole top k asked for documents that the index's top k does not
+ * hold (measured: margins 23x too wide at a 10% sample); taking ceil(k * rate) with the
+ * sources among them left only the sources (margins 0, recall 0.92 at 200k documents).
  */
 static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan_results *ref,
-                          size_t qi, size_t k10, size_t k100, float *S, int64_t *tix, float *tval,
-                          margin_set *ms10, margin_set *ms100, store_msg *m)
+                          size_t qi, double rate, const uint32_t *src, float *S, int64_t *tix,
+                          float *tval, margin_set *ms10, margin_set *ms100, store_msg *m)
 {
     const size_t K = c->K;
     int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, c->r.centroids, K, c->dim, S);
@@ -559,7 +574,11 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
     if ((krc = kern_topk_rows(KERN_DEV_CPU, S, lq, K, cap100, tix, tval)))
         return eng_kern_fail(krc, m, "calibration: top-k");
     size_t off = ref->offsets[qi], cnt = ref->counts[qi];
-    for (size_t h = 0; h < cnt && h < k100; h++) {
+    size_t n_src = src ? (size_t)(src[0] != UINT32_MAX) + (src[1] != UINT32_MAX) : 0;
+    size_t k10 = rate >= 1.0 ? 10 : (size_t)ceil((10.0 - (double)n_src) * rate);
+    size_t k100 = rate >= 1.0 ? 100 : (size_t)ceil((100.0 - (double)n_src) * rate);
+    size_t others = 0; /* non-source hits seen so far */
+    for (size_t h = 0; h < cnt; h++) {
         /* The hit's document number: its id's position in the reference list. */
         uint32_t d;
         int rc = idx_reader_docno(&c->r, ref->hits[off + h].id, &d, m);
@@ -569,6 +588,14 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
                        : rc;
         if (ref_index(c, d) < 0)
             return store_fail(m, TARTAN_EINTERNAL, "calibration: a hit outside the reference");
+        /* Where the hit stands in the index's ranking: rank h at rate 1; else a source at
+         * its own rank, the others as above. */
+        int is_src = rate < 1.0 && n_src && (d == src[0] || d == src[1]);
+        int whole = rate >= 1.0 || is_src;
+        size_t slot = whole ? h : others++;
+        int in10 = slot < (whole ? 10 : k10), in100 = slot < (whole ? 100 : k100);
+        if (!in10 && !in100)
+            continue;
         kern_pdoc pd;
         c->r.verify = 0;
         rc = idx_reader_doc(&c->r, d, &pd, m);
@@ -593,7 +620,7 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
                     need100 = gap;
             }
         }
-        if ((h < k10 && margin_push(ms10, need10)) || margin_push(ms100, need100))
+        if ((in10 && margin_push(ms10, need10)) || (in100 && margin_push(ms100, need100)))
             return store_fail(m, ENOMEM, "calibration: out of memory");
     }
     return 0;
@@ -631,6 +658,7 @@ static void calib_free(calib_run *c)
     free(c->ref);
     free(c->qemb);
     free(c->qlens);
+    free(c->src);
     free(c->tok);
 }
 
@@ -680,8 +708,18 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     }
     c.dim = c.r.h.dim;
     c.K = c.r.h.n_centroids;
-    size_t max_ref =
-        params->max_reference_docs ? params->max_reference_docs : DEFAULT_REFERENCE_DOCS;
+    /* The reference: every document up to DEFAULT_REFERENCE_DOCS on the CPU (an exhaustive
+     * search of 128 pseudo-queries over 20,000 documents takes seconds on two cores), up to
+     * DEFAULT_REFERENCE_DOCS_GPU on a GPU (0.6 s at 1M documents on an H200). */
+    size_t max_ref = params->max_reference_docs;
+    if (!max_ref) {
+        kern_dev dev = KERN_DEV_CPU;
+        if ((rc = eng_device_pick(params->device != TARTAN_DEVICE_AUTO ? params->device
+                                                                       : db->opts.device,
+                                  &dev, &m)))
+            goto fail;
+        max_ref = dev == KERN_DEV_CUDA ? DEFAULT_REFERENCE_DOCS_GPU : DEFAULT_REFERENCE_DOCS;
+    }
     if ((rc = pick_reference(&c, max_ref, params->seed, &m)))
         goto fail;
     const tartan_queries *q = params->queries;
@@ -726,17 +764,11 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         rc = store_fail(&m, ENOMEM, "calibration: out of memory");
         goto fail;
     }
-    /* A sample's top j documents stand for the whole index's top j / rate: its rank-1
-     * document is the best of rate * n_docs random ones, ranked about 1 / rate overall. So the
-     * margins for the index's top 10 and top 100 come from the sample's top 10 * rate and
-     * 100 * rate (rounded up): a larger sample rank would ask for documents that the index's
-     * top k does not hold, and inflate the margins (measured: 23x at a 10% sample). */
     double rate = (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
-    size_t k10 = rate >= 1.0 ? 10 : (size_t)ceil(10.0 * rate);
-    size_t k100 = rate >= 1.0 ? 100 : (size_t)ceil(100.0 * rate);
     for (size_t i = 0; i < eq.n && !rc; i++)
-        rc = needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, k10,
-                            k100, S, tix, tval, &ms10, &ms100, &m);
+        rc =
+            needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, rate,
+                           params->queries ? NULL : c.src + 2 * i, S, tix, tval, &ms10, &ms100, &m);
     eng_queries_free(&eq);
     if (rc)
         goto fail;

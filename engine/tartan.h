@@ -557,7 +557,8 @@ typedef struct tartan_calibrate_params {
     const tartan_queries *queries; /* the caller's queries, or NULL (default): pseudo-queries */
     size_t n_pseudo;           /* pseudo-queries to draw, 0: 128 */
     size_t max_reference_docs; /* the exhaustive reference ranks at most this many live
-                                  documents (a fixed sample of the index), 0: 20,000; over
+                                  documents (a fixed sample of the index), 0: 20,000
+                                  on the CPU, 1,000,000 on a GPU; over
                                   a sample at rate r, the sample's top 10r and 100r stand
                                   for the index's top 10 and 100 */
     uint64_t seed;             /* pseudo-queries and the sample; default 42 */

@@ -29,7 +29,8 @@ static void usage(FILE *f)
             "  --qlens L.npy         tokens per query, as for `tartan search`\n"
             "  --pseudo N            pseudo-queries to draw (default 128)\n"
             "  --reference-docs N    rank at most N documents exhaustively, a fixed sample\n"
-            "                        of a larger index (default 20000)\n"
+            "                        of a larger index (default 20000 on the CPU,\n"
+            "                        1000000 on a GPU)\n"
             "  --seed S              pseudo-queries and sample (default 42)\n"
             "  --threads N           threads (default: OpenMP's, all cores)\n"
             "  --device D            auto (default), cpu or cuda\n");

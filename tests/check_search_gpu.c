@@ -654,8 +654,8 @@ END_TEST
 /*
  * The adaptive search on the GPU, on small corpora of each generator family (tools/synth.h),
  * after calibration: recall@10 and @100 against the GPU's exhaustive search at least 0.95,
- * and against the CPU's adaptive search (the GPU's stopping rule is one-shot: it scores at
- * least what the CPU's would) nearly the same documents.
+ * and against the CPU's adaptive search (the GPU runs the CPU's stopping rule) nearly the
+ * same documents.
  */
 START_TEST(test_gpu_adaptive_families)
 {

@@ -1478,7 +1478,7 @@ START_TEST(test_storage_bounded_memory_build)
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 2);
         execl(tool, "tartan", "build", ixpath, "--embeddings", emb, "--doclens", lens, "--batch",
-              "500", "--centroids", "64", "--sample", "500", (char *)NULL);
+              "500", "--centroids", "64", "--sample", "500", "--no-calibrate", (char *)NULL);
         _exit(127);
     }
     int st;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #endif
@@ -456,6 +457,16 @@ static const kern_mk mk_avx2 = {
 
 static const kern_mk *forced;
 
+#ifdef HAVE_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know the
+ * "f16c" feature name, and the ThreadSanitizer build (.ci/sanitizers) compiles with clang. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 int kern_cpu_has_isa(const char *name)
 {
     if (!name)
@@ -470,7 +481,7 @@ int kern_cpu_has_isa(const char *name)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
     if (strcmp(name, "avx2") == 0)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               cpu_has_f16c();
 #endif
     return 0;
 }

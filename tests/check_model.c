@@ -1778,6 +1778,12 @@ static void writer_check(void)
 
 /* ---- the handle ------------------------------------------------------------------------------ */
 
+/* The training seed: the same for a run's seed and epoch. */
+static uint64_t epoch_seed(void)
+{
+    return cfg.seed + 7919u * (uint64_t)E.no;
+}
+
 static void open_db(int create)
 {
     tartan_options o;
@@ -1786,7 +1792,7 @@ static void open_db(int create)
     o.dim = create || rbelow(&WQ, 2) ? E.dim : 0;
     o.nbits = E.nbits;
     o.n_centroids = E.n_centroids;
-    o.seed = cfg.seed + 7919u * (uint64_t)E.no; /* training: the same for a seed */
+    o.seed = epoch_seed();
     o.map_size = E.map_size;
     o.device = cfg.device;
     int rc = tartan_open(E.ix, &o, &db);
@@ -1849,8 +1855,10 @@ static void op_save(const wop *op, const char *path)
         die("%s: %s", path, strerror(errno));
 }
 
-/* The child: check_model --child-op INDEX OPFILE. Exit 0 when the change landed. */
-static int child_main(const char *ix, const char *path)
+/* The child: check_model --child-op INDEX OPFILE SEED CENTROIDS. Exit 0 when the change
+ * landed. The seed and number of centroids are the writer's own, so that a first add trains
+ * the same index in the child as in the writer. */
+static int child_main(const char *ix, const char *path, const char *seed, const char *ncent)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -1888,6 +1896,8 @@ static int child_main(const char *ix, const char *path)
     tartan_options o;
     tartan_options_init(&o);
     o.device = TARTAN_DEVICE_CPU;
+    o.seed = strtoull(seed, NULL, 10);
+    o.n_centroids = strtoull(ncent, NULL, 10);
     tartan_db *h;
     if (tartan_open(ix, &o, &h)) {
         fprintf(stderr, "check_model child: %s\n", tartan_errmsg(NULL));
@@ -1967,7 +1977,10 @@ static void step_kill(const wop *op)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *argv[] = {"check_model", "--child-op", E.ix, path, NULL};
+    char seed[32], ncent[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)epoch_seed());
+    snprintf(ncent, sizeof ncent, "%zu", E.n_centroids);
+    char *argv[] = {"check_model", "--child-op", E.ix, path, seed, ncent, NULL};
     pid_t pid;
     double t0 = now();
     int rc = posix_spawn(&pid, cfg.self, &fa, NULL, argv, environ);
@@ -2505,8 +2518,8 @@ static void configure(void)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && !strcmp(argv[1], "--child-op"))
-        return child_main(argv[2], argv[3]);
+    if (argc == 6 && !strcmp(argv[1], "--child-op"))
+        return child_main(argv[2], argv[3], argv[4], argv[5]);
     configure();
     printf("check_model: seed %llu (TARTAN_MODEL_SEED=%llu replays it), %.0f s, %d readers, "
            "kills %s, write failures %s, second process %s\n",

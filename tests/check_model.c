@@ -80,6 +80,7 @@
 
 #include "db.h"
 #include "index.h"
+#include "store_internal.h"
 #include "tartan.h"
 
 extern char **environ;
@@ -1951,6 +1952,26 @@ static int landed(const wop *op)
     return yes;
 }
 
+/* LMDB's two numbers of the last commit: *file, the newest meta page's in data.mdb (what the
+ * next writer, or a process opening the index afresh, starts from), and *readers, the one in
+ * lock.mdb that a read transaction of this process starts from. */
+static void lmdb_txnids(uint64_t *file, uint64_t *readers)
+{
+    store_env *env = db->env;
+    MDB_envinfo in;
+    int rc = mdb_env_info(env->se_env, &in);
+    if (rc)
+        die("mdb_env_info: %s", mdb_strerror(rc));
+    *file = (uint64_t)in.me_last_txnid;
+    MDB_txn *t;
+    pthread_rwlock_rdlock(&env->se_grow); /* as every transaction of the process does */
+    if ((rc = mdb_txn_begin(env->se_env, NULL, MDB_RDONLY, &t)))
+        die("a read transaction after the kill: %s", mdb_strerror(rc));
+    *readers = (uint64_t)mdb_txn_id(t);
+    mdb_txn_abort(t);
+    pthread_rwlock_unlock(&env->se_grow);
+}
+
 static void sleep_ms(double ms)
 {
     struct timespec t = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
@@ -2009,7 +2030,12 @@ static void step_kill(const wop *op)
          * a change that is in the file but that readers of a process holding the index open
          * do not see until the next write transaction takes the dead writer's lock and
          * repairs the number. So look once as a reader, then again after an empty change
-         * (the readers meanwhile see the state before or after, never between). */
+         * (the readers meanwhile see the state before or after, never between). A change seen
+         * only after the empty one must be exactly that case: the meta page in the file one
+         * commit or more ahead of the number readers start from; any other change that appears
+         * late, or that is in the file but never appears, is a difference. */
+        uint64_t file_id, readers_id;
+        lmdb_txnids(&file_id, &readers_id);
         int seen = landed(op);
         size_t nd = 0;
         const char *probe[] = {"never-an-id"};
@@ -2022,6 +2048,11 @@ static void step_kill(const wop *op)
             atomic_fetch_add(&st.kill_late, 1);
         if (seen && !done)
             die("%s: the killed writer's change was visible, then gone", op->what);
+        if ((file_id > readers_id) != (done && !seen))
+            die("%s: after the kill LMDB's meta page had transaction %llu and readers started "
+                "from %llu, but the change was %s before the next write and %s after it",
+                op->what, (unsigned long long)file_id, (unsigned long long)readers_id,
+                seen ? "visible" : "not visible", done ? "visible" : "not visible");
     } else {
         char buf[512] = "";
         FILE *f = fopen(log, "r");

@@ -38,8 +38,8 @@
  * more than that (scores of random tokens differ by about 0.05 per query token).
  * PLAID's approximate stages are not modelled: a PLAID search must return live documents of
  * one version with their exact scores, in order, and is exact (the model's top k) where the
- * API says it is: a subset of at most ndocs documents, or every centroid probed, no threshold
- * and ndocs above four times the documents.
+ * API says it is: a subset of at most ndocs live documents (256 with the adaptive default
+ * ndocs 0), or every centroid probed, no threshold and ndocs above four times the documents.
  *
  * Reproducing. The writer's sequence depends on the seed only: a killed write that had not
  * landed, and a write failed on purpose, are redone afterwards, so every run of a seed makes
@@ -872,7 +872,8 @@ static double maxsim_ref(const double *q, size_t lq, const rdoc *d, size_t dim)
 /* How exact a search is promised to be (tartan.h). */
 enum {
     MODE_EXACT = 1, /* exhaustive, or PLAID with every centroid probed and nothing pruned */
-    MODE_PLAID = 2  /* exact for a subset of at most ndocs documents; else only consistent */
+    MODE_PLAID = 2  /* exact for a subset of at most ndocs live documents (256 with ndocs 0,
+                       adaptive); else only consistent */
 };
 
 typedef struct call {
@@ -918,7 +919,11 @@ static int check_hits(const view *w, const call *c, size_t qi, const tartan_hit 
         nel += el[i];
         ref[i] = NAN;
     }
-    int exact = c->mode == MODE_EXACT || (c->has_subset && nel <= c->p.ndocs);
+    /* A subset scored exactly, all of it: tartan.h says "at most max(ndocs, 256) live
+     * documents"; engine/search.c scores it so up to 256 with ndocs 0 (adaptive) but only up
+     * to ndocs with ndocs set. The model holds the engine to what both say. */
+    size_t small = c->p.ndocs ? c->p.ndocs : 256;
+    int exact = c->mode == MODE_EXACT || (c->has_subset && nel <= small);
     int bad = 1;
     if (cnt > c->p.k) {
         snprintf(why, wl, "%zu hits for k %zu", cnt, c->p.k);
@@ -1118,6 +1123,9 @@ static void call_make(call *c, rng *r, const pool *p, int kind, int plain)
         c->p.ncells = 1 + rbelow(r, 8);
         c->p.centroid_score_threshold = (float)(runif(r) * 1.2 - 0.3);
         c->p.ndocs = 1 + rbelow(r, 300);
+    } else if (kind <= 5) { /* the adaptive defaults, at their own recall target or another */
+        if (rbelow(r, 2))
+            c->p.recall_target = (float)(0.3 + 0.69 * runif(r));
     } else if (kind == 8) {
         c->has_subset = 1;
         c->p.exhaustive = rbelow(r, 3) == 0;

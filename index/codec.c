@@ -1,9 +1,10 @@
 /*
  * codec.c: the ColBERTv2 residual codec (DESIGN.md section 3; the layout is described in
- * codec.h). Training pools every residual value of the held-out sample, sorts them, and reads
- * the cutoffs and weights off as quantiles. Compression runs over every token of a corpus, so
- * it works on fixed chunks of dimensions with loops the compiler vectorises, and spreads tokens
- * over OpenMP threads when there are enough of them.
+ * codec.h). Training pools every residual value of the held-out sample, sorts them, reads
+ * the cutoffs and weights off as quantiles and (idx_codec_fit) refines them by Lloyd-Max.
+ * Compression runs over every token of a corpus, so it works on fixed chunks of dimensions with
+ * loops the compiler vectorises, and spreads tokens over OpenMP threads when there are enough of
+ * them.
  */
 #include "codec.h"
 
@@ -117,7 +118,54 @@ static float quantile_sorted(const uint32_t *keys, size_t m, double q)
     return (float)r;
 }
 
-int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n)
+/*
+ * Lloyd-Max iterations on the m sorted values, from the tables in t: each bucket's weight
+ * becomes the mean of the values it holds (a bucket that holds none keeps its weight), each
+ * cutoff the midpoint of its two weights. Each step lowers (never raises) the squared error
+ * sum (v - w[bucket(v)])^2 of the pooled values, so the tables end at least as faithful as
+ * the quantiles they start from. The values are sorted, so a bucket is a run: one pass a
+ * step, in a fixed order (deterministic), summing in double. Stops early once no cutoff moves.
+ */
+static void lloyd_max(const uint32_t *keys, size_t m, unsigned iters, idx_codec *t)
+{
+    unsigned nb = 1u << t->nbits;
+    double w[256];
+    for (unsigned b = 0; b < nb; b++)
+        w[b] = t->weights[b];
+    for (unsigned it = 0; it < iters; it++) {
+        size_t i = 0;
+        for (unsigned b = 0; b < nb; b++) {
+            /* Bucket b holds the values above cutoff b - 1 and not above cutoff b, as
+             * bucket_of decides (a value equal to a cutoff goes to the lower bucket). */
+            double sum = 0.0;
+            size_t start = i;
+            if (b + 1 < nb) {
+                float cut = t->cutoffs[b];
+                while (i < m && key_float(keys[i]) <= cut)
+                    sum += key_float(keys[i++]);
+            } else {
+                while (i < m)
+                    sum += key_float(keys[i++]);
+            }
+            if (i > start)
+                w[b] = sum / (double)(i - start);
+        }
+        int moved = 0;
+        for (unsigned b = 0; b < nb; b++)
+            t->weights[b] = (float)w[b];
+        for (unsigned b = 0; b + 1 < nb; b++) {
+            float cut = (float)(0.5 * (w[b] + w[b + 1]));
+            moved |= cut != t->cutoffs[b];
+            t->cutoffs[b] = cut;
+        }
+        if (!moved)
+            break;
+    }
+}
+
+/* Quantile tables (iters == 0) or Lloyd-Max tables fitted from them. */
+static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n,
+                        unsigned iters)
 {
     if (c == NULL || residuals == NULL || n == 0 || !valid_shape(dim, nbits))
         return -1;
@@ -152,8 +200,11 @@ int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *resid
         t.cutoffs[i - 1] = quantile_sorted(keys, m, (double)i / nb);
     for (unsigned i = 0; i < nb; i++)
         t.weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
-    /* Quantiles rise with q; the rounding of two lerp formulas must not make a table step
-     * down by an ulp, since bucketing assumes ascending cutoffs. */
+    if (iters > 0)
+        lloyd_max(keys, m, iters, &t);
+    /* Quantiles rise with q (and bucket means with the bucket); the rounding of two lerp
+     * formulas or of a mean must not make a table step down by an ulp, since bucketing
+     * assumes ascending cutoffs. */
     for (unsigned i = 1; i + 1 < nb; i++)
         if (t.cutoffs[i] < t.cutoffs[i - 1])
             t.cutoffs[i] = t.cutoffs[i - 1];
@@ -163,6 +214,17 @@ int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *resid
     free(keys);
     *c = t;
     return 0;
+}
+
+int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n)
+{
+    return train_tables(c, dim, nbits, residuals, n, 0);
+}
+
+int idx_codec_fit(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n,
+                  unsigned iters)
+{
+    return train_tables(c, dim, nbits, residuals, n, iters);
 }
 
 /* ---- bucketing and packing ---------------------------------------------------------- */

@@ -4,11 +4,11 @@
  * A token e (L2-normalised, dim floats) is stored as the code c of its nearest centroid by
  * inner product and the residual r = e - C[c] quantised per dimension into B = 2^nbits buckets
  * with one codebook for all dimensions: cutoffs [B - 1] split values into buckets, weights [B]
- * are the values buckets decode to. Packing (byte-compatible with ColBERTv2): each dimension's
- * bucket index as nbits bits, least significant bit first, dimensions in order, the bit stream
- * packed into bytes most significant bit first (NumPy packbits). A token's residual takes
- * dim * nbits / 8 bytes. Decompression: d = normalise(C[c] + w[bucket_j] for each j); the
- * stored inverse norm is 1 / |C[c] + w[bucket]|.
+ * are the values buckets decode to (fitted at training: idx_codec_fit). Packing (byte-compatible
+ * with ColBERTv2): each dimension's bucket index as nbits bits, least significant bit first,
+ * dimensions in order, the bit stream packed into bytes most significant bit first (NumPy
+ * packbits). A token's residual takes dim * nbits / 8 bytes. Decompression: d = normalise(C[c] +
+ * w[bucket_j] for each j); the stored inverse norm is 1 / |C[c] + w[bucket]|.
  */
 #ifndef TARTAN_INDEX_CODEC_H
 #define TARTAN_INDEX_CODEC_H
@@ -36,6 +36,19 @@ size_t idx_codec_token_bytes(const idx_codec *c);
  * return); c is untouched on failure. Sorts a copy; input untouched.
  */
 int idx_codec_train(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n);
+
+/*
+ * Trains tables fitted to the residuals: starts from idx_codec_train's quantiles, then up to
+ * iters Lloyd-Max steps on the same pooled values (weights = the mean of the values each bucket
+ * holds, cutoffs = midpoints of adjacent weights), stopping early once no cutoff moves. Each
+ * step can only lower the squared quantisation error of the pooled values, so the result is at
+ * least as faithful as the quantiles, at the same bytes: only the stored tables change, and
+ * every decoder (CPU and GPU kernels) reads them as before. One pass over the values a step,
+ * sequential and deterministic. iters 0 gives idx_codec_train's tables. Returns and refuses
+ * as idx_codec_train.
+ */
+int idx_codec_fit(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n,
+                  unsigned iters);
 
 /*
  * Compresses n tokens: emb [n, dim] (fp32, L2-normalised), their codes [n] and the centroids

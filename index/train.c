@@ -1,6 +1,6 @@
 /*
- * train.c: centroids and codec from a sample (DESIGN.md section 3): spherical k-means (FAISS on
- * the CPU, idx_kmeans_device on a GPU) on most of the sample, the codec's cutoffs and weights
+ * train.c: centroids and codec from a sample (DESIGN.md section 3): spherical k-means
+ * (idx_kmeans_device, on the CPU or a GPU) on most of the sample, the codec's cutoffs and weights
  * fitted (Lloyd-Max from the quantiles) to the residuals of the rest.
  */
 #include "config.h"
@@ -73,14 +73,12 @@ int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits
     }
     /* In place: the sample is the largest thing a build holds, so it is never copied.
      * Fisher-Yates from the end: step i fixes position i, so the first `held` steps already
-     * decide the held-out set and the rest only reorder the training set. FAISS's result
-     * depends on that order, so the CPU path keeps the whole shuffle (indexes built on the CPU
-     * stay as they were); the device k-means draws its points by its own seeded rule, so on the
-     * GPU the shuffle stops there (a swap costs about 0.6 us: 36 s of one core for the
-     * 57M-token sample of a 100k-page ColPali corpus). */
+     * decide the held-out set and the rest would only reorder the training set, whose order
+     * k-means does not depend on (it draws its points by its own seeded rule), so the shuffle
+     * stops there (a swap costs about 0.6 us: 36 s of one core for the 57M-token sample of a
+     * 100k-page ColPali corpus). */
     uint64_t st = seed;
-    size_t stop = dev == KERN_DEV_CUDA ? ntrain - 1 : 0;
-    for (size_t i = n - 1; i > stop; i--) {
+    for (size_t i = n - 1; i > ntrain - 1; i--) {
         size_t j = (size_t)(idx_rand_next(&st) % (i + 1));
         if (j == i)
             continue;
@@ -89,17 +87,11 @@ int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits
         memcpy(x + j * dim, tmp, dim * sizeof(float));
     }
     float *shuf = x;
-    char err[256] = "";
-    if (dev == KERN_DEV_CUDA) {
-        if ((rc = idx_kmeans_device(dev, shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent,
-                                    m)))
-            goto done;
-    } else if (idx_kmeans_spherical(shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, err,
-                                    sizeof err)) {
-        rc = store_fail(m, TARTAN_ETRAIN, "k-means of %zu tokens into %zu centroids: %s", ntrain, k,
-                        err);
+    /* One k-means for both devices (assign.h): only the assignment step looks at the device.
+     * On the CPU it replaced FAISS's Clustering, whose BLAS assignment ran 1.6-1.8x slower than
+     * the project's kernel on the build host and whose result depended on the sample's order. */
+    if ((rc = idx_kmeans_device(dev, shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, m)))
         goto done;
-    }
     const float *hx = shuf + ntrain * dim;
     if ((rc = idx_assign(dev, cent, k, dim, hx, held, lab, NULL, m)))
         goto done;

@@ -244,7 +244,16 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     b.n_rows = tokens;
     b.dim = c->dim;
     b.dtype = c->dtype;
+    /* The library reports nothing while it trains (it never prints); the tool says which
+     * phase it is in, between calls, on a terminal, like its progress bar. */
+    int tty = isatty(STDERR_FILENO);
+    double t0 = tool_now();
+    if (tty)
+        fprintf(stderr, "training on %zu sampled documents (%zu tokens): k-means, codec...", n,
+                tokens);
     rc = tartan_train(db, &b, c->n_rows);
+    if (tty)
+        fprintf(stderr, rc ? " failed\n" : " took %.1f s\n", tool_now() - t0);
     if (rc)
         tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, errdetail(db, rc));
     free(buf);

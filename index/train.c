@@ -18,8 +18,11 @@
 /* ColBERTv2's hold-out for the codec: 5% of the sample, at most 50,000 vectors. */
 #define HELDOUT_FRACTION 0.05
 #define HELDOUT_MAX 50000
-/* FAISS's training cap: more points per centroid only slow k-means down. */
-#define MAX_PER_CENTROID 256
+/* Training points per centroid, at most (a seeded subset beyond: idx_kmeans_device). FAISS's
+ * cap is 256; 64 keeps k-means of a 1.45M-token corpus (K 16,384) on 1M points instead of all
+ * 1.4M, and on the synthetic families and SciFact it left recall where it was (bench/RESULTS.md,
+ * issue 19): a centroid's mean is settled well before 64 points. */
+#define MAX_PER_CENTROID 64
 /* Lloyd-Max steps fitting the codec's tables to the held-out residuals (idx_codec_fit). From
  * the quantile start the tables settle within about 30 steps on the synthetic families and
  * SciFact (bench/fidelity.sh); each is one pass over the held-out values (at most 50,000 x dim),

@@ -375,8 +375,9 @@ TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
  * stage 1 finds no more candidates than that, all are scored exactly); ColBERT's settings for
  * k <= 10 are ncells 1, centroid_score_threshold 0.5, ndocs 256. Exhaustive mode scores every
  * live document exactly (the reference recall is measured against). With a subset, the
- * candidates are only the subset's documents; a subset of at most max(ndocs, 256) live
- * documents is scored exactly instead, all of it (as cheap as the pruning stages, and exact).
+ * candidates are only the subset's documents; a subset of at most ndocs live documents
+ * (256 when ndocs is 0, the adaptive default) is scored exactly instead, all of it (as cheap
+ * as the pruning stages, and exact).
  * Scores are sums over query tokens of cosines (tokens of queries and documents are
  * L2-normalised); ties go to the document added first.
  *

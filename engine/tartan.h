@@ -627,6 +627,105 @@ typedef int (*tartan_check_fn)(void *ctx, const char *kind, const char *message)
 TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
                             size_t *n_problems);
 
+/* ---------------------------------------------------------------------------------------
+ * Shards: one corpus over several indexes
+ *
+ * A corpus larger than one index should hold (one disk, one GPU, one host, one process's
+ * query rate) is split into P shards, each an index of its own, all sharing one trained model
+ * (centroids and codec), so that a document scores exactly the same in whichever shard holds
+ * it: MaxSim depends only on the query and the document, and the corpus's exact top k is the
+ * merge of the shards' exact top k. The library holds no network code; the `tartan-mpi`
+ * program (README, "Sharded indexes") does the following over MPI, and an RPC service can do
+ * the same with these calls:
+ *   1. train one shard (tartan_train, from a sample of the whole corpus), tartan_model_export
+ *      its model and tartan_model_import the string into every other shard, each created
+ *      empty with the same dim;
+ *   2. send each document to shard tartan_shard_of(id, P), for adds, replaces and deletes
+ *      alike, so that an id lives in one shard only;
+ *   3. search every shard with the same queries and parameters, k results each, and
+ *      tartan_results_merge the shards' results into the corpus's top k.
+ * Exhaustive search over the shards then returns what one index of the whole corpus built
+ * with the same model returns (ties aside: see tartan_results_merge). PLAID's candidate
+ * stages run per shard: each keeps up to ndocs of its own documents, so the shards together
+ * score more documents exactly than one index would, and their recall against exhaustive
+ * search is as high or higher in practice (tests/check_mpi.sh measures it), though not
+ * guaranteed query by query.
+ * ------------------------------------------------------------------------------------- */
+
+/*
+ * tartan_model_export: the index's trained model as one opaque byte string: the model fields
+ * of its description (dim, nbits, number of centroids, seed, k-means settings) and every
+ * stored record of the model (centroid table, codec tables, and whatever a later codec
+ * stores), versioned and checksummed (CRC-32C). Documents, ids, counts and what searches
+ * measure on the index's own documents (calibration) are not part of it. The string holds
+ * native-endian numbers and the records of this build's index format version: it moves
+ * between processes and machines of one byte order running builds of the same format version.
+ *   db: in, open (read-only is enough), trained.
+ *   buf, len: out, the string and its length; the caller frees *buf with tartan_free().
+ * Returns 0, TARTAN_EINVAL (NULL arguments), TARTAN_ENOTTRAINED (no model yet),
+ * TARTAN_ECORRUPT, TARTAN_ESTORAGE, ENOMEM. Any thread; it reads one snapshot.
+ */
+TARTAN_API int tartan_model_export(tartan_db *db, void **buf, size_t *len);
+
+/*
+ * tartan_model_import: trains an empty index with a model from tartan_model_export, in one
+ * transaction, instead of tartan_train: later adds encode with exactly that model. The whole
+ * string is checked before the index is touched. Importing into an index that has exactly
+ * this model already succeeds and changes nothing, so a retried build converges.
+ *   db: in, open read-write; untrained and without documents (or trained with this model).
+ *   buf, len: in, the string (the caller's; not kept).
+ * The model's dim must be the index's; its nbits, centroids, codec and seed replace what the
+ * index was created with. Returns 0, or:
+ *   TARTAN_EINVAL      NULL db or buf; the index is trained already with another model;
+ *   TARTAN_EFORMAT     not a model string (no magic);
+ *   TARTAN_ETRUNC      shorter than the length it records;
+ *   TARTAN_ECORRUPT    checksum mismatch, records out of bounds, or records that do not
+ *                      make a model of the recorded shape;
+ *   TARTAN_EVERSION    a string of another layout version, or from an index of another
+ *                      format version (export again from an index this build writes);
+ *   TARTAN_EDIM        the model's dim is not the index's;
+ *   TARTAN_EREADONLY, TARTAN_ESTORAGE, ENOMEM, ENOSPC.
+ * Threads: as tartan_train.
+ */
+TARTAN_API int tartan_model_import(tartan_db *db, const void *buf, size_t len);
+
+/* Frees memory the library allocated for the caller (tartan_model_export's string); NULL is
+ * fine. Any thread. */
+TARTAN_API void tartan_free(void *p);
+
+/*
+ * tartan_shard_of: the shard, 0 .. n_shards - 1, that external id belongs to in a corpus of
+ * n_shards shards. Stable: it depends only on the id's bytes and n_shards, the same on every
+ * machine and in every version of the library: the 64-bit FNV-1a hash of the id's bytes (no
+ * terminating NUL), fed to Lamping and Veach's jump consistent hash. Going from n to n + 1
+ * shards moves only the ids that now belong to the new shard (about 1 / (n + 1) of them).
+ * id NULL or n_shards 0 or 1: 0. Any thread.
+ */
+TARTAN_API uint32_t tartan_shard_of(const char *id, uint32_t n_shards);
+
+/*
+ * tartan_results_merge: the top k of several result sets for the same batch of queries
+ * (query i of every part is the same query), as a sharded search gathers them: for each
+ * query, every part's hits; an id found in more than one part kept once, with its best score;
+ * ordered by score, best first, equal scores by id (bytewise, ascending); the first k. The
+ * result depends only on the hits, not on the order of the parts. A part's ties were broken by
+ * its own index (the document added first), so where equal scores straddle the k-th place
+ * the merge may keep another of the tied documents than one index of the whole corpus would.
+ * For the exact top k of the union, each part must hold (at least) its own top k.
+ *   parts: in, n_parts result sets, each from tartan_search or tartan_results_merge, or built
+ *     by the caller (deserialised from another process): only n_queries, counts, offsets
+ *     and hits are read, and each part's shape is checked first.
+ *   k: 1 .. TARTAN_MAX_K.
+ *   out: out, the merged results (ids copied into them; parts may be freed afterwards),
+ *     freed with tartan_results_free. Its stats add up the parts' (seconds_total: the
+ *     longest part's).
+ * Returns 0, or TARTAN_EINVAL (NULL out or parts, n_parts 0, a NULL part, parts with
+ * different numbers of queries, offsets or counts outside a part's hits, a NULL id, a NaN
+ * score), TARTAN_ERANGE (k), ENOMEM; the message is tartan_errmsg(NULL)'s. Any thread.
+ */
+TARTAN_API int tartan_results_merge(const tartan_results *const *parts, size_t n_parts, size_t k,
+                                    tartan_results **out);
+
 #ifdef __cplusplus
 }
 #endif

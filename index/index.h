@@ -111,6 +111,19 @@ int idx_id_check(const char *id, size_t *len);
 /* Documents to sample from a corpus of n_docs (sample_docs if nonzero, else DESIGN's rule). */
 size_t idx_sample_docs(size_t n_docs, size_t sample_docs);
 
+/*
+ * The trained model as one byte string (index/model_io.c describes its layout): the header's
+ * model fields and every model record (store_model_records), checksummed. idx_model_export:
+ * *buf from malloc; TARTAN_ENOTTRAINED for an untrained index. idx_model_import: writes a
+ * model into an untrained index without documents in one transaction, or, when the index is
+ * trained with exactly that model already, changes nothing (*unchanged 1, may be NULL).
+ * Errors: TARTAN_EFORMAT (not a model), TARTAN_ETRUNC, TARTAN_ECORRUPT (checksum, bounds),
+ * TARTAN_EVERSION (another layout or index format version), TARTAN_EDIM, TARTAN_EINVAL (the
+ * index is trained with another model), TARTAN_EREADONLY, storage errors.
+ */
+int idx_model_export(store_env *env, void **buf, size_t *len, store_msg *m);
+int idx_model_import(store_env *env, const void *buf, size_t len, int *unchanged, store_msg *m);
+
 /* ---- reading -------------------------------------------------------------------------- */
 
 typedef struct idx_reader {

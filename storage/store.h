@@ -253,4 +253,27 @@ typedef int (*store_dump_fn)(const char *db, const void *key, size_t klen, const
                              size_t vlen, void *ctx);
 int store_dump(store_txn *txn, store_dump_fn fn, void *ctx, store_msg *m);
 
+/* ---- model records (storage/model_records.c) ------------------------------------------- */
+
+/*
+ * The records of an index's trained model as stored (FORMAT.md "Model records"): every meta
+ * record but the index's own (format, header, calibration: store_meta_is_local) and every
+ * centroids record. tartan_model_export copies them out, tartan_model_import writes them into
+ * another index of the same format version, byte for byte.
+ */
+enum { STORE_DB_META = 1, STORE_DB_CENTROIDS = 2 };
+/* Visits the model records, meta's in name order then the centroids', as stored (pointers into
+ * the map, valid during the call). fn returns 0 to go on; anything else stops and is returned. */
+typedef int (*store_record_fn)(int db, const void *key, size_t klen, const void *val,
+                               size_t vlen, void *ctx);
+int store_model_records(store_txn *txn, store_record_fn fn, void *ctx, store_msg *m);
+/* One model record: 0 (pointer into the map), TARTAN_ENOTFOUND (no message). */
+int store_model_record_get(store_txn *txn, int db, const void *key, size_t klen,
+                           const void **val, size_t *vlen, store_msg *m);
+/* Writes one model record as given. TARTAN_EINVAL for a local meta name, a bad key size. */
+int store_model_record_put(store_txn *txn, int db, const void *key, size_t klen, const void *val,
+                           size_t vlen, store_msg *m);
+/* 1 when meta record name (len bytes) describes the index itself, not its model. */
+int store_meta_is_local(const void *name, size_t len);
+
 #endif

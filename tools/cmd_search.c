@@ -25,6 +25,8 @@
 #include "npy.h"
 #include "progress.h"
 #include "queryfile.h"
+#include "search_io.h"
+#include "search_run.h"
 #include "tartan.h"
 #include "textfile.h"
 #include "trec_run.h"
@@ -94,64 +96,6 @@ enum {
     OPT_RECALL
 };
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* One query's results as one JSON line: {"qid": ..., "hits": [{"id":, "rank":, "score":}]}.
- * Scores in 9 significant digits: a float32 reads back exactly. */
-static void write_jsonl(FILE *f, const char *qid, const tartan_hit *h, size_t n)
-{
-    fputs("{\"qid\": ", f);
-    json_string(f, qid);
-    fputs(", \"hits\": [", f);
-    for (size_t i = 0; i < n; i++) {
-        fputs(i ? ", {\"id\": " : "{\"id\": ", f);
-        json_string(f, h[i].id);
-        fprintf(f, ", \"rank\": %zu, \"score\": %.9g}", i + 1, (double)h[i].score);
-    }
-    fputs("]}\n", f);
-}
-
-/* Reads --subset: one id a line, blank lines skipped; repeats are harmless (the library
- * takes the union), so unlike tool_idlist_read they are not refused. */
-static int read_subset(const char *path, tool_textfile *tf, char ***ids, size_t *n, char *err,
-                       size_t errlen)
-{
-    int rc = tool_textfile_read(tf, path, err, errlen);
-    if (rc)
-        return rc;
-    size_t cap = 0, len;
-    char *line;
-    *ids = NULL;
-    *n = 0;
-    while (tool_textfile_next(tf, &line, &len)) {
-        if (len == 0)
-            continue;
-        if (*n == cap) {
-            size_t nc = cap ? 2 * cap : 1024;
-            char **p = realloc(*ids, nc * sizeof *p);
-            if (!p)
-                return tool_fail(err, errlen, ENOMEM, "%s: out of memory", path);
-            *ids = p;
-            cap = nc;
-        }
-        (*ids)[(*n)++] = line;
-    }
-    return 0;
-}
-
 static int parse_num(const char *opt, const char *arg, size_t *v)
 {
     if (tool_parse_size(arg, v)) {
@@ -166,18 +110,19 @@ static int parse_num(const char *opt, const char *arg, size_t *v)
  * the batch; searching them one at a time (validation comes before any index read, so this
  * is cheap) finds the row of the file and its id.
  */
-static void report_failure(tartan_db *db, const tool_qfile *s, const tartan_search_params *p,
-                           size_t q0, size_t q1, char *buf, size_t *qlens, char **ids)
+static void report_failure(const tool_search_backend *be, const tool_qfile *s,
+                           const tartan_search_params *p, size_t q0, size_t q1, char *buf,
+                           size_t *qlens, char **ids)
 {
     for (size_t i = q0; i < q1; i++) {
         tartan_queries one;
         tartan_results *r;
         tool_qfile_batch(s, i, i + 1, buf, qlens, &one);
-        if (tartan_search(db, &one, p, &r) == 0) {
+        if (be->search(be->ctx, &one, p, &r) == 0) {
             tartan_results_free(r);
             continue;
         }
-        const char *m = tartan_errmsg(db);
+        const char *m = be->errmsg(be->ctx);
         const char *name_end = strstr(m, ": ");
         const char *detail = name_end ? name_end + 2 : m;
         if (!strncmp(detail, "query 0: ", 9))
@@ -189,8 +134,8 @@ static void report_failure(tartan_db *db, const tool_qfile *s, const tartan_sear
         fprintf(stderr, ": %s\n", detail);
         return;
     }
-    fprintf(stderr, "tartan search: %s (queries %zu to %zu of %s)\n", tartan_errmsg(db), q0, q1 - 1,
-            s->path);
+    fprintf(stderr, "tartan search: %s (queries %zu to %zu of %s)\n", be->errmsg(be->ctx), q0,
+            q1 - 1, s->path);
 }
 
 /* ncells and ndocs of 0 would mean "the default" below: refuse them rather than ignore them. */
@@ -201,7 +146,48 @@ static int at_least_one(const char *opt, size_t v)
     return v == 0;
 }
 
+/* ---- the local backend: one index in this process ---------------------------------------- */
+
+typedef struct local_index {
+    tartan_db *db;
+} local_index;
+
+static int local_open(void *ctx, const char *path, tartan_index_info *info)
+{
+    local_index *l = ctx;
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_READONLY;
+    int rc = tartan_open(path, &o, &l->db);
+    return rc ? rc : tartan_info(l->db, info);
+}
+
+static int local_search(void *ctx, const tartan_queries *q, const tartan_search_params *p,
+                        tartan_results **r)
+{
+    return tartan_search(((local_index *)ctx)->db, q, p, r);
+}
+
+static const char *local_errmsg(void *ctx)
+{
+    return tartan_errmsg(((local_index *)ctx)->db);
+}
+
+static void local_close(void *ctx)
+{
+    local_index *l = ctx;
+    tartan_close(l->db);
+    l->db = NULL;
+}
+
 int tool_cmd_search(int argc, char **argv)
+{
+    local_index l = {NULL};
+    tool_search_backend be = {local_open, local_search, local_errmsg, local_close, &l};
+    return tool_search_run(argc, argv, &be);
+}
+
+int tool_search_run(int argc, char **argv, const tool_search_backend *be)
 {
     static const struct option opts[] = {
         {"queries", required_argument, NULL, OPT_QUERIES},
@@ -369,7 +355,6 @@ int tool_cmd_search(int argc, char **argv)
     tool_textfile subset_file = {0};
     char **subset = NULL;
     size_t n_subset = 0;
-    tartan_db *db = NULL;
     FILE *out = stdout;
     char *tmp_path = NULL;
     char *buf = NULL;
@@ -398,7 +383,8 @@ int tool_cmd_search(int argc, char **argv)
         }
     }
     if (subset_path) {
-        if ((rc = read_subset(subset_path, &subset_file, &subset, &n_subset, err, sizeof err))) {
+        if ((rc = tool_subset_read(subset_path, &subset_file, &subset, &n_subset, err,
+                                   sizeof err))) {
             fprintf(stderr, "tartan search: %s: %s\n", tartan_err_name(rc), err);
             goto done;
         }
@@ -411,16 +397,9 @@ int tool_cmd_search(int argc, char **argv)
         p.n_subset = n_subset;
     }
 
-    tartan_options o;
-    tartan_options_init(&o);
-    o.flags = TARTAN_READONLY;
-    if ((rc = tartan_open(index, &o, &db))) {
-        fprintf(stderr, "tartan search: %s\n", tartan_errmsg(NULL));
-        goto done;
-    }
     tartan_index_info info;
-    if ((rc = tartan_info(db, &info))) {
-        fprintf(stderr, "tartan search: %s\n", tartan_errmsg(db));
+    if ((rc = be->open(be->ctx, index, &info))) {
+        fprintf(stderr, "tartan search: %s\n", be->errmsg(be->ctx));
         goto done;
     }
     if (info.dim != src.dim) {
@@ -463,10 +442,10 @@ int tool_cmd_search(int argc, char **argv)
         tartan_queries q;
         tool_qfile_batch(&src, q0, q1, buf, blens, &q);
         tartan_results *res;
-        if ((rc = tartan_search(db, &q, &p, &res))) {
+        if ((rc = be->search(be->ctx, &q, &p, &res))) {
             if (!quiet && prog.tty)
                 fputc('\n', stderr);
-            report_failure(db, &src, &p, q0, q1, buf, blens, qids.n ? qids.ids : NULL);
+            report_failure(be, &src, &p, q0, q1, buf, blens, qids.n ? qids.ids : NULL);
             goto done;
         }
         for (size_t i = 0; i < res->n_queries; i++) {
@@ -478,7 +457,7 @@ int tool_cmd_search(int argc, char **argv)
             n_hits += n;
             empty += n == 0;
             if (jsonl) {
-                write_jsonl(out, qid, h, n);
+                tool_jsonl_write_hits(out, qid, h, n);
                 continue;
             }
             for (size_t j = 0; j < n; j++) {
@@ -561,7 +540,7 @@ done:
         remove(tmp_path);
         free(tmp_path);
     }
-    tartan_close(db);
+    be->close(be->ctx);
     free(buf);
     free(blens);
     free(scores);

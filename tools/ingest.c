@@ -163,9 +163,33 @@ static uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen)
+const char *tool_corpus_id(const tool_corpus *c, size_t i, char buf[21])
 {
-    size_t want = tartan_sample_docs(db, c->n_docs);
+    if (c->have_ids)
+        return c->ids.ids[i];
+    snprintf(buf, 21, "%zu", i);
+    return buf;
+}
+
+void tool_sample_free(tool_sample *s)
+{
+    free(s->lens);
+    free(s->emb);
+    memset(s, 0, sizeof *s);
+}
+
+int tool_corpus_sample(tool_corpus *c, size_t want, uint64_t seed, const uint8_t *keep,
+                       tool_sample *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    size_t avail = c->n_docs;
+    if (keep) {
+        avail = 0;
+        for (size_t i = 0; i < c->n_docs; i++)
+            avail += keep[i] != 0;
+    }
+    if (want > avail)
+        want = avail;
     size_t *lens = malloc((want ? want : 1) * sizeof *lens);
     size_t *pick = malloc((want ? want : 1) * sizeof *pick);
     if (!lens || !pick) {
@@ -176,16 +200,19 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     /* Selection sampling (each document kept with probability needed / remaining): uniform
      * over the whole file, in file order, in O(sample) memory. */
     uint64_t st = seed;
-    size_t n = 0, tokens = 0;
+    size_t n = 0, tokens = 0, seen = 0;
     for (size_t i = 0; i < c->n_docs && n < want; i++) {
-        if (next_rand(&st) % (c->n_docs - i) < want - n) {
+        if (keep && !keep[i])
+            continue;
+        if (next_rand(&st) % (avail - seen) < want - n) {
             pick[n] = i;
             lens[n] = tool_corpus_doclen(c, i);
             tokens += lens[n];
             n++;
         }
+        seen++;
     }
-    char *buf = malloc(tokens * c->row_bytes);
+    char *buf = malloc((tokens ? tokens : 1) * c->row_bytes);
     if (!buf) {
         free(lens);
         free(pick);
@@ -230,18 +257,28 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     if (fd >= 0)
         close(fd);
     release_all(c);
+    free(pick);
     if (rc) {
         free(buf);
         free(lens);
-        free(pick);
         return rc;
     }
+    s->n = n;
+    s->tokens = tokens;
+    s->lens = lens;
+    s->emb = buf;
+    return 0;
+}
+
+int tool_sample_train(tartan_db *db, const tool_sample *s, const tool_corpus *c,
+                      size_t corpus_tokens, char *err, size_t errlen)
+{
     tartan_batch b = {0};
-    b.n_docs = n;
+    b.n_docs = s->n;
     b.ids = NULL;
-    b.doclens = lens;
-    b.embeddings = buf;
-    b.n_rows = tokens;
+    b.doclens = s->lens;
+    b.embeddings = s->emb;
+    b.n_rows = s->tokens;
     b.dim = c->dim;
     b.dtype = c->dtype;
     /* The library reports nothing while it trains (it never prints); the tool says which
@@ -249,16 +286,25 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     int tty = isatty(STDERR_FILENO);
     double t0 = tool_now();
     if (tty)
-        fprintf(stderr, "training on %zu sampled documents (%zu tokens): k-means, codec...", n,
-                tokens);
-    rc = tartan_train(db, &b, c->n_rows);
+        fprintf(stderr, "training on %zu sampled documents (%zu tokens): k-means, codec...", s->n,
+                s->tokens);
+    int rc = tartan_train(db, &b, corpus_tokens);
     if (tty)
         fprintf(stderr, rc ? " failed\n" : " took %.1f s\n", tool_now() - t0);
     if (rc)
-        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", n, errdetail(db, rc));
-    free(buf);
-    free(lens);
-    free(pick);
+        tool_fail(err, errlen, rc, "training on %zu sampled documents: %s", s->n,
+                  errdetail(db, rc));
+    return rc;
+}
+
+int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen)
+{
+    tool_sample s;
+    int rc = tool_corpus_sample(c, tartan_sample_docs(db, c->n_docs), seed, NULL, &s, err, errlen);
+    if (rc)
+        return rc;
+    rc = tool_sample_train(db, &s, c, c->n_rows, err, errlen);
+    tool_sample_free(&s);
     return rc;
 }
 
@@ -321,6 +367,99 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
         tool_progress_update(&p, *added);
     }
     tool_progress_end(&p, *added);
+    free(lens);
+    free(ids);
+    free(names);
+    return rc;
+}
+
+int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, size_t batch_docs,
+                            unsigned flags, size_t *added, char *err, size_t errlen)
+{
+    if (!keep)
+        return tool_corpus_ingest(db, c, batch_docs, flags, added, err, errlen);
+    *added = 0;
+    size_t n_keep = 0, keep_rows = 0;
+    for (size_t i = 0; i < c->n_docs; i++)
+        if (keep[i]) {
+            n_keep++;
+            keep_rows += tool_corpus_doclen(c, i);
+        }
+    if (batch_docs == 0) {
+        size_t avg = n_keep ? keep_rows / n_keep : 1;
+        batch_docs = TOOL_BATCH_TOKENS / (avg ? avg : 1);
+        if (batch_docs == 0)
+            batch_docs = 1;
+    }
+    if (batch_docs > n_keep)
+        batch_docs = n_keep ? n_keep : 1;
+    size_t *lens = malloc(batch_docs * sizeof *lens);
+    const char **ids = malloc(batch_docs * sizeof *ids);
+    char *names = malloc(batch_docs * 21);
+    char *buf = NULL;
+    size_t cap = 0;
+    if (!lens || !ids || !names) {
+        free(lens);
+        free(ids);
+        free(names);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a batch of %zu", batch_docs);
+    }
+    tool_progress p;
+    tool_progress_start(&p, "docs", n_keep);
+    int rc = 0;
+    size_t row = 0, i = 0;
+    while (i < c->n_docs && !rc) {
+        /* The next batch_docs kept documents, copied out of the mapping. */
+        size_t n = 0, rows = 0, first = i, last = i;
+        for (; i < c->n_docs && n < batch_docs; i++) {
+            size_t l = tool_corpus_doclen(c, i);
+            if (keep[i]) {
+                size_t need = (rows + l) * c->row_bytes;
+                if (need > cap) {
+                    size_t nc = cap ? cap : ((size_t)1 << 20);
+                    while (nc < need)
+                        nc *= 2;
+                    char *nb = realloc(buf, nc);
+                    if (!nb) {
+                        rc = tool_fail(err, errlen, ENOMEM, "out of memory for a batch of %zu rows",
+                                       rows + l);
+                        break;
+                    }
+                    buf = nb;
+                    cap = nc;
+                }
+                memcpy(buf + rows * c->row_bytes, (const char *)c->emb.data + row * c->row_bytes,
+                       l * c->row_bytes);
+                lens[n] = l;
+                ids[n] = tool_corpus_id(c, i, names + 21 * n);
+                rows += l;
+                last = i;
+                n++;
+            }
+            row += l;
+        }
+        if (rc || n == 0)
+            break;
+        tartan_batch b = {0};
+        b.n_docs = n;
+        b.ids = ids;
+        b.doclens = lens;
+        b.embeddings = buf;
+        b.n_rows = rows;
+        b.dim = c->dim;
+        b.dtype = c->dtype;
+        rc = tartan_add(db, &b, flags);
+        if (rc) {
+            tool_fail(err, errlen, rc, "batch of %zu documents (of documents %zu..%zu): %s", n,
+                      first, last, errdetail(db, rc));
+            break;
+        }
+        *added += n;
+        release_upto(c, row * c->row_bytes);
+        tool_progress_update(&p, *added);
+    }
+    tool_progress_end(&p, *added);
+    free(buf);
     free(lens);
     free(ids);
     free(names);

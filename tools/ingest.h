@@ -41,12 +41,37 @@ void tool_corpus_close(tool_corpus *c);
 /* Length of document i. */
 size_t tool_corpus_doclen(const tool_corpus *c, size_t i);
 
+/* The external id of document i: the ids file's, else its row number written into buf. */
+const char *tool_corpus_id(const tool_corpus *c, size_t i, char buf[21]);
+
+/* Documents drawn for training, their tokens copied out of the corpus. */
+typedef struct tool_sample {
+    size_t n;      /* documents */
+    size_t tokens; /* their tokens (rows of emb) */
+    size_t *lens;  /* [n] */
+    char *emb;     /* [tokens, dim] in the corpus's dtype (row_bytes a row) */
+} tool_sample;
+
+/*
+ * Draws want documents (all, when fewer qualify) uniformly among the corpus's documents i with
+ * keep[i] nonzero (keep NULL: all documents), seeded, in file order, and reads their tokens
+ * with pread (faults spread over a mapped file would make most of it resident), then gives
+ * the mapping's pages back. Errors: ENOMEM, the read's (TARTAN_ETRUNC when the file shrank).
+ */
+int tool_corpus_sample(tool_corpus *c, size_t want, uint64_t seed, const uint8_t *keep,
+                       tool_sample *s, char *err, size_t errlen);
+void tool_sample_free(tool_sample *s);
+
 /*
  * Trains db from a sample of tartan_sample_docs(db, n_docs) documents drawn uniformly over
  * the whole corpus (seeded), then gives the sample's memory back. The message of a failure is
  * tartan_errmsg(db)'s, or the sample's own.
  */
 int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen);
+
+/* tartan_train on a sample drawn before (corpus_tokens: the whole corpus's tokens). */
+int tool_sample_train(tartan_db *db, const tool_sample *s, const tool_corpus *c,
+                      size_t corpus_tokens, char *err, size_t errlen);
 
 /* Tokens per batch when the caller names no batch size. */
 #define TOOL_BATCH_TOKENS ((size_t)1 << 18)
@@ -58,6 +83,14 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
  */
 int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
                        size_t *added, char *err, size_t errlen);
+
+/*
+ * The same for the documents i with keep[i] nonzero only (keep NULL: all), in file order:
+ * batch_docs of them (0: about TOOL_BATCH_TOKENS tokens) copied into one batch, one
+ * tartan_add each. A shard of a corpus ingests its own documents this way.
+ */
+int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, size_t batch_docs,
+                            unsigned flags, size_t *added, char *err, size_t errlen);
 
 /* Parses a size argument ("4096"); 0 on success. */
 int tool_parse_size(const char *s, size_t *v);

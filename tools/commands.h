@@ -23,6 +23,8 @@ int tool_cmd_build(int argc, char **argv);
 int tool_cmd_add(int argc, char **argv);
 int tool_cmd_delete(int argc, char **argv);
 int tool_cmd_info(int argc, char **argv);
+/* tools/cmd_model.c: writes an index's trained model to a file (tartan_model_export). */
+int tool_cmd_model(int argc, char **argv);
 
 /* tools/cmd_search.c: searches an index for the queries of a .npy file. */
 int tool_cmd_search(int argc, char **argv);

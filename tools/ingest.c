@@ -11,6 +11,7 @@
 #include "errbuf.h"
 #include "ingest.h"
 #include "progress.h"
+#include "textfile.h"
 
 int tool_parse_size(const char *s, size_t *v)
 {
@@ -463,5 +464,18 @@ int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, 
     free(lens);
     free(ids);
     free(names);
+    return rc;
+}
+
+int tool_model_import_file(tartan_db *db, const char *path, char *err, size_t errlen)
+{
+    char *buf;
+    size_t len;
+    int rc = tool_file_read(path, &buf, &len, err, errlen);
+    if (rc)
+        return rc;
+    if ((rc = tartan_model_import(db, buf, len)))
+        tool_fail(err, errlen, rc, "%s: %s", path, errdetail(db, rc));
+    free(buf);
     return rc;
 }

@@ -92,6 +92,12 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
 int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, size_t batch_docs,
                             unsigned flags, size_t *added, char *err, size_t errlen);
 
+/*
+ * Trains db with the model in file path (written by `tartan model`, tartan_model_import).
+ * The message names the file.
+ */
+int tool_model_import_file(tartan_db *db, const char *path, char *err, size_t errlen);
+
 /* Parses a size argument ("4096"); 0 on success. */
 int tool_parse_size(const char *s, size_t *v);
 

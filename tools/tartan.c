@@ -17,6 +17,7 @@ static const tool_cmd commands[] = {
     {"search", tool_cmd_search, "search an index: TREC run or JSON lines of the top k"},
     {"check", tool_cmd_check, "verify a whole index; exit status 1 if damaged"},
     {"calibrate", tool_cmd_calibrate, "measure and store how wide searches must probe"},
+    {"model", tool_cmd_model, "write an index's trained model, for build --model"},
     {"gen", tool_cmd_gen, "write a synthetic ColBERT-like corpus, queries and qrels"},
     {"eval", tool_cmd_eval, "score a TREC run against qrels (trec_eval's measures)"},
     {NULL, NULL, NULL},

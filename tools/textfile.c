@@ -11,9 +11,10 @@
 #include "tartan.h"
 #include "textfile.h"
 
-int tool_textfile_read(tool_textfile *f, const char *path, char *err, size_t errlen)
+int tool_file_read(const char *path, char **out, size_t *out_len, char *err, size_t errlen)
 {
-    memset(f, 0, sizeof *f);
+    *out = NULL;
+    *out_len = 0;
     int is_stdin = !strcmp(path, "-");
     int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -52,26 +53,39 @@ int tool_textfile_read(tool_textfile *f, const char *path, char *err, size_t err
         len += (size_t)r;
     }
     buf[len] = '\0';
-    const char *nul = memchr(buf, '\0', len);
-    if (nul) {
-        size_t line = 1;
-        for (const char *p = buf; p < nul; p++)
-            line += *p == '\n';
-        rc = tool_fail(err, errlen, TARTAN_EFORMAT, "%s:%zu: NUL byte (not a text file?)", path,
-                       line);
-        goto done;
-    }
-    f->buf = buf;
-    f->len = len;
+    *out = buf;
+    *out_len = len;
     buf = NULL;
-    /* A byte order mark is an editor's habit, not part of the first id. */
-    if (f->len >= 3 && !memcmp(f->buf, "\xEF\xBB\xBF", 3))
-        f->pos = 3;
 done:
     free(buf);
     if (!is_stdin)
         close(fd);
     return rc;
+}
+
+int tool_textfile_read(tool_textfile *f, const char *path, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    char *buf;
+    size_t len;
+    int rc = tool_file_read(path, &buf, &len, err, errlen);
+    if (rc)
+        return rc;
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        size_t line = 1;
+        for (const char *p = buf; p < nul; p++)
+            line += *p == '\n';
+        free(buf);
+        return tool_fail(err, errlen, TARTAN_EFORMAT, "%s:%zu: NUL byte (not a text file?)", path,
+                         line);
+    }
+    f->buf = buf;
+    f->len = len;
+    /* A byte order mark is an editor's habit, not part of the first id. */
+    if (f->len >= 3 && !memcmp(f->buf, "\xEF\xBB\xBF", 3))
+        f->pos = 3;
+    return 0;
 }
 
 int tool_textfile_next(tool_textfile *f, char **line, size_t *len)

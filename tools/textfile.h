@@ -24,6 +24,12 @@ typedef struct tool_textfile {
 int tool_textfile_read(tool_textfile *f, const char *path, char *err, size_t errlen);
 
 /*
+ * tool_file_read: reads path ("-" is standard input) whole, as bytes: *buf (malloc'd, with a
+ * NUL after the last byte; free() it) and *len. Errors: errno (open, read, ENOMEM).
+ */
+int tool_file_read(const char *path, char **buf, size_t *len, char *err, size_t errlen);
+
+/*
  * tool_textfile_next: the next line, terminated in place, without its LF or CRLF.
  *   line, len: out. Returns 1, or 0 at the end of the file. f->lineno numbers the line.
  */

@@ -1,0 +1,327 @@
+/*
+ * mpi_ingest.c: `tartan-mpi build` and `tartan-mpi add`: the corpus goes to the shards, each
+ * document to the shard tartan_shard_of(id, P) names, every rank encoding and writing its own
+ * documents in parallel. Every rank reads the same corpus files (a shared file system, or a
+ * copy on each host) but touches only its own documents' rows.
+ *
+ * build: every rank draws its share of the training sample from its own documents (shares in
+ * proportion to the ranks' documents, tartan_sample_docs of the whole corpus in all); rank 0
+ * gathers the sample, trains its shard (k-means once), exports the model and broadcasts it;
+ * the other ranks import it (tartan_model_import), so that every shard encodes alike; then
+ * every rank adds its documents.
+ *
+ * Failures: every batch is one transaction in one shard. When a rank fails or is killed,
+ * each shard holds whole batches of its documents (a prefix of them, in file order) and is
+ * sound. Running the same `tartan-mpi add` again with --replace converges: every document
+ * ends in its shard exactly once, as given (ids it held already are replaced by the same
+ * document). A build that failed before the model reached every shard is built again from
+ * scratch (remove INDEX); one that failed while adding documents is completed the same way as
+ * an add, with `tartan-mpi add --replace`.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "corpus_args.h"
+#include "errbuf.h"
+#include "ingest.h"
+#include "mpi_commands.h"
+#include "mpi_util.h"
+#include "progress.h"
+#include "tartan.h"
+#include "textfile.h"
+
+/* keep[i]: document i belongs to this rank's shard. *n, *tokens: this rank's documents. */
+static uint8_t *route(const tool_corpus *c, size_t *n, size_t *tokens)
+{
+    uint8_t *keep = malloc(c->n_docs ? c->n_docs : 1);
+    *n = *tokens = 0;
+    if (!keep)
+        return NULL;
+    char buf[21];
+    for (size_t i = 0; i < c->n_docs; i++) {
+        keep[i] = tartan_shard_of(tool_corpus_id(c, i, buf), (uint32_t)tool_mpi_size) ==
+                  (uint32_t)tool_mpi_rank;
+        if (keep[i]) {
+            (*n)++;
+            *tokens += tool_corpus_doclen(c, i);
+        }
+    }
+    return keep;
+}
+
+/* This rank's share of a sample of want documents: want times the documents of ranks before it
+ * and up to it, over all documents, rounded down, minus the same for the ranks before it. */
+static size_t sample_share(size_t want, size_t n_docs, uint64_t mine)
+{
+    uint64_t before = 0;
+    MPI_Exscan(&mine, &before, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (tool_mpi_rank == 0)
+        before = 0;
+    double w = (double)want, n = (double)(n_docs ? n_docs : 1);
+    return (size_t)(w * (double)(before + mine) / n) - (size_t)(w * (double)before / n);
+}
+
+/* Gathers every rank's sample on rank 0 into *all (rank 0 only). 0 or ENOMEM/ETOOBIG. */
+static int gather_sample(const tool_sample *s, const tool_corpus *c, tool_sample *all, char *err,
+                         size_t errlen)
+{
+    memset(all, 0, sizeof *all);
+    int p = tool_mpi_size;
+    uint64_t mine[2] = {s->n, s->tokens}, *each = NULL;
+    int rc = 0;
+    if (s->n > INT_MAX || s->tokens > INT_MAX)
+        rc = tool_fail(err, errlen, TARTAN_ETOOBIG, "a sample of %zu tokens from one rank",
+                       s->tokens);
+    if (tool_mpi_rank == 0 && !(each = malloc((size_t)p * sizeof mine)))
+        rc = tool_fail(err, errlen, ENOMEM, "out of memory");
+    if (tool_mpi_any(rc)) {
+        free(each);
+        return rc ? rc : TARTAN_EINVAL;
+    }
+    MPI_Gather(mine, 2, MPI_UINT64_T, each, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    int *cnt = NULL, *off = NULL, *tcnt = NULL, *toff = NULL;
+    uint64_t *lens64 = NULL;
+    if (tool_mpi_rank == 0) {
+        size_t n = 0, t = 0;
+        cnt = malloc((size_t)p * sizeof *cnt);
+        off = malloc((size_t)p * sizeof *off);
+        tcnt = malloc((size_t)p * sizeof *tcnt);
+        toff = malloc((size_t)p * sizeof *toff);
+        for (int r = 0; r < p; r++) {
+            n += each[2 * r];
+            t += each[2 * r + 1];
+        }
+        all->n = n;
+        all->tokens = t;
+        lens64 = malloc((n ? n : 1) * sizeof *lens64);
+        all->lens = malloc((n ? n : 1) * sizeof *all->lens);
+        all->emb = malloc((t ? t : 1) * c->row_bytes);
+        if (!cnt || !off || !tcnt || !toff || !lens64 || !all->lens || !all->emb)
+            rc = tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens", t);
+        else if (n > INT_MAX || t > INT_MAX)
+            rc = tool_fail(err, errlen, TARTAN_ETOOBIG, "a sample of %zu tokens", t);
+        else
+            for (int r = 0, a = 0, b = 0; r < p; r++) {
+                cnt[r] = (int)each[2 * r];
+                off[r] = a;
+                tcnt[r] = (int)each[2 * r + 1];
+                toff[r] = b;
+                a += cnt[r];
+                b += tcnt[r];
+            }
+    }
+    uint64_t *my64 = malloc((s->n ? s->n : 1) * sizeof *my64);
+    if (!my64)
+        rc = tool_fail(err, errlen, ENOMEM, "out of memory");
+    if (!tool_mpi_any(rc)) {
+        for (size_t i = 0; i < s->n; i++)
+            my64[i] = s->lens[i];
+        MPI_Gatherv(my64, (int)s->n, MPI_UINT64_T, lens64, cnt, off, MPI_UINT64_T, 0,
+                    MPI_COMM_WORLD);
+        /* Rows as one datatype: the counts are rows, so a sample of up to 2^31 rows fits. */
+        MPI_Datatype row;
+        MPI_Type_contiguous((int)c->row_bytes, MPI_BYTE, &row);
+        MPI_Type_commit(&row);
+        MPI_Gatherv(s->emb, (int)s->tokens, row, all->emb, tcnt, toff, row, 0, MPI_COMM_WORLD);
+        MPI_Type_free(&row);
+        if (tool_mpi_rank == 0)
+            for (size_t i = 0; i < all->n; i++)
+                all->lens[i] = (size_t)lens64[i];
+    } else if (!rc) {
+        rc = TARTAN_EINVAL; /* another rank failed; it reports */
+    }
+    free(my64);
+    free(lens64);
+    free(each);
+    free(cnt);
+    free(off);
+    free(tcnt);
+    free(toff);
+    if (rc)
+        tool_sample_free(all);
+    return rc;
+}
+
+/*
+ * Trains the shards: rank 0 from the gathered sample (or from the model file), every other
+ * rank by importing rank 0's model. Collective; 0 on every rank or 1 after reporting.
+ */
+static int train_shards(const char *prog, tartan_db *db, tool_corpus *c, const tool_build_args *a,
+                        const uint8_t *keep, size_t mine)
+{
+    char err[1400] = "";
+    int rc = 0;
+    char *model = NULL;
+    size_t mlen = 0;
+    if (a->model) {
+        if (tool_mpi_rank == 0 && (rc = tool_file_read(a->model, &model, &mlen, err, sizeof err)))
+            model = NULL;
+    } else {
+        size_t want = tartan_sample_docs(db, c->n_docs);
+        tool_sample s = {0}, all = {0};
+        rc = tool_corpus_sample(c, sample_share(want, c->n_docs, mine), a->seed, keep, &s, err,
+                                sizeof err);
+        if (tool_mpi_failed(prog, rc, err))
+            return 1;
+        rc = gather_sample(&s, c, &all, err, sizeof err);
+        tool_sample_free(&s);
+        if (tool_mpi_failed(prog, rc, err))
+            return 1;
+        if (tool_mpi_rank == 0) {
+            rc = tool_sample_train(db, &all, c, c->n_rows, err, sizeof err);
+            void *buf = NULL;
+            if (!rc && (rc = tartan_model_export(db, &buf, &mlen)))
+                tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
+            model = buf;
+        }
+        tool_sample_free(&all);
+    }
+    /* Rank 0's outcome decides; it alone reports it. */
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr, "%s: %s: %s\n", prog, tartan_err_name(rc), err);
+        free(model);
+        return 1;
+    }
+    if (tool_mpi_bcast_alloc(&model, &mlen, 0)) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr, "%s: ENOMEM: out of memory for the model\n", prog);
+        free(model);
+        return 1;
+    }
+    if (tool_mpi_rank != 0 || a->model) {
+        if ((rc = tartan_model_import(db, model, mlen)))
+            tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
+    }
+    free(model);
+    return tool_mpi_failed(prog, rc, err);
+}
+
+int tool_mpi_cmd_build(int argc, char **argv)
+{
+    const char *prog = "tartan-mpi build";
+    tool_build_args a;
+    int st = tool_build_args_parse(argc, argv, "tartan-mpi", tool_mpi_rank ? NULL : stdout,
+                                   tool_mpi_rank ? NULL : stderr, &a);
+    if (st >= 0)
+        return st;
+    char err[1400] = "";
+    tool_corpus c;
+    int rc = tool_corpus_open(&c, a.emb, a.lens, a.ids, err, sizeof err);
+    if (tool_mpi_failed(prog, rc, err)) {
+        if (!rc)
+            tool_corpus_close(&c);
+        return 1;
+    }
+    double t0 = tool_now();
+    size_t mine = 0, tokens = 0;
+    uint8_t *keep = route(&c, &mine, &tokens);
+    if (!keep)
+        rc = tool_fail(err, sizeof err, ENOMEM, "out of memory");
+    tartan_options o;
+    tool_build_options(&a, c.dim, &o);
+    tartan_db *db = NULL;
+    if (!rc)
+        rc = tool_mpi_open_shard(a.path, &o, &db, err, sizeof err);
+    int status = 1;
+    if (tool_mpi_failed(prog, rc, err))
+        goto done;
+    if (train_shards(prog, db, &c, &a, keep, mine))
+        goto done;
+    double t1 = tool_now();
+    size_t added = 0;
+    rc = tool_corpus_ingest_some(db, &c, keep, a.batch, 0, &added, err, sizeof err);
+    double t2 = tool_now();
+    double train_s = tool_mpi_max(t1 - t0), add_s = tool_mpi_max(t2 - t1);
+    uint64_t total = tool_mpi_sum(added);
+    if (tool_mpi_failed(prog, rc, err)) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr,
+                    "%s: the shards hold %llu documents; 'tartan-mpi add --replace' with the "
+                    "same files completes the build\n",
+                    prog, (unsigned long long)total);
+        goto done;
+    }
+    tartan_index_info info;
+    uint64_t toks = tartan_info(db, &info) == 0 ? info.n_tokens : 0;
+    toks = tool_mpi_sum(toks);
+    if (tool_mpi_rank == 0)
+        fprintf(stderr,
+                "built %s over %d shards: %llu documents, %llu tokens, %u centroids; sampling "
+                "and training %.1f s, adding %.1f s (slowest shard)\n",
+                a.path, tool_mpi_size, (unsigned long long)total, (unsigned long long)toks,
+                info.n_centroids, train_s, add_s);
+    status = 0;
+done:
+    tartan_close(db);
+    free(keep);
+    tool_corpus_close(&c);
+    return status;
+}
+
+int tool_mpi_cmd_add(int argc, char **argv)
+{
+    const char *prog = "tartan-mpi add";
+    tool_add_args a;
+    int st = tool_add_args_parse(argc, argv, "tartan-mpi", tool_mpi_rank ? NULL : stdout,
+                                 tool_mpi_rank ? NULL : stderr, &a);
+    if (st >= 0)
+        return st;
+    char err[1400] = "";
+    tool_corpus c;
+    int rc = tool_corpus_open(&c, a.emb, a.lens, a.ids, err, sizeof err);
+    if (tool_mpi_failed(prog, rc, err)) {
+        if (!rc)
+            tool_corpus_close(&c);
+        return 1;
+    }
+    size_t mine = 0, tokens = 0;
+    uint8_t *keep = route(&c, &mine, &tokens);
+    if (!keep)
+        rc = tool_fail(err, sizeof err, ENOMEM, "out of memory");
+    tartan_options o;
+    tartan_options_init(&o);
+    o.dim = c.dim;
+    o.device = a.device;
+    tartan_db *db = NULL;
+    if (!rc)
+        rc = tool_mpi_open_shard(a.path, &o, &db, err, sizeof err);
+    int status = 1;
+    if (tool_mpi_failed(prog, rc, err))
+        goto done;
+    /* Encoding with another model than the other shards' would make scores incomparable. */
+    rc = tool_mpi_same_model(db, NULL, NULL, err, sizeof err);
+    if (rc) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr, "%s: %s: the shards of %s do not share one model: %s\n", prog,
+                    tartan_err_name(rc), a.path, err);
+        goto done;
+    }
+    double t0 = tool_now();
+    size_t added = 0;
+    rc = tool_corpus_ingest_some(db, &c, keep, a.batch, a.flags, &added, err, sizeof err);
+    double secs = tool_mpi_max(tool_now() - t0);
+    uint64_t total = tool_mpi_sum(added);
+    if (tool_mpi_failed(prog, rc, err)) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr,
+                    "%s: %llu documents were added before the failure; running the same "
+                    "command again with --replace completes it\n",
+                    prog, (unsigned long long)total);
+        goto done;
+    }
+    if (tool_mpi_rank == 0)
+        fprintf(stderr, "added %llu documents to %d shards in %.1f s\n", (unsigned long long)total,
+                tool_mpi_size, secs);
+    status = 0;
+done:
+    tartan_close(db);
+    free(keep);
+    tool_corpus_close(&c);
+    return status;
+}

@@ -1,0 +1,562 @@
+/*
+ * mpi_search.c: `tartan-mpi search INDEX --queries Q.npy ...`: `tartan search` (same options,
+ * same TREC or JSONL output, tools/cmd_search.c) over the shards of a sharded index. Rank 0
+ * runs the command with a backend (search_run.h) that broadcasts each batch of queries, and
+ * the search parameters when they change, to every rank; each rank searches its own shard (on
+ * the CPU or its own GPU) with the same parameters, k results a query; rank 0 gathers the
+ * ranks' results and merges them (tartan_results_merge) into the corpus's top k. The other
+ * ranks serve: they wait for rank 0's messages until it says stop.
+ *
+ * Messages, each a broadcast from rank 0: a header {kind, bytes} then the bytes.
+ *   OPEN    the index path: every rank opens its shard; rank 0 gathers each rank's code,
+ *           message and tartan_index_info;
+ *   PARAMS  the tartan_search_params as bytes (every rank runs this very build, so the struct
+ *           is laid out alike), then the subset's ids one after another, each NUL-terminated;
+ *   SEARCH  a batch of queries (header of u64s, lengths, embeddings); every rank answers with
+ *           its results (or its failure) through one gather;
+ *   STOP    every rank closes its shard and returns.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errbuf.h"
+#include "mpi_commands.h"
+#include "mpi_util.h"
+#include "search_run.h"
+#include "tartan.h"
+
+enum { MSG_OPEN = 1, MSG_PARAMS, MSG_SEARCH, MSG_STOP };
+
+/* What a rank holds between messages. */
+typedef struct shard_state {
+    tartan_db *db;
+    tartan_search_params p;
+    char *subset_text;       /* the subset's ids, NUL-separated */
+    const char **subset_ids; /* pointers into it */
+    char err[1400];          /* rank 0: the last failure, with the code's name first */
+    int have_params, stopped;
+} shard_state;
+
+static void send_header(uint64_t kind, uint64_t bytes)
+{
+    uint64_t h[2] = {kind, bytes};
+    MPI_Bcast(h, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+}
+
+/* ---- byte strings ------------------------------------------------------------------------- */
+
+typedef struct wbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} wbuf;
+
+static void put(wbuf *b, const void *x, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, x, n);
+    b->len += n;
+}
+
+static void put64(wbuf *b, uint64_t v)
+{
+    put(b, &v, sizeof v);
+}
+
+typedef struct rbuf {
+    const char *p;
+    size_t len, at;
+    int bad;
+} rbuf;
+
+static const void *take(rbuf *b, size_t n)
+{
+    if (b->bad || n > b->len - b->at) {
+        b->bad = 1;
+        return NULL;
+    }
+    const void *x = b->p + b->at;
+    b->at += n;
+    return x;
+}
+
+static uint64_t take64(rbuf *b)
+{
+    uint64_t v = 0;
+    const void *x = take(b, sizeof v);
+    if (x)
+        memcpy(&v, x, sizeof v);
+    return v;
+}
+
+static size_t dtype_size(tartan_dtype t)
+{
+    return t == TARTAN_FLOAT32 ? 4 : 2;
+}
+
+/* ---- queries and results on the wire ------------------------------------------------------ */
+
+static void put_queries(wbuf *b, const tartan_queries *q)
+{
+    put64(b, q->n_queries);
+    put64(b, q->qlen);
+    put64(b, q->n_rows);
+    put64(b, q->dim);
+    put64(b, (uint64_t)q->dtype);
+    put64(b, q->qlens != NULL);
+    if (q->qlens)
+        for (size_t i = 0; i < q->n_queries; i++)
+            put64(b, q->qlens[i]);
+    put(b, q->embeddings, q->n_rows * q->dim * dtype_size(q->dtype));
+}
+
+/* Fills q pointing into b; *qlens allocated when the queries have lengths. */
+static int take_queries(rbuf *b, tartan_queries *q, size_t **qlens)
+{
+    memset(q, 0, sizeof *q);
+    *qlens = NULL;
+    q->n_queries = (size_t)take64(b);
+    q->qlen = (size_t)take64(b);
+    q->n_rows = (size_t)take64(b);
+    q->dim = (size_t)take64(b);
+    q->dtype = (tartan_dtype)take64(b);
+    if (take64(b)) {
+        if (!(*qlens = malloc((q->n_queries ? q->n_queries : 1) * sizeof **qlens)))
+            return ENOMEM;
+        for (size_t i = 0; i < q->n_queries; i++)
+            (*qlens)[i] = (size_t)take64(b);
+        q->qlens = *qlens;
+    }
+    q->embeddings = take(b, q->n_rows * q->dim * dtype_size(q->dtype));
+    return b->bad ? TARTAN_EINVAL : 0;
+}
+
+/* A rank's answer: its code and message, then (on success) its results. */
+static void put_answer(wbuf *b, int rc, const char *msg, const tartan_results *r)
+{
+    put64(b, (uint64_t)(int64_t)rc);
+    uint64_t ml = msg ? strlen(msg) : 0;
+    put64(b, ml);
+    put(b, msg, ml);
+    if (rc)
+        return;
+    put64(b, r->n_queries);
+    put(b, &r->stats, sizeof r->stats);
+    for (size_t i = 0; i < r->n_queries; i++)
+        put64(b, r->counts[i]);
+    for (size_t h = 0; h < r->offsets[r->n_queries]; h++) {
+        uint64_t l = strlen(r->hits[h].id);
+        put(b, &r->hits[h].score, sizeof(float));
+        put64(b, l);
+        put(b, r->hits[h].id, l + 1);
+    }
+}
+
+/* A result set built from an answer: ids point into the answer's bytes. */
+typedef struct part {
+    tartan_results r;
+    size_t *counts, *offsets;
+    tartan_hit *hits;
+} part;
+
+static void part_free(part *p)
+{
+    free(p->counts);
+    free(p->offsets);
+    free(p->hits);
+}
+
+static int take_answer(rbuf *b, part *p, int *rc, char *msg, size_t msglen)
+{
+    memset(p, 0, sizeof *p);
+    *rc = (int)(int64_t)take64(b);
+    uint64_t ml = take64(b);
+    const char *m = take(b, ml);
+    if (m)
+        snprintf(msg, msglen, "%.*s", (int)ml, m);
+    if (b->bad || *rc)
+        return b->bad;
+    size_t nq = (size_t)take64(b);
+    const void *st = take(b, sizeof p->r.stats);
+    if (b->bad || nq > b->len / 8)
+        return 1;
+    memcpy(&p->r.stats, st, sizeof p->r.stats);
+    p->counts = malloc((nq ? nq : 1) * sizeof *p->counts);
+    p->offsets = malloc((nq + 1) * sizeof *p->offsets);
+    size_t total = 0;
+    if (!p->counts || !p->offsets)
+        return 1;
+    for (size_t i = 0; i < nq; i++) {
+        p->counts[i] = (size_t)take64(b);
+        p->offsets[i] = total;
+        total += p->counts[i];
+    }
+    p->offsets[nq] = total;
+    if (b->bad || total > b->len / 13 || !(p->hits = malloc((total ? total : 1) * sizeof *p->hits)))
+        return 1;
+    for (size_t h = 0; h < total && !b->bad; h++) {
+        const void *s = take(b, sizeof(float));
+        uint64_t l = take64(b);
+        const char *id = take(b, l + 1);
+        if (!s || !id || id[l])
+            return 1;
+        memcpy(&p->hits[h].score, s, sizeof(float));
+        p->hits[h].id = id;
+    }
+    p->r.n_queries = nq;
+    p->r.counts = p->counts;
+    p->r.offsets = p->offsets;
+    p->r.hits = p->hits;
+    return b->bad;
+}
+
+/* Every rank's answer to rank 0: there *all (malloc'd) and the byte counts and offsets. */
+static int gather_answers(const wbuf *mine, char **all, int **lens, int **offs)
+{
+    int p = tool_mpi_size, len = mine->len > INT_MAX ? -1 : (int)mine->len;
+    *all = NULL;
+    *lens = tool_mpi_rank == 0 ? calloc((size_t)p, sizeof **lens) : NULL;
+    *offs = tool_mpi_rank == 0 ? calloc((size_t)p, sizeof **offs) : NULL;
+    MPI_Gather(&len, 1, MPI_INT, *lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int bad = 0;
+    if (tool_mpi_rank == 0) {
+        size_t total = 0;
+        for (int r = 0; r < p; r++) {
+            if ((*lens)[r] < 0 || total > (size_t)INT_MAX)
+                bad = 1;
+            (*offs)[r] = (int)total;
+            total += (size_t)((*lens)[r] > 0 ? (*lens)[r] : 0);
+        }
+        if (!bad && !(*all = malloc(total ? total : 1)))
+            bad = 1;
+    }
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (bad)
+        return ENOMEM;
+    MPI_Gatherv(mine->p, len, MPI_BYTE, *all, *lens, *offs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+/* ---- every rank: the handlers ------------------------------------------------------------- */
+
+static int handle_open(shard_state *s, const char *path, tartan_index_info *info, char *err,
+                       size_t errlen)
+{
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_READONLY;
+    memset(info, 0, sizeof *info);
+    int rc = tool_mpi_open_shard(path, &o, &s->db, err, errlen);
+    if (!rc && (rc = tartan_info(s->db, info)))
+        tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(s->db)));
+    return rc;
+}
+
+static int handle_params(shard_state *s, const char *bytes, size_t len)
+{
+    free(s->subset_text);
+    free(s->subset_ids);
+    s->subset_text = NULL;
+    s->subset_ids = NULL;
+    s->have_params = 0;
+    if (len < sizeof s->p)
+        return TARTAN_EINVAL;
+    memcpy(&s->p, bytes, sizeof s->p);
+    if (s->p.subset) {
+        size_t tl = len - sizeof s->p;
+        s->subset_text = malloc(tl + 1);
+        s->subset_ids = malloc((s->p.n_subset ? s->p.n_subset : 1) * sizeof *s->subset_ids);
+        if (!s->subset_text || !s->subset_ids)
+            return ENOMEM;
+        memcpy(s->subset_text, bytes + sizeof s->p, tl);
+        s->subset_text[tl] = 0;
+        const char *at = s->subset_text;
+        for (size_t i = 0; i < s->p.n_subset; i++) {
+            if (at >= s->subset_text + tl)
+                return TARTAN_EINVAL;
+            s->subset_ids[i] = at;
+            at += strlen(at) + 1;
+        }
+        s->p.subset = s->subset_ids;
+    }
+    s->have_params = 1;
+    return 0;
+}
+
+/* Searches this rank's shard and answers rank 0 (every rank, rank 0 included). */
+static int handle_search(shard_state *s, const char *bytes, size_t len, char **all, int **lens,
+                         int **offs)
+{
+    rbuf in = {bytes, len, 0, 0};
+    tartan_queries q;
+    size_t *qlens = NULL;
+    tartan_results *r = NULL;
+    char msg[1400] = "";
+    int rc = take_queries(&in, &q, &qlens);
+    if (rc)
+        snprintf(msg, sizeof msg, "a malformed batch of queries reached this rank");
+    else if (!s->have_params)
+        snprintf(msg, sizeof msg, "no search parameters reached this rank"), rc = TARTAN_EINVAL;
+    else if ((rc = tartan_search(s->db, &q, &s->p, &r)))
+        snprintf(msg, sizeof msg, "%s", tartan_errmsg(s->db));
+    wbuf out = {0};
+    put_answer(&out, rc, msg, r);
+    tartan_results_free(r);
+    free(qlens);
+    if (out.oom) {
+        free(out.p);
+        out = (wbuf){0};
+        put_answer(&out, ENOMEM, "ENOMEM: out of memory for the results", NULL);
+    }
+    int grc = gather_answers(&out, all, lens, offs);
+    free(out.p);
+    return grc;
+}
+
+static void handle_stop(shard_state *s)
+{
+    tartan_close(s->db);
+    s->db = NULL;
+    free(s->subset_text);
+    free(s->subset_ids);
+    s->subset_text = NULL;
+    s->subset_ids = NULL;
+    s->stopped = 1;
+}
+
+/* Ranks 1 .. P-1: serve rank 0's messages until STOP. */
+static int serve(void)
+{
+    shard_state s = {0};
+    int status = 0;
+    while (!s.stopped) {
+        uint64_t h[2];
+        MPI_Bcast(h, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        char *bytes = malloc(h[1] + 1);
+        int oom = bytes == NULL;
+        if (tool_mpi_any(oom)) { /* rank 0 takes part in this vote too */
+            free(bytes);
+            handle_stop(&s);
+            return 1;
+        }
+        tool_mpi_bcast(bytes, h[1], 0);
+        bytes[h[1]] = 0;
+        switch (h[0]) {
+        case MSG_OPEN: {
+            tartan_index_info info;
+            char err[1400] = "";
+            int rc = handle_open(&s, bytes, &info, err, sizeof err);
+            int64_t rc64 = rc;
+            MPI_Gather(&rc64, 1, MPI_INT64_T, NULL, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+            MPI_Gather(&info, (int)sizeof info, MPI_BYTE, NULL, (int)sizeof info, MPI_BYTE, 0,
+                       MPI_COMM_WORLD);
+            char **t = tool_mpi_gather_text(err);
+            (void)t;
+            status = rc != 0;
+            break;
+        }
+        case MSG_PARAMS: {
+            int rc = handle_params(&s, bytes, h[1]);
+            MPI_Gather(&rc, 1, MPI_INT, NULL, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            break;
+        }
+        case MSG_SEARCH: {
+            char *all;
+            int *lens, *offs;
+            if (handle_search(&s, bytes, h[1], &all, &lens, &offs))
+                status = 1;
+            break;
+        }
+        default:
+            handle_stop(&s);
+        }
+        free(bytes);
+    }
+    return status;
+}
+
+/* ---- rank 0: the backend ------------------------------------------------------------------ */
+
+/* Sends a message: header and bytes; the ranks vote on having the memory for it. */
+static int send_msg(uint64_t kind, const void *bytes, size_t len)
+{
+    send_header(kind, len);
+    if (tool_mpi_any(0))
+        return ENOMEM;
+    tool_mpi_bcast((void *)bytes, len, 0);
+    return 0;
+}
+
+static int be_open(void *ctx, const char *path, tartan_index_info *info)
+{
+    shard_state *s = ctx;
+    if (send_msg(MSG_OPEN, path, strlen(path))) {
+        snprintf(s->err, sizeof s->err, "ENOMEM: a rank is out of memory");
+        return ENOMEM;
+    }
+    char err[1400] = "";
+    int rc = handle_open(s, path, info, err, sizeof err);
+    int p = tool_mpi_size;
+    int64_t rc64 = rc, *rcs = calloc((size_t)p, sizeof *rcs);
+    tartan_index_info *infos = calloc((size_t)p, sizeof *infos);
+    MPI_Gather(&rc64, 1, MPI_INT64_T, rcs, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gather(info, (int)sizeof *info, MPI_BYTE, infos, (int)sizeof *info, MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    char **texts = tool_mpi_gather_text(err);
+    rc = 0;
+    size_t at = 0;
+    for (int r = 0; r < p; r++) {
+        if (rcs[r] && !rc) {
+            rc = (int)rcs[r];
+            const char *name = tartan_err_name(rc);
+            at = (size_t)snprintf(s->err, sizeof s->err, "%s: rank %d: %s", name ? name : "error",
+                                  r, texts[r]);
+        } else if (rcs[r] && at < sizeof s->err) {
+            at += (size_t)snprintf(s->err + at, sizeof s->err - at, "; rank %d: %s", r, texts[r]);
+        }
+    }
+    /* The corpus's description: shard 0's shape, the shards' counts summed. */
+    for (int r = 1; r < p && !rc; r++) {
+        if (infos[r].dim != infos[0].dim && infos[r].n_centroids) {
+            rc = TARTAN_EDIM;
+            snprintf(s->err, sizeof s->err, "TARTAN_EDIM: shard %d has dimension %u, shard 0 %u", r,
+                     infos[r].dim, infos[0].dim);
+        }
+        info->n_docs += infos[r].n_docs;
+        info->n_tokens += infos[r].n_tokens;
+    }
+    for (int r = 0; r < p; r++)
+        free(texts[r]);
+    free(texts);
+    free(rcs);
+    free(infos);
+    return rc;
+}
+
+static int be_search(void *ctx, const tartan_queries *q, const tartan_search_params *p,
+                     tartan_results **res)
+{
+    shard_state *s = ctx;
+    *res = NULL;
+    /* The parameters go out when they change (the command sets them once). */
+    if (!s->have_params || memcmp(&s->p, p, sizeof *p)) {
+        wbuf b = {0};
+        put(&b, p, sizeof *p);
+        for (size_t i = 0; p->subset && i < p->n_subset; i++)
+            put(&b, p->subset[i], strlen(p->subset[i]) + 1);
+        int rc = b.oom ? ENOMEM : send_msg(MSG_PARAMS, b.p, b.len);
+        free(b.p);
+        if (rc) {
+            snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the search parameters");
+            return ENOMEM;
+        }
+        /* memcpy, not assignment: the comparison above reads the padding too. The caller's
+         * subset stays valid through the command. */
+        memcpy(&s->p, p, sizeof *p);
+        s->have_params = 1;
+        int mine = 0, worst = 0, *rcs = calloc((size_t)tool_mpi_size, sizeof *rcs);
+        MPI_Gather(&mine, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        for (int r = 0; rcs && r < tool_mpi_size && !worst; r++)
+            worst = rcs[r];
+        free(rcs);
+        if (worst) {
+            snprintf(s->err, sizeof s->err, "%s: a rank could not take the search parameters",
+                     tartan_err_name(worst));
+            s->have_params = 0;
+            return worst;
+        }
+    }
+    wbuf b = {0};
+    put_queries(&b, q);
+    if (b.oom) {
+        free(b.p);
+        snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the queries");
+        return ENOMEM;
+    }
+    int rc = send_msg(MSG_SEARCH, b.p, b.len);
+    if (!rc) {
+        char *all = NULL;
+        int *lens = NULL, *offs = NULL;
+        rc = handle_search(s, b.p, b.len, &all, &lens, &offs);
+        if (rc) {
+            snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
+        } else {
+            int p_n = tool_mpi_size;
+            part *parts = calloc((size_t)p_n, sizeof *parts);
+            const tartan_results **pp = calloc((size_t)p_n, sizeof *pp);
+            if (!parts || !pp) {
+                rc = ENOMEM;
+                snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
+            }
+            for (int r = 0; r < p_n && !rc; r++) {
+                rbuf in = {all + offs[r], (size_t)lens[r], 0, 0};
+                char msg[1200] = "";
+                int rrc = 0;
+                if (take_answer(&in, &parts[r], &rrc, msg, sizeof msg)) {
+                    rc = TARTAN_EINTERNAL;
+                    snprintf(s->err, sizeof s->err,
+                             "TARTAN_EINTERNAL: rank %d's answer is malformed", r);
+                } else if (rrc) {
+                    rc = rrc;
+                    const char *name = tartan_err_name(rrc);
+                    snprintf(s->err, sizeof s->err, "%s: rank %d: %s", name ? name : "error", r,
+                             tool_mpi_detail(msg));
+                }
+                pp[r] = &parts[r].r;
+            }
+            if (!rc && (rc = tartan_results_merge(pp, (size_t)p_n, p->k, res)))
+                snprintf(s->err, sizeof s->err, "%s", tartan_errmsg(NULL));
+            for (int r = 0; parts && r < p_n; r++)
+                part_free(&parts[r]);
+            free(parts);
+            free(pp);
+        }
+        free(all);
+        free(lens);
+        free(offs);
+    } else {
+        snprintf(s->err, sizeof s->err, "ENOMEM: a rank is out of memory for the queries");
+    }
+    free(b.p);
+    return rc;
+}
+
+static const char *be_errmsg(void *ctx)
+{
+    return ((shard_state *)ctx)->err;
+}
+
+static void be_close(void *ctx)
+{
+    shard_state *s = ctx;
+    if (!s->stopped) {
+        send_msg(MSG_STOP, "", 0);
+        handle_stop(s);
+    }
+}
+
+int tool_mpi_cmd_search(int argc, char **argv)
+{
+    if (tool_mpi_rank != 0)
+        return serve();
+    shard_state s = {0};
+    tool_search_backend be = {be_open, be_search, be_errmsg, be_close, &s};
+    return tool_search_run(argc, argv, &be);
+}

@@ -14,6 +14,7 @@
 
 #include "db.h"
 #include "gpu.h"
+#include "gpus.h"
 #include "plan.h"
 
 /* Each thread keeps its last message per kind: one for calls on handles (tagged with the
@@ -81,6 +82,9 @@ static int check_options(const tartan_options *o, store_msg *m)
     if ((unsigned)o->gpu_mode > TARTAN_GPU_STREAMING)
         return store_fail(m, TARTAN_EINVAL, "gpu_mode is %d; it must be a tartan_gpu_mode",
                           (int)o->gpu_mode);
+    if (o->gpu_devices < -1)
+        return store_fail(m, TARTAN_EINVAL, "gpu_devices is %d; it must be -1, 0 or more",
+                          o->gpu_devices);
     if (o->kmeans_iters < 1)
         return store_fail(m, TARTAN_EINVAL, "kmeans_iters is %d; it must be at least 1",
                           o->kmeans_iters);
@@ -169,6 +173,7 @@ void tartan_close(tartan_db *db)
     if (!db)
         return;
     eng_gpu_free(db->gpu);
+    eng_gpus_free(db->gpus);
     store_close(db->env);
     pthread_mutex_destroy(&db->write_lock);
     free(db);

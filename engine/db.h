@@ -22,6 +22,9 @@ struct tartan_db {
     /* The index mirrored in GPU memory for GPU searches (engine/gpu.h); NULL until the first.
      * Guarded by the process-wide GPU lock. */
     struct eng_gpu *gpu;
+    /* The index spread over several GPUs (engine/gpus.h) when the handle's plan has more than
+     * one partition; NULL until the first such search. Guarded by the GPU lock. */
+    struct eng_gpus *gpus;
 };
 
 /*

@@ -28,6 +28,14 @@ void eng_gpu_unlock(void);
 int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaustive,
                    tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m);
 
+/*
+ * The same without taking the GPU lock: for engine/search_gpus.c, which holds it for a whole
+ * search and runs one thread per device, each on the calling thread's current device and its
+ * own mirror (*gp).
+ */
+int eng_gpu_search_held(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaustive,
+                        tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m);
+
 /* What the mirror holds (for tests and benchmarks): mode in use and device bytes. */
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes);
 

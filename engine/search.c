@@ -25,6 +25,7 @@
 #include "db.h"
 #include "device.h"
 #include "gpu.h"
+#include "gpus.h"
 #include "search.h"
 
 /* Readers one call opens at most: LMDB has 126 reader slots per environment by default, to be
@@ -430,7 +431,7 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         if (s.allowed && s.n_allowed == 0)
             ; /* nothing allowed: no hits */
         else if (dev == KERN_DEV_CUDA)
-            rc = eng_gpu_search(&db->gpu, &r[0], &s, params->exhaustive, gmode, &st, &m);
+            rc = eng_gpus_search(db, &r[0], &s, params->exhaustive, gmode, &st, &m);
         else if (params->exhaustive && !s.subset_exact)
             rc = eng_exact_scan(&r[0], &s, threads, &st, &m);
         else

@@ -1072,6 +1072,14 @@ int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaust
                    tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
 {
     eng_gpu_lock();
+    int rc = eng_gpu_search_held(gp, r, s, exhaustive, mode, st, m);
+    eng_gpu_unlock();
+    return rc;
+}
+
+int eng_gpu_search_held(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaustive,
+                        tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
+{
     int rc = 0;
     if (!*gp && !(*gp = calloc(1, sizeof **gp)))
         rc = store_fail(m, ENOMEM, "GPU search: out of memory");
@@ -1085,6 +1093,5 @@ int eng_gpu_search(eng_gpu **gp, idx_reader *r, const eng_search *s, int exhaust
         rc = run_search(*gp, r, s, exhaustive, st, m);
     if (rc && *gp && rc != ENOMEM && rc != TARTAN_ECORRUPT)
         (*gp)->valid = 0; /* after a device error, reload from scratch next time */
-    eng_gpu_unlock();
     return rc;
 }

@@ -200,6 +200,19 @@ typedef struct tartan_options {
                            default TARTAN_DEVICE_AUTO */
     tartan_gpu_mode gpu_mode; /* how a GPU search holds the index (see tartan_gpu_mode);
                            default TARTAN_GPU_AUTO */
+    int gpu_devices;    /* GPUs of this host a GPU search spreads the index over: its
+                           documents are split into one partition per GPU (by internal number),
+                           each GPU holds and searches its partition, and the partitions' top k
+                           merge exactly (exhaustive search returns what one GPU returns; PLAID
+                           keeps at least as much of the exhaustive top k in practice, as each
+                           partition keeps ndocs candidates of its own). 0 (default): the
+                           environment variable TARTAN_GPU_DEVICES ("all" or a number) when set,
+                           else 1; -1: every visible GPU; N >= 1: the first N visible GPUs
+                           (fewer when fewer are visible; CUDA_VISIBLE_DEVICES picks which).
+                           The variable TARTAN_GPU_PARTITIONS=N (for tests and measurements)
+                           makes N partitions, placed on the GPUs in turn, several on one GPU
+                           when N is larger. Else TARTAN_EINVAL from tartan_open (below -1) or
+                           the search (a malformed variable) */
 } tartan_options;
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */

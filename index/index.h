@@ -134,6 +134,11 @@ typedef struct idx_reader {
     idx_codec codec;        /* valid when trained */
     const float *centroids; /* [n_centroids, dim], in the map; NULL when untrained */
     int verify;             /* check each document's checksum on read (default 1) */
+    /* A partition of the documents (the multi-GPU search, engine/search_gpus.c): with
+     * part_n > 1 the reader shows only documents whose number is part_i modulo part_n
+     * (idx_reader_doc says TARTAN_ENOTFOUND for the others, idx_reader_next_doc skips them).
+     * 0 (idx_reader_open's): every document. */
+    uint32_t part_n, part_i;
 } idx_reader;
 
 /* Begins a snapshot and loads the model. */

@@ -50,8 +50,16 @@ static void to_pdoc(const store_doc *d, kern_pdoc *p)
     p->ntok = d->ntok;
 }
 
+/* Outside the reader's partition (index.h). */
+static int elsewhere(const idx_reader *r, uint32_t docno)
+{
+    return r->part_n > 1 && docno % r->part_n != r->part_i;
+}
+
 int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_msg *m)
 {
+    if (elsewhere(r, docno))
+        return TARTAN_ENOTFOUND;
     store_doc d;
     int rc = store_doc_get(r->txn, docno, r->h.code_bytes, r->h.token_bytes, r->verify, &d, m);
     if (!rc)
@@ -67,7 +75,9 @@ int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno
         return rc;
     const void *blob;
     size_t size;
-    rc = store_docs_next(*cur, docno, &blob, &size, m);
+    do
+        rc = store_docs_next(*cur, docno, &blob, &size, m);
+    while (rc == 1 && elsewhere(r, *docno));
     if (rc == 1) {
         store_doc d;
         rc = store_doc_parse(*docno, blob, size, r->h.code_bytes, r->h.token_bytes, r->verify, &d,

@@ -18,6 +18,28 @@ extern "C" int kern_gpu_device_count(void)
     return n;
 }
 
+extern "C" int kern_gpu_set_device(int dev)
+{
+    cudaError_t e = cudaSetDevice(dev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        kern_set_error("cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+        return KERN_EDEVICE;
+    }
+    return KERN_OK;
+}
+
+extern "C" int kern_gpu_get_device(int *dev)
+{
+    cudaError_t e = cudaGetDevice(dev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        kern_set_error("cudaGetDevice: %s", cudaGetErrorString(e));
+        return KERN_EDEVICE;
+    }
+    return KERN_OK;
+}
+
 extern "C" int kern_gpu_malloc(void **p, size_t bytes)
 {
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);

@@ -151,6 +151,17 @@ int kern_cuda_device_count(void)
 #endif
 }
 
+int kern_cuda_set_device(int dev)
+{
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_set_device(dev));
+}
+
+int kern_cuda_get_device(int *dev)
+{
+    *dev = 0;
+    return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_get_device(dev));
+}
+
 int kern_cuda_malloc(void **p, size_t bytes)
 {
     return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_malloc(p, bytes));

@@ -390,6 +390,12 @@ int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* Number of usable CUDA GPUs: 0 in a build without CUDA, or with no GPU or driver. */
 int kern_cuda_device_count(void);
 
+/* The calling thread's CUDA device, which every later kern_cuda_ and KERN_DEV_CUDA call of the
+ * thread uses (per thread, as in CUDA; a new thread starts on device 0). KERN_ENODEV in a
+ * build without CUDA; KERN_EDEVICE for a device that is not there. */
+int kern_cuda_set_device(int dev);
+int kern_cuda_get_device(int *dev);
+
 /* Device memory and copies for the CUDA path (KERN_ENODEV in a build without CUDA). */
 int kern_cuda_malloc(void **p, size_t bytes);
 void kern_cuda_free(void *p);

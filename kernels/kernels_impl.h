@@ -57,6 +57,8 @@ int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq, 
 int kern_gpu_nearest_centroid(const float *x, size_t n, const float *centroids,
                               size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 int kern_gpu_device_count(void);
+int kern_gpu_set_device(int dev);
+int kern_gpu_get_device(int *dev);
 int kern_gpu_malloc(void **p, size_t bytes);
 void kern_gpu_free(void *p);
 int kern_gpu_copy(void *dst, const void *src, size_t bytes, int to_device);

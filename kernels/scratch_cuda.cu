@@ -8,7 +8,8 @@
  * measured: a 2 MB table cost about 45 us per call). Our pool keeps up to 256 MB between calls;
  * the application's default pool is left as it is. Where pools are not supported, plain
  * cudaMallocAsync is used.
- * The count is process-wide and not locked: calls on one device come from one thread at a time.
+ * The count is process-wide and atomic: a search spread over several GPUs (engine/search_gpus.c)
+ * runs one thread per device at once; calls on one device come from one thread at a time.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@
 
 #define MAX_DEVICES 64
 
-static size_t held, peak;
+static std::atomic<size_t> held, peak;
 static cudaMemPool_t pools[MAX_DEVICES];
 static unsigned char pool_state[MAX_DEVICES]; /* 0 untried, 1 ready, 2 unsupported */
 
@@ -59,9 +60,10 @@ int kern_scratch(void **p, size_t bytes)
         *p = NULL;
         return kern_cuda_fail(e, "cudaMallocAsync (scratch)", __FILE__, __LINE__);
     }
-    held += bytes;
-    if (held > peak)
-        peak = held;
+    const size_t now = held.fetch_add(bytes) + bytes;
+    size_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now))
+        ;
     return KERN_OK;
 }
 
@@ -80,7 +82,7 @@ extern "C" size_t kern_gpu_scratch_peak(void)
 
 extern "C" void kern_gpu_scratch_reset_peak(void)
 {
-    peak = held;
+    peak.store(held.load());
 }
 
 /* ---- persistent grid sizes ------------------------------------------------------------------ */

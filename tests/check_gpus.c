@@ -1,0 +1,421 @@
+/*
+ * check_gpus.c: the multi-GPU layer's split and merge (engine/gpus.h), on the CPU: every
+ * partition searched by a CPU stand-in for the one-GPU search (the exhaustive scan, or exact
+ * scoring of a subset, over the partition's reader), on real indexes in a fresh temporary
+ * directory per test. The merged results must equal the unpartitioned search's exactly (ids
+ * and scores bit for bit), with 1 to 7 partitions, through adds and deletes (the partitions'
+ * counts kept up incrementally and recounted), with subsets, and with more partitions than
+ * documents; the plan's options and variables are checked. The GPU itself is
+ * tests/check_gpus_gpu.c's.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "fixture.h"
+#include "gpus.h"
+#include "search.h"
+#include "tartan.h"
+
+static void setup(void)
+{
+    fixture_dir_create("check-gpus");
+}
+
+static void teardown(void)
+{
+    fixture_dir_remove();
+}
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double gauss(void)
+{
+    double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+    double v = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+enum { DIM = 32, NQ = 9, LQ = 6, K = 10 };
+
+/* Adds n random documents named prefix0 .. prefixN-1 (4 to 20 tokens each, clustered). */
+static void add_random(tartan_db *db, size_t n, const char *prefix)
+{
+    size_t *lens = xmalloc(n * sizeof *lens), rows = 0;
+    char **ids = xmalloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = 4 + rnd() % 17;
+        rows += lens[i];
+        ids[i] = xmalloc(32);
+        snprintf(ids[i], 32, "%s%zu", prefix, i);
+    }
+    float *emb = xmalloc(rows * DIM * sizeof *emb);
+    for (size_t r = 0; r < rows; r++) {
+        int topic = (int)(rnd() % 8);
+        for (size_t j = 0; j < DIM; j++)
+            emb[r * DIM + j] = (float)((j % 8 == (size_t)topic ? 2.0 : 0.0) + gauss());
+    }
+    tartan_batch b = {n, (const char *const *)ids, lens, emb, rows, DIM, TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+    free(emb);
+}
+
+static tartan_db *open_ix(void)
+{
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = DIM;
+    o.n_centroids = 16;
+    tartan_db *db;
+    ck_assert_msg(tartan_open(ixpath, &o, &db) == 0, "%s", tartan_errmsg(NULL));
+    return db;
+}
+
+/* A prepared search of NQ random queries, k K, over reader r's snapshot. */
+typedef struct prep {
+    eng_queries q;
+    eng_search s;
+    float *raw;
+} prep;
+
+static void prep_make(prep *p, const idx_reader *r)
+{
+    memset(p, 0, sizeof *p);
+    p->raw = xmalloc(NQ * LQ * DIM * sizeof(float));
+    for (size_t i = 0; i < NQ * LQ * DIM; i++)
+        p->raw[i] = (float)gauss();
+    tartan_queries tq = {NQ, NULL, LQ, p->raw, NQ * LQ, DIM, TARTAN_FLOAT32};
+    store_msg m;
+    ck_assert_int_eq(eng_queries_prepare(&tq, DIM, &p->q, &m), 0);
+    p->s.q = &p->q;
+    p->s.k = K;
+    p->s.n_docnos = r->h.next_docno;
+    p->s.ndocs = p->s.ndocs_exact = K;
+    p->s.hit_doc = xmalloc(NQ * K * sizeof *p->s.hit_doc);
+    p->s.hit_score = xmalloc(NQ * K * sizeof *p->s.hit_score);
+    p->s.hit_n = xmalloc(NQ * sizeof *p->s.hit_n);
+    /* Poisoned: every result the layer reports must be written by it. */
+    for (size_t i = 0; i < NQ * K; i++) {
+        p->s.hit_doc[i] = 0xdeadbeef;
+        p->s.hit_score[i] = NAN;
+    }
+    for (size_t i = 0; i < NQ; i++)
+        p->s.hit_n[i] = 12345;
+}
+
+static void prep_free(prep *p)
+{
+    eng_queries_free(&p->q);
+    free(p->s.hit_doc);
+    free(p->s.hit_score);
+    free(p->s.hit_n);
+    free(p->raw);
+}
+
+/* The CPU stand-in for one partition's GPU search. It checks that the layer hands each
+ * partition the same state slot every time and a reader whose counts are its documents'. */
+static void *slot_of[16];
+static int calls;
+
+static int cpu_part(eng_gpu **g, idx_reader *r, const eng_search *s, int exhaustive,
+                    tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
+{
+    calls++;
+    ck_assert_uint_gt(r->part_n, 1);
+    if (r->part_i < 16) {
+        if (!slot_of[r->part_i])
+            slot_of[r->part_i] = g;
+        ck_assert_ptr_eq(slot_of[r->part_i], g);
+    }
+    /* The reader shows exactly the partition's documents, and its header counts them. */
+    store_cursor *cur = NULL;
+    uint32_t d;
+    kern_pdoc pd;
+    uint64_t n = 0, t = 0;
+    int rc;
+    while ((rc = idx_reader_next_doc(r, &cur, &d, &pd, m)) == 1) {
+        ck_assert_uint_eq(d % r->part_n, r->part_i);
+        n++;
+        t += pd.ntok;
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(n, r->h.n_docs);
+    ck_assert_uint_eq(t, r->h.n_tokens);
+    if (exhaustive && !s->subset_exact)
+        return eng_exact_scan(r, s, 1, st, m);
+    eng_plaid_ws *ws = eng_plaid_ws_new();
+    for (size_t i = 0; i < s->q->n && !rc; i++)
+        rc = eng_plaid_query(r, s, i, ws, st, m);
+    eng_plaid_ws_free(ws);
+    return rc;
+}
+
+/* The unpartitioned reference: the same search over the whole reader. */
+static void reference(idx_reader *r, const prep *p, int exhaustive, uint32_t *doc, float *score,
+                      size_t *n)
+{
+    eng_search s = p->s;
+    s.hit_doc = doc;
+    s.hit_score = score;
+    s.hit_n = n;
+    eng_stage_stats st = {0};
+    store_msg m;
+    int rc;
+    if (exhaustive && !s.subset_exact) {
+        rc = eng_exact_scan(r, &s, 1, &st, &m);
+    } else {
+        eng_plaid_ws *ws = eng_plaid_ws_new();
+        rc = 0;
+        for (size_t i = 0; i < NQ && !rc; i++)
+            rc = eng_plaid_query(r, &s, i, ws, &st, &m);
+        eng_plaid_ws_free(ws);
+    }
+    ck_assert_msg(rc == 0, "reference: %s", m.text);
+}
+
+/* Runs the layer with n_parts partitions and compares with the reference. */
+static void run_and_compare(tartan_db *db, eng_gpus **g, int n_parts, int exhaustive,
+                            const uint64_t *allowed, const uint32_t *list, size_t n_list)
+{
+    idx_reader r;
+    store_msg m;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    prep p;
+    prep_make(&p, &r);
+    if (allowed) {
+        p.s.allowed = allowed;
+        p.s.allowed_list = list;
+        p.s.n_allowed = n_list;
+        p.s.subset_exact = 1;
+    }
+    eng_stage_stats st = {0};
+    int rc = eng_gpus_run(g, db->env, &r, &p.s, exhaustive, TARTAN_GPU_RESIDENT, n_parts, 1,
+                          cpu_part, &st, &m);
+    ck_assert_msg(rc == 0, "%d partitions: %s", n_parts, m.text);
+    uint32_t *rd = xmalloc(NQ * K * sizeof *rd);
+    float *rs = xmalloc(NQ * K * sizeof *rs);
+    size_t *rn = xmalloc(NQ * sizeof *rn);
+    reference(&r, &p, exhaustive, rd, rs, rn);
+    for (size_t i = 0; i < NQ; i++) {
+        ck_assert_msg(p.s.hit_n[i] == rn[i], "%d partitions, query %zu: %zu hits, reference %zu",
+                      n_parts, i, p.s.hit_n[i], rn[i]);
+        for (size_t j = 0; j < rn[i]; j++) {
+            ck_assert_msg(p.s.hit_doc[i * K + j] == rd[i * K + j],
+                          "%d partitions, query %zu, hit %zu: document %u, reference %u", n_parts,
+                          i, j, p.s.hit_doc[i * K + j], rd[i * K + j]);
+            ck_assert(p.s.hit_score[i * K + j] == rs[i * K + j]);
+        }
+    }
+    /* The partitions' counts: live documents by number modulo n_parts. */
+    uint64_t want[16] = {0};
+    store_cursor *cur = NULL;
+    uint32_t d;
+    kern_pdoc pd;
+    while ((rc = idx_reader_next_doc(&r, &cur, &d, &pd, &m)) == 1)
+        want[d % (uint32_t)n_parts]++;
+    for (int q = 0; q < n_parts && q < 16; q++)
+        ck_assert_uint_eq(eng_gpus_part_docs(*g, q), want[q]);
+    free(rd);
+    free(rs);
+    free(rn);
+    prep_free(&p);
+    idx_reader_close(&r);
+}
+
+START_TEST(test_gpus_exhaustive_equals_one)
+{
+    rng_state = 101;
+    tartan_db *db = open_ix();
+    add_random(db, 240, "a");
+    for (int np = 2; np <= 7; np++) {
+        eng_gpus *g = NULL;
+        memset(slot_of, 0, sizeof slot_of);
+        calls = 0;
+        run_and_compare(db, &g, np, 1, NULL, NULL, 0);
+        ck_assert_int_eq(calls, np);
+        eng_gpus_free(g);
+    }
+    tartan_close(db);
+}
+END_TEST
+
+/* One partitioned state through adds (counted incrementally), deletes (recounted), and a change
+ * of the number of partitions (remade). */
+START_TEST(test_gpus_follow_changes)
+{
+    rng_state = 202;
+    tartan_db *db = open_ix();
+    add_random(db, 150, "a");
+    eng_gpus *g = NULL;
+    memset(slot_of, 0, sizeof slot_of);
+    run_and_compare(db, &g, 3, 1, NULL, NULL, 0);
+    add_random(db, 70, "b");
+    run_and_compare(db, &g, 3, 1, NULL, NULL, 0);
+    char name[16];
+    const char *del[40];
+    char names[40][16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(names[i], sizeof names[i], "%c%d", i % 2 ? 'a' : 'b', i % 2 ? i * 3 : i);
+        del[i] = names[i];
+    }
+    size_t nd = 0;
+    ck_assert_int_eq(tartan_delete(db, del, 40, &nd), 0);
+    ck_assert_uint_eq(nd, 40);
+    run_and_compare(db, &g, 3, 1, NULL, NULL, 0);
+    /* Adds and deletes between two searches. */
+    add_random(db, 30, "c");
+    snprintf(name, sizeof name, "a1");
+    const char *one[1] = {name};
+    ck_assert_int_eq(tartan_delete(db, one, 1, &nd), 0);
+    run_and_compare(db, &g, 3, 1, NULL, NULL, 0);
+    memset(slot_of, 0, sizeof slot_of);
+    run_and_compare(db, &g, 4, 1, NULL, NULL, 0);
+    eng_gpus_free(g);
+    tartan_close(db);
+}
+END_TEST
+
+/* A subset scored exactly: each partition scores its own part of the list. */
+START_TEST(test_gpus_subset)
+{
+    rng_state = 303;
+    tartan_db *db = open_ix();
+    add_random(db, 200, "a");
+    idx_reader r;
+    store_msg m;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    uint32_t next = r.h.next_docno;
+    idx_reader_close(&r);
+    uint64_t *bits = calloc((next + 63) / 64, 8);
+    uint32_t list[60];
+    size_t n = 0;
+    for (uint32_t d = 3; d < next && n < 60; d += 3) {
+        bits[d / 64] |= 1ull << (d % 64);
+        list[n++] = d;
+    }
+    eng_gpus *g = NULL;
+    memset(slot_of, 0, sizeof slot_of);
+    run_and_compare(db, &g, 3, 0, bits, list, n);
+    run_and_compare(db, &g, 3, 1, bits, list, n);
+    eng_gpus_free(g);
+    free(bits);
+    tartan_close(db);
+}
+END_TEST
+
+/* More partitions than documents: the empty ones give nothing and are not searched. */
+START_TEST(test_gpus_more_parts_than_docs)
+{
+    rng_state = 404;
+    tartan_db *db = open_ix();
+    add_random(db, 5, "a");
+    eng_gpus *g = NULL;
+    memset(slot_of, 0, sizeof slot_of);
+    calls = 0;
+    run_and_compare(db, &g, 9, 1, NULL, NULL, 0);
+    ck_assert_int_eq(calls, 5);
+    eng_gpus_free(g);
+    tartan_close(db);
+}
+END_TEST
+
+START_TEST(test_gpus_plan)
+{
+    tartan_db *db = open_ix();
+    store_msg m;
+    int np = 0, nd = 0;
+    unsetenv("TARTAN_GPU_DEVICES");
+    unsetenv("TARTAN_GPU_PARTITIONS");
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    ck_assert_int_eq(np, 1);
+    ck_assert_int_eq(nd, 1);
+    setenv("TARTAN_GPU_PARTITIONS", "4", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    ck_assert_int_eq(np, 4);
+    ck_assert_int_le(nd, 4);
+    ck_assert_int_ge(nd, 1);
+    ck_assert_int_le(nd, kern_cuda_device_count() > 1 ? kern_cuda_device_count() : 1);
+    setenv("TARTAN_GPU_PARTITIONS", "0", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(m.text, "TARTAN_GPU_PARTITIONS"));
+    setenv("TARTAN_GPU_PARTITIONS", "2x", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    unsetenv("TARTAN_GPU_PARTITIONS");
+    setenv("TARTAN_GPU_DEVICES", "some", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(m.text, "TARTAN_GPU_DEVICES"));
+    setenv("TARTAN_GPU_DEVICES", "all", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    ck_assert_int_eq(np, nd);
+    unsetenv("TARTAN_GPU_DEVICES");
+    tartan_close(db);
+    /* The option: -1 and up; below is refused by tartan_open. */
+    tartan_options o;
+    tartan_options_init(&o);
+    ck_assert_int_eq(o.gpu_devices, 0);
+    o.gpu_devices = -2;
+    tartan_db *x = NULL;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &x), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(NULL), "gpu_devices"));
+    /* A bad plan fails the search itself with its message (on a machine with a GPU; without
+     * one the search fails earlier, with TARTAN_ENODEV). */
+    (void)x;
+}
+END_TEST
+
+static Suite *gpus_suite(void)
+{
+    Suite *s = suite_create("gpus");
+    struct {
+        const char *name;
+        const TTest *t;
+    } cases[] = {
+        {"exhaustive_equals_one", test_gpus_exhaustive_equals_one},
+        {"follow_changes", test_gpus_follow_changes},
+        {"subset", test_gpus_subset},
+        {"more_parts_than_docs", test_gpus_more_parts_than_docs},
+        {"plan", test_gpus_plan},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, cases[i].t);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(gpus_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

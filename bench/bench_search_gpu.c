@@ -32,6 +32,7 @@
 
 #include "db.h"
 #include "gpu.h"
+#include "gpus.h"
 #include "npy.h"
 #include "tartan.h"
 #include "trec_run.h"
@@ -283,7 +284,7 @@ int main(int argc, char **argv)
     double t_load = now() - t0;
     tartan_gpu_mode mode;
     size_t dev_bytes;
-    eng_gpu_describe(b.db->gpu, &mode, &dev_bytes);
+    eng_gpus_describe(b.db, &mode, &dev_bytes); /* one GPU or every partition */
     printf("mirror: %s, %.2f GB on the GPU, loaded in %.2f s\n",
            mode == TARTAN_GPU_RESIDENT ? "resident" : "streaming", dev_bytes / 1e9, t_load);
 

@@ -52,6 +52,10 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
 /* What the partitions hold, for tests: live documents of partition p at the last search. */
 uint64_t eng_gpus_part_docs(const eng_gpus *g, int p);
 
+/* What db's GPU searches hold: the mode in use and the device bytes of its one mirror or of all
+ * its partitions' (eng_gpu_describe's; TARTAN_GPU_AUTO and 0 before the first search). */
+void eng_gpus_describe(const tartan_db *db, tartan_gpu_mode *mode, size_t *device_bytes);
+
 /* Frees the partitions' mirrors (each on its device); NULL is fine. */
 void eng_gpus_free(eng_gpus *g);
 

@@ -93,6 +93,23 @@ uint64_t eng_gpus_part_docs(const eng_gpus *g, int p)
     return g && p >= 0 && p < g->n_parts ? g->docs[p] : 0;
 }
 
+void eng_gpus_describe(const tartan_db *db, tartan_gpu_mode *mode, size_t *device_bytes)
+{
+    tartan_gpu_mode md = TARTAN_GPU_AUTO;
+    size_t total = 0, b;
+    if (db->gpu)
+        eng_gpu_describe(db->gpu, &md, &total);
+    for (int p = 0; db->gpus && p < db->gpus->n_parts; p++)
+        if (db->gpus->part[p]) {
+            eng_gpu_describe(db->gpus->part[p], &md, &b);
+            total += b;
+        }
+    if (mode)
+        *mode = md;
+    if (device_bytes)
+        *device_bytes = total;
+}
+
 /* Frees partition p's mirror on its device. */
 static void free_part(eng_gpus *g, int p)
 {

@@ -7,9 +7,13 @@
 #   bash bench/mpi_scaling.sh                        # 20,000 documents, P = 1 2 3
 #   DOCS=200000 RANKS="1 2 4 8 16" bash bench/mpi_scaling.sh
 #
-# Knobs (environment): DOCS (20000), QUERIES (500), EXH_QUERIES (100), DOCLEN (mean tokens a
-# document, 60), MODEL (tartan gen --model, 2), RANKS ("1 2 3"), CORES (nproc), K (10),
-# OUT (bench/results), WORK (a scratch directory, default under /tmp; removed at the end),
+# Knobs (environment): DOCS (20000), QUERIES (500), EXH_QUERIES (100; 0: no exhaustive
+# search), DOCLEN (mean tokens a document, 60), MODEL (tartan gen --model, 2), RANKS ("1 2 3"),
+# CORES (nproc), K (10), OUT (bench/results), WORK (a scratch directory, default under /tmp;
+# removed at the end unless KEEP=1; a WORK that holds the corpus already is reused),
+# REUSE_MODEL (1: k-means once, in the first build, then `build --model` for the others, so
+# that the add times compare and a long run fits one command: train_s is then the model's
+# broadcast and import; 0, default: every build trains),
 # TARTAN_DEVICE (cpu).
 #
 # MPI: Debian's (libopenmpi-dev openmpi-bin) when mpirun is on PATH and ./tartan-mpi is built.
@@ -30,9 +34,10 @@ CORES=${CORES:-$(nproc)}
 K=${K:-10}
 OUT=${OUT:-bench/results}
 export TARTAN_DEVICE=${TARTAN_DEVICE:-cpu}
+REUSE_MODEL=${REUSE_MODEL:-0}
 work=${WORK:-$(mktemp -d /tmp/tartan-mpi-scaling-XXXXXX)}
 mkdir -p "$work" "$OUT"
-trap 'rm -rf "$work"' EXIT
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
 
 # ---- MPI -----------------------------------------------------------------------------------
 mpirun=$(command -v mpirun || true)
@@ -59,13 +64,14 @@ fi
 mpi_version=$("$mpirun" --version 2>&1 | head -1)
 
 # ---- corpus ---------------------------------------------------------------------------------
-./tartan gen "$work/c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" --model "$MODEL" \
-    --seed 7 >/dev/null 2>&1
+[ -f "$work/c/ids.txt" ] ||
+    ./tartan gen "$work/c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
+        --model "$MODEL" --seed 7 >/dev/null 2>&1
 python3 - "$work/c" "$EXH_QUERIES" <<'EOF'
 import sys, numpy as np
 d, n = sys.argv[1], int(sys.argv[2])
 q = np.load(f"{d}/queries.npy")
-np.save(f"{d}/queries_exh.npy", q[:n])
+np.save(f"{d}/queries_exh.npy", q[:max(n, 1)])
 EOF
 C=(--embeddings "$work/c/embeddings.npy" --doclens "$work/c/doclens.npy" --ids "$work/c/ids.txt")
 tokens=$(python3 -c "import numpy as np; print(int(np.load('$work/c/doclens.npy').sum()))")
@@ -83,18 +89,27 @@ for P in $RANKS; do
     [ "$t" -ge 1 ] || t=1
     export OMP_NUM_THREADS=$t
     ix=$work/ix$P
+    rm -rf "$ix"
+    use_model=()
+    [ "$REUSE_MODEL" = 1 ] && [ -f "$work/model.bin" ] && use_model=(--model "$work/model.bin")
     t0=$(date +%s.%N)
-    "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi build "$ix" "${C[@]}" 2>"$work/build$P.err" ||
-        { cat "$work/build$P.err"; exit 1; }
+    "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi build "$ix" "${C[@]}" "${use_model[@]}" \
+        2>"$work/build$P.err" || { cat "$work/build$P.err"; exit 1; }
     t1=$(date +%s.%N)
+    [ "$REUSE_MODEL" = 1 ] && [ ! -f "$work/model.bin" ] &&
+        ./tartan model "$ix/shard-0-of-$P" -o "$work/model.bin"
     train=$(sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p' "$work/build$P.err")
     add=$(sed -n 's/.*adding \([0-9.]*\) s.*/\1/p' "$work/build$P.err")
     "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi search "$ix" --queries "$work/c/queries.npy" \
         -k "$K" -o "$work/plaid$P.run" 2>"$work/plaid$P.err"
-    "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi search "$ix" --queries "$work/c/queries_exh.npy" \
-        -k "$K" --exhaustive -o "$work/exh$P.run" 2>"$work/exh$P.err"
+    eqps=null
+    if [ "$EXH_QUERIES" -gt 0 ]; then
+        "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi search "$ix" \
+            --queries "$work/c/queries_exh.npy" -k "$K" --exhaustive -o "$work/exh$P.run" \
+            2>"$work/exh$P.err"
+        eqps=$(sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p' "$work/exh$P.err")
+    fi
     qps=$(sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p' "$work/plaid$P.err")
-    eqps=$(sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p' "$work/exh$P.err")
     mb=$(du -sb "$ix"/shard-0-of-"$P" | awk '{printf "%.1f", $1 / 1e6}')
     load=$(cut -d' ' -f1 /proc/loadavg)
     build=$(awk "BEGIN { print $t1 - $t0 }")
@@ -104,6 +119,6 @@ for P in $RANKS; do
         "$P" "$t" "$DOCS" "$tokens" "$train" "$add" "$build" "$qps" "$eqps" \
         "$(du -sb "$ix"/shard-0-of-"$P" | cut -f1)" "$load" "$commit" "$(date -u +%F)" \
         "$machine" "$mpi_version" >>"$json"
-    rm -rf "$ix"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); JSON: $json"

@@ -184,6 +184,30 @@ r_one=$(recall "$work/one_def.run" "$work/one.run")
 python3 -c "import sys; sys.exit(0 if $r_sh >= $r_one else 1)" &&
     ok "default search recall@10: shards $r_sh >= single $r_one" ||
     fail "default search recall@10: shards $r_sh < single $r_one"
+# The same on two other token families (tartan gen --model 1 and 3), each its own sharded
+# index and single index with the same model.
+for fam in 1 3; do
+    "$tartan" gen "$work/m$fam" --docs 600 --queries 25 --doc-len 30 --seed $((20 + fam)) \
+        --model "$fam" >/dev/null 2>&1 || die "tartan gen --model $fam"
+    F=(--embeddings "$work/m$fam/embeddings.npy" --doclens "$work/m$fam/doclens.npy")
+    FQ=(--queries "$work/m$fam/queries.npy" -q -k 10)
+    mpi build "$work/ixm$fam" "${F[@]}" 2>/dev/null &&
+        "$tartan" model "$work/ixm$fam/shard-0-of-$P" -o "$work/m$fam.model" &&
+        "$tartan" build "$work/onem$fam" "${F[@]}" --model "$work/m$fam.model" 2>/dev/null &&
+        mpi search "$work/ixm$fam" "${FQ[@]}" -o "$work/m$fam-sh.run" &&
+        mpi search "$work/ixm$fam" "${FQ[@]}" --exhaustive -o "$work/m$fam-sh-exh.run" &&
+        "$tartan" search "$work/onem$fam" "${FQ[@]}" -o "$work/m$fam-one.run" &&
+        "$tartan" search "$work/onem$fam" "${FQ[@]}" --exhaustive -o "$work/m$fam-one-exh.run" ||
+        { fail "model $fam: a build or search failed"; continue; }
+    msg=$(same_run "$work/m$fam-sh-exh.run" "$work/m$fam-one-exh.run") &&
+        ok "model $fam: exhaustive over shards = the single index" ||
+        fail "model $fam: exhaustive differs: $msg"
+    r_sh=$(recall "$work/m$fam-sh.run" "$work/m$fam-one-exh.run")
+    r_one=$(recall "$work/m$fam-one.run" "$work/m$fam-one-exh.run")
+    python3 -c "import sys; sys.exit(0 if $r_sh >= $r_one else 1)" &&
+        ok "model $fam: default search recall@10: shards $r_sh >= single $r_one" ||
+        fail "model $fam: default search recall@10: shards $r_sh < single $r_one"
+done
 # A subset: only its documents come back, the same as the single index's.
 head -300 "$work/a/ids.txt" >"$work/subset.txt"
 mpi search "$ix" "${Q[@]}" -k 5 --subset "$work/subset.txt" --exhaustive -o "$work/sh_sub.run" &&

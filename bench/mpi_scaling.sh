@@ -28,8 +28,9 @@
 # --model, 2), CENTROIDS (8192; 0: the build's rule, 16384 at the default size, which doubles
 # the k-means and encoding time), QUERIES (batched default search, 2000), EXH_QUERIES
 # (exhaustive, 50), K (10), RANKS ("2 4 8"; 1 is always run), CORES (nproc; each rank gets
-# CORES / P OpenMP threads). The default size (4M tokens) should take 2-4 minutes on 16 cores:
-# k-means once, then four builds that each encode every token, and the searches.
+# CORES / P OpenMP threads), TARTAN_DEVICE (cpu; cuda on a host with a GPU per rank). The
+# default size (4M tokens) should take 2-4 minutes on 16 cores: k-means once, then four builds
+# that each encode every token, and the searches.
 set -euo pipefail
 out=${1:?usage: bash bench/mpi_scaling.sh OUTDIR}
 cd "$(dirname "$0")/.."
@@ -110,7 +111,7 @@ tmpi=$BIN/tartan-mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
-export TARTAN_DEVICE=cpu
+export TARTAN_DEVICE=${TARTAN_DEVICE:-cpu} # cuda: each rank of a host takes the next GPU
 mpi_version=$("$mpirun" --version 2>&1 | head -1)
 # Which libmpi the ranks load (in a build tree, tartan-mpi is libtool's wrapper of .libs/).
 real=$tmpi

@@ -144,8 +144,8 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 say "# $DOCS documents ($tokens tokens, tartan gen --model $MODEL, doc-len $DOCLEN), $QUERIES queries (default search), $EXH_QUERIES (exhaustive), k $K"
 say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi"
 say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-say "$(printf '%-5s %-7s %8s %8s %8s %10s %10s %9s %10s %6s' ranks threads train_s add_s build_s \
-    default_q/s exh_q/s shard0_MB exh_equal load)"
+say "$(printf '%-5s %-7s %8s %8s %8s %8s %10s %10s %9s %10s %6s' ranks threads train_s add_s \
+    calib_s build_s default_q/s exh_q/s shard0_MB exh_equal load)"
 
 status=0
 start=$(date +%s)
@@ -167,6 +167,9 @@ for P in 1 $RANKS; do
     train=$(echo "$line" | sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p')
     [ -n "$train" ] || train=$(echo "$line" | sed -n 's/.*model \([0-9.]*\) s.*/\1/p')
     add=$(echo "$line" | sed -n 's/.*adding \([0-9.]*\) s.*/\1/p')
+    # Every shard calibrating its adaptive search after the build, where the build does.
+    calib=$(sed -n "/^built $(echo "$ix" | sed 's/[\/&.]/\\&/g') over/,\$p" "$log" |
+        sed -n 's/^calibrated the search of .* in \([0-9.]*\) s.*/\1/p' | head -1)
     run "search P=$P" mpi "$P" search "$ix" --queries "$c/queries.npy" -k "$K" -o "$work/def$P.run"
     qps=$(grep "^searched $QUERIES queries" "$log" | tail -1 | sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p')
     eqps=null equal=-
@@ -195,14 +198,14 @@ EOF
     mb=$(du -sb "$ix/shard-0-of-$P" | awk '{printf "%.1f", $1 / 1e6}')
     load=$(cut -d' ' -f1 /proc/loadavg)
     build=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
-    say "$(printf '%-5s %-7s %8s %8s %8s %10s %10s %9s %10s %6s' "$P" "$t" "$train" "$add" \
-        "$build" "$qps" "$eqps" "$mb" "$equal" "$load")"
-    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "add_s": %s, "build_wall_s": %s, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
-        "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${add:-null}" "$build" "${qps:-null}" \
+    say "$(printf '%-5s %-7s %8s %8s %8s %8s %10s %10s %9s %10s %6s' "$P" "$t" "$train" "$add" \
+        "${calib:--}" "$build" "$qps" "$eqps" "$mb" "$equal" "$load")"
+    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "add_s": %s, "calibrate_s": %s, "build_wall_s": %s, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
+        "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${add:-null}" "${calib:-null}" "$build" "${qps:-null}" \
         "${eqps:-null}" "$equal" "$(du -sb "$ix/shard-0-of-$P" | cut -f1)" "$load" "$commit" \
         "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
     [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done
-say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: k-means (P = 1), the model's broadcast and import (P > 1); add_s: the slowest shard's"
+say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: k-means (P = 1), the model's broadcast and import (P > 1); add_s, calib_s: the slowest shard's; build_s: the whole build's wall time"
 [ "$status" = 0 ] || say "# FAILED: an exhaustive run over shards differs from the 1-shard index's"
 exit "$status"

@@ -63,11 +63,24 @@ int tool_mpi_cmd_info(int argc, char **argv)
     uint32_t crc = 0;
     size_t mlen = 0;
     int model_rc = tool_mpi_same_model(db, &crc, &mlen, err, sizeof err);
+    /* Each shard's search calibration (its own: see tools/mpi_ingest.c): calibrated (-1: the
+     * record could not be read), stale, recall@10 on its queries, probe margin at k 10. */
+    tartan_calibration cal;
+    double mycal[4] = {-1, 0, 0, 0}, *cals = NULL;
+    if (tartan_calibration_get(db, &cal) == 0) {
+        mycal[0] = cal.calibrated;
+        mycal[1] = cal.stale;
+        mycal[2] = cal.recall_k10;
+        mycal[3] = cal.margin_k10;
+    }
     tartan_index_info *all = NULL;
-    if (tool_mpi_rank == 0)
+    if (tool_mpi_rank == 0) {
         all = malloc((size_t)tool_mpi_size * sizeof *all);
+        cals = malloc((size_t)tool_mpi_size * sizeof mycal);
+    }
     MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
                MPI_COMM_WORLD);
+    MPI_Gather(mycal, 4, MPI_DOUBLE, cals, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (tool_mpi_rank == 0 && all) {
         tartan_index_info t = {0};
         printf("index          %s (%d shards)\n", argv[1], tool_mpi_size);
@@ -91,7 +104,19 @@ int tool_mpi_cmd_info(int argc, char **argv)
             printf("model          NOT SHARED: %s\n", err);
         else
             printf("model          one for all shards (%zu bytes, CRC-32C %08x)\n", mlen, crc);
+        for (int r = 0; cals && r < tool_mpi_size; r++) {
+            const double *c = cals + 4 * r;
+            printf("%s shard %d: ", r ? "              " : "calibration   ", r);
+            if (c[0] < 0)
+                printf("unreadable\n");
+            else if (c[0] == 0)
+                printf("none (built-in margins)\n");
+            else
+                printf("recall@10 %.4f, probe margin %.4f at k 10%s\n", c[2], c[3],
+                       c[1] ? "; STALE" : "");
+        }
     }
+    free(cals);
     free(all);
     tartan_close(db);
     return 0;

@@ -8,7 +8,9 @@
  * proportion to the ranks' documents, tartan_sample_docs of the whole corpus in all); rank 0
  * gathers the sample, trains its shard (k-means once), exports the model and broadcasts it;
  * the other ranks import it (tartan_model_import), so that every shard encodes alike; then
- * every rank adds its documents.
+ * every rank adds its documents. Then every shard calibrates its search on its own documents
+ * (calibrate_shards), unless --no-calibrate; an add calibrates again the shards whose documents
+ * changed more than twofold.
  *
  * Failures: every batch is one transaction in one shard. When a rank fails or is killed,
  * each shard holds whole batches of its documents (a prefix of them, in file order) and is
@@ -202,6 +204,49 @@ static int train_shards(const char *prog, tartan_db *db, tool_corpus *c, const t
     return tool_mpi_failed(prog, rc, err);
 }
 
+/*
+ * Calibrates the adaptive search of every shard on its own documents, all shards at once, as
+ * `tartan build` and `tartan add` do for one index: always after a build (force), after an
+ * add only the shards whose documents changed more than twofold since their last calibration
+ * (or that never had one). Each shard's calibration is its own: the model is shared, but a
+ * calibration measures the index's documents (tartan_model_export leaves it out), and a shard
+ * calibrated on its own documents probes at least as wide for the corpus's top k, which lies
+ * among each shard's own top k. An empty shard has nothing to measure and is skipped.
+ * Collective; 0 on every rank, or 1 after reporting.
+ */
+static int calibrate_shards(const char *prog, tartan_db *db, int force)
+{
+    char err[1400] = "";
+    double t0 = tool_now();
+    tartan_calibration cal;
+    int rc = 0, ran = 0;
+    if (!force && (rc = tartan_calibration_get(db, &cal)))
+        tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
+    if (!rc && (force || !cal.calibrated || cal.stale)) {
+        rc = tartan_calibrate(db, NULL, &cal);
+        if (rc == TARTAN_EEMPTY)
+            rc = 0;
+        else if (rc)
+            tool_fail(err, sizeof err, rc, "calibration: %s",
+                      tool_mpi_detail(tartan_errmsg(db)));
+        else
+            ran = 1;
+    }
+    double secs = tool_mpi_max(tool_now() - t0);
+    if (tool_mpi_failed(prog, rc, err))
+        return 1;
+    uint64_t n = tool_mpi_sum((uint64_t)ran);
+    /* The lowest and highest recall@10 the calibrated shards measured on their queries. */
+    double lo = -tool_mpi_max(ran ? -(double)cal.recall_k10 : -2.0);
+    double hi = tool_mpi_max(ran ? (double)cal.recall_k10 : -1.0);
+    if (tool_mpi_rank == 0 && n)
+        fprintf(stderr,
+                "calibrated the search of %llu shards in %.1f s (slowest shard): default "
+                "search's recall@10 on their calibration queries %.3f to %.3f\n",
+                (unsigned long long)n, secs, lo, hi);
+    return 0;
+}
+
 int tool_mpi_cmd_build(int argc, char **argv)
 {
     const char *prog = "tartan-mpi build";
@@ -256,6 +301,8 @@ int tool_mpi_cmd_build(int argc, char **argv)
                 "and training %.1f s, adding %.1f s (slowest shard)\n",
                 a.path, tool_mpi_size, (unsigned long long)total, (unsigned long long)toks,
                 info.n_centroids, train_s, add_s);
+    if (!a.no_calibrate && calibrate_shards(prog, db, 1))
+        goto done;
     status = 0;
 done:
     tartan_close(db);
@@ -318,6 +365,8 @@ int tool_mpi_cmd_add(int argc, char **argv)
     if (tool_mpi_rank == 0)
         fprintf(stderr, "added %llu documents to %d shards in %.1f s\n", (unsigned long long)total,
                 tool_mpi_size, secs);
+    if (!a.no_calibrate && calibrate_shards(prog, db, 0))
+        goto done;
     status = 0;
 done:
     tartan_close(db);

@@ -397,6 +397,9 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
         st->exact += jobs[p].st.exact;
         st->n_cand += jobs[p].st.n_cand;
         st->n_exact += jobs[p].st.n_exact;
+        /* Every partition probes the same centroids for the same queries. */
+        if (jobs[p].st.n_probes > st->n_probes)
+            st->n_probes = jobs[p].st.n_probes;
         if (jobs[p].rc && !rc) {
             rc = jobs[p].rc;
             *m = jobs[p].m;

@@ -234,8 +234,9 @@ START_TEST(test_gpus_plaid_recall)
     tartan_results *three = search(db, &c, 10, 0, TARTAN_DEVICE_CUDA, NULL, 0);
     double r1 = recall(one, exh), r3 = recall(three, exh);
     printf("PLAID recall@10 against exhaustive: one GPU %.4f, 3 partitions %.4f\n", r1, r3);
-    /* Each partition keeps ndocs of its own: at least as much of the top 10 (a rounding swap
-     * at the boundary aside). */
+    /* Default (adaptive) search: every partition probes alike (one index, one calibration)
+     * and stops scoring against its own k-th best score, no higher than the index's, so it
+     * keeps at least as much of the top 10 (a rounding swap at the boundary aside). */
     ck_assert_msg(r3 >= r1 - 0.005, "3 partitions %.4f < one %.4f", r3, r1);
     tartan_results_free(exh);
     tartan_results_free(one);

@@ -3,8 +3,9 @@
 # index built with the same model (`tartan model` + `tartan build --model`):
 #   - exhaustive search over the 3 shards returns exactly the single index's results (ids, and
 #     scores to 1e-5), as a TREC run and as JSON lines;
-#   - default (PLAID) search over the shards keeps at least as much of the exhaustive top 10 as
-#     the single index's default search;
+#   - default (adaptive) search over the shards, each shard calibrated on its own documents,
+#     keeps at least as much of the exhaustive top 10 as the single index's default search, on
+#     three token families;
 #   - routing: every shard holds exactly the ids tartan_shard_of gives it (checked against an
 #     independent implementation of the documented hash), after build, add and delete;
 #   - a rank killed with SIGKILL in the middle of an add leaves every shard sound and holding
@@ -151,6 +152,11 @@ mpi check "$ix" >"$work/check.out" 2>&1 && grep -q "sound (3 shards, 900 documen
 mpi info "$ix" >"$work/info.out" 2>&1 && grep -q "^model .*one for all shards" "$work/info.out" &&
     grep -q "^total .* 900 " "$work/info.out" && ok "info: 900 documents, one model" ||
     fail "info: $(cat "$work/info.out")"
+# Every shard calibrated its own search after the build (tools/mpi_ingest.c says why).
+grep -q "calibrated the search of 3 shards" "$work/build.err" &&
+    [ "$(grep -c "shard [0-2]: recall@10 [0-9.]*, probe margin" "$work/info.out")" = 3 ] &&
+    ok "build calibrates every shard's search" ||
+    fail "calibration after build: $(cat "$work/build.err" "$work/info.out")"
 cp "$work/a/ids.txt" "$work/expect.ids"
 msg=$(routed) && ok "build routes every id to its shard" || fail "build routing: $msg"
 

@@ -262,20 +262,30 @@ children() {
 "$mpirun" -np "$P" "$tmpi" add "$ix" "${C[@]}" --batch 2 >"$work/kill.out" 2>&1 &
 mpid=$!
 victim=
-for _ in $(seq 1 600); do
+# Rank 1 is stopped as soon as it is found and then runs in slices of 20 ms, looked at only
+# while stopped: the kill lands wherever a slice ended (inside a transaction or between two),
+# and however loaded the machine, rank 1 cannot finish its share between two looks.
+for _ in $(seq 1 3000); do
     if [ -z "$victim" ]; then
         for c in $(children "$mpid"); do
             tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 &&
-                victim=$c
+                victim=$c && kill -STOP "$victim"
         done
     fi
-    if [ -n "$victim" ] && [ "$(count_c "$ix/shard-1-of-$P" 2>/dev/null)" -ge 2 ] 2>/dev/null; then
-        kill -KILL "$victim"
-        break
+    if [ -n "$victim" ]; then
+        if [ "$(count_c "$ix/shard-1-of-$P" 2>/dev/null)" -ge 2 ] 2>/dev/null; then
+            kill -KILL "$victim"
+            break
+        fi
+        kill -CONT "$victim" 2>/dev/null
+        sleep 0.02
+        kill -STOP "$victim" 2>/dev/null
+    else
+        sleep 0.02
     fi
     kill -0 "$mpid" 2>/dev/null || break
-    sleep 0.02
 done
+[ -z "$victim" ] || kill -CONT "$victim" 2>/dev/null # never left stopped
 wait "$mpid"
 st=$?
 [ -n "$victim" ] || die "never found rank 1 of the add (mpirun $mpid)"

@@ -1,8 +1,10 @@
 /*
- * check.c: tartan_check, the whole-index verification (storage/verify.c does the walk).
+ * check.c: tartan_check, the whole-index verification (storage/verify.c does the walk), and
+ * tartan_repair, the salvage of a damaged index (storage/salvage.c).
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "calibrate.h"
@@ -59,4 +61,17 @@ int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx, size_t *n_pro
         return eng_failf(db, TARTAN_ECORRUPT, "%zu problem%s found; the first: %s", n,
                          n == 1 ? "" : "s", f.first);
     return 0;
+}
+
+int tartan_repair(tartan_db *db, tartan_check_fn report, void *ctx, size_t *n_removed)
+{
+    if (n_removed)
+        *n_removed = 0;
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_repair: db is NULL");
+    store_msg m = {{0}};
+    pthread_mutex_lock(&db->write_lock);
+    int rc = store_salvage(db->env, report, ctx, n_removed, &m);
+    pthread_mutex_unlock(&db->write_lock);
+    return rc ? eng_fail(db, rc, &m) : 0;
 }

@@ -74,7 +74,7 @@ void tartan_options_init(tartan_options *o)
 
 static int check_options(const tartan_options *o, store_msg *m)
 {
-    if (o->flags & ~(uint32_t)(TARTAN_CREATE | TARTAN_EXCL | TARTAN_READONLY))
+    if (o->flags & ~(uint32_t)(TARTAN_CREATE | TARTAN_EXCL | TARTAN_READONLY | TARTAN_UPGRADE))
         return store_fail(m, TARTAN_EINVAL, "unknown flags 0x%x", (unsigned)o->flags);
     if ((unsigned)o->device > TARTAN_DEVICE_CUDA)
         return store_fail(m, TARTAN_EINVAL, "device is %d; it must be a tartan_device",
@@ -143,9 +143,17 @@ int tartan_open(const char *path, const tartan_options *options, tartan_db **out
     init.seed = o.seed;
     init.kmeans_iters = (uint32_t)o.kmeans_iters;
     init.sample_docs = (uint32_t)o.sample_docs;
+    /* An older format version opens only to be converted (TARTAN_UPGRADE). */
+    if ((o.flags & TARTAN_UPGRADE) && !(o.flags & TARTAN_READONLY))
+        sf |= STORE_OPEN_V1;
     rc = store_open(path, sf, &init, o.map_size, &db->env, &m);
     if (rc)
         goto fail;
+    if (store_version(db->env) != STORE_FORMAT_VERSION) {
+        store_compact_stats cs;
+        if ((rc = store_compact(db->env, &cs, &m)))
+            goto fail;
+    }
     if (o.dim) {
         store_txn *txn;
         store_header h;
@@ -212,7 +220,7 @@ int tartan_info(tartan_db *db, tartan_index_info *info)
     info->bytes_norms = h.n_tokens * 4;
     info->bytes_docs = u.docs;
     info->bytes_ivf = u.ivf;
-    info->ivf_entries = u.ivf_entries;
+    info->ivf_entries = h.n_postings;
     info->bytes_ids = u.ids + u.names;
     info->bytes_centroids = u.centroids;
     info->bytes_meta = u.meta;

@@ -195,6 +195,7 @@ static int build_results(const idx_reader *r, const eng_search *s, size_t nq,
             res->stats.n_probes = st->n_probes;
             res->stats.probe_margin = isfinite(s->margin) ? s->margin : -1.f;
             res->stats.rerank_z = s->adaptive ? s->z : 0.f;
+            res->stats.n_damaged = st->n_damaged;
             size_t h = 0;
             for (size_t i = 0; i < nq; i++) {
                 counts[i] = s->hit_n[i];
@@ -224,6 +225,7 @@ static void add_stats(eng_stage_stats *to, const eng_stage_stats *from)
     to->n_cand += from->n_cand;
     to->n_exact += from->n_exact;
     to->n_probes += from->n_probes;
+    to->n_damaged += from->n_damaged;
 }
 
 /* PLAID over all queries: in the calling thread (one query, or one thread: the kernels then
@@ -240,6 +242,8 @@ static int run_plaid(store_env *env, idx_reader *r, const eng_search *s, int thr
     int nr = want > 1 ? open_more(env, r, want) : 1;
     int rc = 0;
     if (nr == 1) {
+        r->skip_damaged = s->skip_damaged;
+        r->damaged = &st->n_damaged;
         eng_plaid_ws *ws = eng_plaid_ws_new();
         if (!ws)
             return store_fail(m, ENOMEM, "search: out of memory");
@@ -267,6 +271,8 @@ static int run_plaid(store_env *env, idx_reader *r, const eng_search *s, int thr
          * application enabled nested parallelism. */
         omp_set_num_threads(1);
 #endif
+        r[tid].skip_damaged = s->skip_damaged;
+        r[tid].damaged = per ? &per[tid].n_damaged : NULL;
         eng_plaid_ws *ws = eng_plaid_ws_new();
         if (!ws)
             trc = store_fail(&tm, ENOMEM, "search: out of memory");
@@ -293,6 +299,7 @@ static int run_plaid(store_env *env, idx_reader *r, const eng_search *s, int thr
     for (int i = 0; i < nr; i++)
         add_stats(st, &per[i]);
 done:
+    r[0].damaged = NULL; /* per goes; r[0] lives on in the caller */
     free(per);
     for (int i = 1; i < nr; i++)
         idx_reader_close(&r[i]);
@@ -428,6 +435,15 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
                                   &dev, &m)) ||
             (rc = eng_gpu_mode_pick(db->opts.gpu_mode, &gmode, &m)))
             goto restore;
+        s.skip_damaged = params->skip_damaged != 0;
+        r[0].skip_damaged = s.skip_damaged;
+        r[0].damaged = &st.n_damaged;
+        if (s.skip_damaged && dev == KERN_DEV_CUDA) {
+            rc = store_fail(&m, TARTAN_ENOTSUP,
+                            "skip_damaged: GPU searches do not skip damaged records; search on "
+                            "the CPU, or repair the index (tartan check --repair)");
+            goto restore;
+        }
         if (s.allowed && s.n_allowed == 0)
             ; /* nothing allowed: no hits */
         else if (dev == KERN_DEV_CUDA)

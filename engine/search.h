@@ -58,6 +58,9 @@ typedef struct eng_search {
      * ndocs documents, or in exhaustive mode one of at most an eighth of the index (cheaper
      * to look up than to walk the whole index past). */
     int subset_exact;
+    /* Leave damaged records out instead of failing (tartan_search_params.skip_damaged); each
+     * reader then counts them in its *damaged. */
+    int skip_damaged;
     /* Results: query i's hits at hit_doc / hit_score [i * k ...], hit_n[i] of them. */
     uint32_t *hit_doc;
     float *hit_score;
@@ -68,6 +71,7 @@ typedef struct eng_search {
 typedef struct eng_stage_stats {
     double cand, prune, exact;
     uint64_t n_cand, n_exact, n_probes;
+    uint64_t n_damaged; /* damaged records left out (skip_damaged) */
 } eng_stage_stats;
 
 /* Adaptive mode: documents of the first exact batch (at least 2k), how much each later batch

@@ -242,7 +242,14 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
         const uint32_t *docs;
         size_t nd;
         int more;
-        while ((more = store_ivf_next(it, &docs, &nd, m)) == 1) {
+        while ((more = store_ivf_next(it, &docs, &nd, m)) == 1 ||
+               (more == TARTAN_ECORRUPT && s->skip_damaged)) {
+            if (more != 1) {
+                /* A damaged block: its documents are not candidates (skip_damaged). */
+                if (r->damaged)
+                    (*r->damaged)++;
+                continue;
+            }
             if (grow_cand(ws, n + nd)) {
                 rc = store_fail(m, ENOMEM, "search: out of memory for candidates");
                 break;
@@ -298,19 +305,32 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
     return rc;
 }
 
-/* Documents of n numbers through r (pointers into the map). */
-static int lookup(idx_reader *r, const uint32_t *docnos, size_t n, kern_pdoc *pd, int verify,
-                  store_msg *m)
+/*
+ * Documents of n numbers through r (pointers into the map) into pd, their numbers into out
+ * (which may be docnos itself); *kept: how many. With skip_damaged, a damaged or missing
+ * document is left out (and counted) instead of failing, and every document is verified.
+ */
+static int lookup(idx_reader *r, const eng_search *s, const uint32_t *docnos, size_t n,
+                  uint32_t *out, kern_pdoc *pd, int verify, size_t *kept, store_msg *m)
 {
-    r->verify = verify;
+    r->verify = verify || s->skip_damaged;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        int rc = idx_reader_doc(r, docnos[i], &pd[i], m);
+        uint32_t d = docnos[i];
+        int rc = idx_reader_doc(r, d, &pd[k], m);
+        if ((rc == TARTAN_ECORRUPT || rc == TARTAN_ENOTFOUND) && s->skip_damaged) {
+            if (r->damaged)
+                (*r->damaged)++;
+            continue;
+        }
         if (rc == TARTAN_ENOTFOUND)
             return store_fail(m, TARTAN_ECORRUPT,
-                              "document %u is listed but missing from the documents", docnos[i]);
+                              "document %u is listed but missing from the documents", d);
         if (rc)
             return rc;
+        out[k++] = d;
     }
+    *kept = k;
     return 0;
 }
 
@@ -324,7 +344,7 @@ typedef struct qc_table {
 /*
  * Exact scores of documents docnos [n] into score [n]. With pd_given, pd already holds the
  * documents (codes renumbered for t) and the map is read again only to verify their
- * checksums; otherwise pd is filled by verified reads.
+ * checksums; otherwise pd holds them from verified reads already (exact_topk's lookup).
  */
 static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uint32_t *docnos,
                         kern_pdoc *pd, int pd_given, const qc_table *t, float *score, size_t n,
@@ -341,8 +361,6 @@ static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uin
                            ? store_fail(m, TARTAN_ECORRUPT, "document %u vanished", docnos[i])
                            : rc;
         }
-    } else if ((rc = lookup(r, docnos, n, pd, 1, m))) {
-        return rc;
     }
     kern_residual a = {
         .dim = q->dim,
@@ -385,8 +403,15 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
                       const uint32_t *docnos, kern_pdoc *pd, int pd_given, const qc_table *t,
                       float *score, size_t n, eng_stage_stats *st, store_msg *m)
 {
-    int rc = exact_scores(r, s, qi, docnos, pd, pd_given, t, score, n, m);
-    if (rc)
+    int rc;
+    if (!pd_given) {
+        /* Verified reads; with skip_damaged the damaged ones are left out. ws->cand takes the
+         * numbers kept (it is docnos, or free: grow_cand sized it). */
+        if ((rc = lookup(r, s, docnos, n, ws->cand, pd, 1, &n, m)))
+            return rc;
+        docnos = ws->cand;
+    }
+    if ((rc = exact_scores(r, s, qi, docnos, pd, pd_given, t, score, n, m)))
         return rc;
     st->n_exact += n;
     return take_topk(s, qi, ws, docnos, score, n, m);
@@ -679,8 +704,11 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
 
     /* Stage 2: pruned centroid interaction over the candidates' codes. */
     size_t kk = 0;
-    if ((rc = lookup(r, ws->cand, n, ws->pd, 0, m)) ||
-        (rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
+    if ((rc = lookup(r, s, ws->cand, n, ws->cand, ws->pd, 0, &n, m)))
+        return rc;
+    if (n == 0)
+        return 0; /* every candidate was damaged (skip_damaged) */
+    if ((rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
         return rc;
     qc_table small = {ws->S2, kk, 4};
     if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n,

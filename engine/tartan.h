@@ -145,6 +145,12 @@ typedef struct tartan_db tartan_db;
 /* Open read-only: changes fail with TARTAN_EREADONLY; creates nothing (TARTAN_CREATE is
  * ignored). */
 #define TARTAN_READONLY 0x4u
+/* Convert an index of an older format version (1) to this one while opening it: a
+ * tartan_compact that keeps every document, id, code, residual and norm, so every search
+ * answers exactly as before. Needs write access; without this flag such an index is refused
+ * with TARTAN_EVERSION. Programs of the older version must not have the index open meanwhile
+ * (their changes would be lost; their next write fails). */
+#define TARTAN_UPGRADE 0x8u
 
 /*
  * Where work runs. TARTAN_DEVICE_AUTO: the environment variable TARTAN_DEVICE ("auto", "cpu"
@@ -364,6 +370,28 @@ typedef struct tartan_index_info {
  */
 TARTAN_API int tartan_info(tartan_db *db, tartan_index_info *info);
 
+/*
+ * tartan_compact: rewrites the index without free pages: documents packed into full segments,
+ * inverted lists into full blocks, every database's pages full (storage/FORMAT.md
+ * "Compaction"). Deletes and replaces leave pages that later changes reuse but never give
+ * back to the file system; this does. The whole index is written anew beside the index
+ * directory (INDEX.compact-XXXXXX, so the file system needs room for a second copy) in one
+ * transaction, then the two directories are exchanged atomically: a crash leaves either the
+ * old index or the new one, whole, and the next compaction removes what a killed one left.
+ * Every record is verified on the way; damage stops it (TARTAN_ECORRUPT, nothing changed: see
+ * tartan_repair).
+ *   db: in, open read-write.
+ * Other handles, in this process or others, move to the new index at their next call: a
+ * search that began before keeps reading the old one until it ends, later ones read the new
+ * one (same documents, ids and scores), and no change is ever written to the old file. Changes
+ * wait while the compaction runs (it holds the index's writer lock); searches never wait.
+ * Returns 0, TARTAN_EINVAL (NULL), TARTAN_EREADONLY, TARTAN_ECORRUPT, ENOTSUP (the file system
+ * cannot exchange directories: Linux renameat2 RENAME_EXCHANGE, which ext4, XFS, Btrfs and
+ * tmpfs have), ENOSPC, EACCES (no permission to create the sibling directory), ENOMEM,
+ * TARTAN_ESTORAGE. Any thread; one compaction, repair or change at a time per index.
+ */
+TARTAN_API int tartan_compact(tartan_db *db);
+
 /* ---------------------------------------------------------------------------------------
  * Search
  *
@@ -440,12 +468,18 @@ typedef struct tartan_search_params {
                       Higher costs more time. It steers only the stages left adaptive
                       (ncells 0, ndocs 0); it is an aim measured on the index's calibration
                       queries, not a guarantee for every query */
+    int skip_damaged; /* nonzero: a document whose stored record is damaged (its checksum
+                      fails), or an inverted-list block that is, is left out of the search
+                      instead of failing it with TARTAN_ECORRUPT; results.stats.n_damaged
+                      counts what was left out (a warning: run tartan_repair). Candidate
+                      documents are then verified before PLAID's pruning stages too (slower).
+                      CPU searches only (TARTAN_ENOTSUP on a GPU). Default 0 */
 } tartan_search_params;
 
 /*
  * Fills *p with the defaults for k: adaptive probing and exact scoring (ncells 0, ndocs 0,
- * threshold -1), recall_target 0 (0.95), exhaustive 0, subset NULL, threads 0, device AUTO.
- * p: out, not NULL. Any thread.
+ * threshold -1), recall_target 0 (0.95), exhaustive 0, subset NULL, threads 0, device AUTO,
+ * skip_damaged 0. p: out, not NULL. Any thread.
  */
 TARTAN_API void tartan_search_params_init(tartan_search_params *p, size_t k);
 
@@ -484,6 +518,7 @@ typedef struct tartan_search_stats {
     uint64_t n_probes;         /* centroids probed, summed over the queries' tokens */
     float probe_margin;        /* the margin stage 1 probed with (-1: fixed ncells) */
     float rerank_z;            /* the z of stage 3's stopping rule (0: fixed ndocs) */
+    uint64_t n_damaged; /* damaged records left out (params.skip_damaged; 0 otherwise) */
 } tartan_search_stats;
 
 /*
@@ -520,7 +555,8 @@ typedef struct tartan_results {
  *                      of 0; a threshold that is NaN or infinite; threads < 0;
  *   TARTAN_EBADID      a NULL, empty or malformed id in params->subset (or subset NULL
  *                      with n_subset > 0 is TARTAN_EINVAL);
- *   TARTAN_ECORRUPT    damaged index data (a document whose checksum fails);
+ *   TARTAN_ECORRUPT    damaged index data (a record whose checksum fails; see skip_damaged);
+ *   TARTAN_ENOTSUP     skip_damaged on a GPU;
  *   TARTAN_ESTORAGE, ENOMEM.
  * The index is never changed. Any thread, any number at once (see above).
  */
@@ -738,6 +774,30 @@ TARTAN_API uint32_t tartan_shard_of(const char *id, uint32_t n_shards);
  */
 TARTAN_API int tartan_results_merge(const tartan_results *const *parts, size_t n_parts, size_t k,
                                     tartan_results **out);
+
+/*
+ * tartan_repair: salvages a damaged index. Every document whose record is sound and whose
+ * external id survives in either id map is kept, with its number, record and id; the others
+ * are removed. The inverted lists, both id maps and the header's counts are rebuilt from the
+ * kept documents (a damaged header from the centroid and codec records), damaged meta records
+ * of other kinds are dropped. It all happens as tartan_compact writes a new index: one
+ * transaction, an atomic exchange, the old index untouched on any failure. Afterwards
+ * tartan_check finds nothing, and every search answers for the kept documents exactly as the
+ * index did before the damage. On a sound index it changes nothing but the layout.
+ *   db: in, open read-write.   report: in, may be NULL: called after the repair has landed,
+ *   once per thing it did, kind "removed" (message: "document 17 (id 'abc'): its record is
+ *   damaged"; the id when an id map still knows it), "rebuilt", "dropped" or "lmdb" (see
+ *   storage/salvage.c); returning nonzero stops the calls (not the repair).
+ *   ctx: passed to report.   n_removed: out (may be NULL): documents removed.
+ * The codec tables and centroids cannot be derived from anything: when they are damaged the
+ * index cannot be salvaged (TARTAN_ECORRUPT, nothing changed; rebuild it from its embeddings).
+ * Damage LMDB's own pages hide (README "Guarantees") loses what lies behind them; LMDB may
+ * also stop the process on some such damage before tartan sees it.
+ * Returns 0, TARTAN_EINVAL (NULL db), TARTAN_EREADONLY, TARTAN_ECORRUPT, and
+ * tartan_compact's errors. Any thread; one compaction, repair or change at a time per index.
+ */
+TARTAN_API int tartan_repair(tartan_db *db, tartan_check_fn report, void *ctx,
+                             size_t *n_removed);
 
 #ifdef __cplusplus
 }

@@ -139,6 +139,10 @@ typedef struct idx_reader {
      * (idx_reader_doc says TARTAN_ENOTFOUND for the others, idx_reader_next_doc skips them).
      * 0 (idx_reader_open's): every document. */
     uint32_t part_n, part_i;
+    /* Skip damaged records while walking the documents (idx_reader_next_doc) instead of
+     * failing, counting each in *damaged when not NULL (default 0, NULL). */
+    int skip_damaged;
+    uint64_t *damaged;
 } idx_reader;
 
 /* Begins a snapshot and loads the model. */
@@ -155,7 +159,8 @@ int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_ms
 /*
  * All live documents in number order: *cur starts NULL; each call gives the next one and
  * returns 1, then 0 at the end (the cursor is freed then), or an error (call
- * idx_reader_docs_end to free a cursor left early).
+ * idx_reader_docs_end to free a cursor left early). With r->skip_damaged, a damaged record or
+ * segment is passed over (and counted) instead of being an error.
  */
 int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno, kern_pdoc *doc,
                         store_msg *m);

@@ -71,25 +71,35 @@ int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno
                         store_msg *m)
 {
     int rc;
-    if (!*cur && (rc = store_docs_first(r->txn, cur, m)))
+    if (!*cur && (rc = store_docs_first(r->txn, r->verify, cur, m)))
         return rc;
-    const void *blob;
-    size_t size;
-    do
-        rc = store_docs_next(*cur, docno, &blob, &size, m);
-    while (rc == 1 && elsewhere(r, *docno));
-    if (rc == 1) {
-        store_doc d;
-        rc = store_doc_parse(*docno, blob, size, r->h.code_bytes, r->h.token_bytes, r->verify, &d,
-                             m);
+    for (;;) {
+        const void *rec;
+        size_t size;
+        rc = store_docs_next(*cur, docno, &rec, &size, m);
+        if (rc == 1 && elsewhere(r, *docno))
+            continue;
+        if (rc == 1) {
+            store_doc d;
+            rc = store_doc_parse(*docno, rec, size, r->h.code_bytes, r->h.token_bytes, r->verify,
+                                 &d, m);
+            if (rc == 0) {
+                to_pdoc(&d, doc);
+                return 1;
+            }
+        }
+        if (rc == TARTAN_ECORRUPT && r->skip_damaged) {
+            if (r->damaged)
+                (*r->damaged)++;
+            continue;
+        }
         if (rc)
             return rc;
-        to_pdoc(&d, doc);
-        return 1;
+        break;
     }
     store_cursor_close(*cur);
     *cur = NULL;
-    return rc;
+    return 0;
 }
 
 void idx_reader_docs_end(store_cursor *cur)

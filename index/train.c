@@ -95,6 +95,10 @@ int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits
      * the project's kernel on the build host and whose result depended on the sample's order. */
     if ((rc = idx_kmeans_device(dev, shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, m)))
         goto done;
+    /* The index stores its centroids as fp16 (FORMAT.md "centroids"): codes, residuals and
+     * norms are computed against exactly the values stored. */
+    for (size_t i = 0; i < k * dim; i++)
+        cent[i] = store_f16_to_f32(store_f32_to_f16(cent[i]));
     const float *hx = shuf + ntrain * dim;
     if ((rc = idx_assign(dev, cent, k, dim, hx, held, lab, NULL, m)))
         goto done;
@@ -140,7 +144,7 @@ int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_
 
 int idx_model_store(store_txn *txn, const idx_model *mod, store_header *h, store_msg *m)
 {
-    int rc = store_centroids_put(txn, mod->k, h->dim, mod->centroids, m);
+    int rc = store_centroids_put(txn, mod->k, h->dim, mod->centroids, STORE_CENT_F16, m);
     if (!rc)
         rc = store_codec_put(txn, h->nbits, mod->codec.cutoffs, mod->codec.weights, m);
     if (rc)

@@ -90,42 +90,114 @@ static int scratch_fit(scratch *s, size_t n, store_msg *m)
     return 0;
 }
 
-/* Removes document docno (bound to id) and its inverted-list entries; adjusts h's counts. */
-static int remove_doc(store_txn *txn, store_header *h, uint32_t docno, const char *id, size_t idlen,
-                      scratch *s, store_msg *m)
+/* A document a change removes: its number and the id bound to it. */
+typedef struct victim {
+    uint32_t docno;
+    const char *id;
+    size_t idlen;
+} victim;
+
+static int cmp_victim(const void *a, const void *b)
 {
-    store_doc d;
-    /* The checksum is checked: deleting a damaged document must not guess its codes. */
-    int rc = store_doc_get(txn, docno, h->code_bytes, h->token_bytes, 1, &d, m);
+    uint32_t x = ((const victim *)a)->docno, y = ((const victim *)b)->docno;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Removes the n documents of v (any order; a number listed twice counts once) with their
+ * inverted-list entries and ids, and adjusts h's counts. Their segments are rewritten once each
+ * and each touched list once per block, whatever the order of the numbers.
+ */
+static int remove_docs(store_txn *txn, store_header *h, victim *v, size_t n, scratch *s,
+                       store_msg *m)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_victim);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || v[i].docno != v[k - 1].docno)
+            v[k++] = v[i];
+    n = k;
+    uint64_t *pairs = NULL; /* code << 32 | docno */
+    size_t np = 0, cap = 0;
+    uint32_t *docnos = malloc(n * sizeof *docnos);
+    uint64_t ntok = 0;
+    int rc = docnos ? 0 : store_fail(m, ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !rc; i++) {
+        store_doc d;
+        docnos[i] = v[i].docno;
+        /* The checksum is checked: removing a damaged document must not guess its codes
+         * (tartan_repair removes damaged ones). */
+        rc = store_doc_get(txn, v[i].docno, h->code_bytes, h->token_bytes, 1, &d, m);
+        if (rc == TARTAN_ENOTFOUND)
+            rc = store_fail(m, TARTAN_ECORRUPT, "id '%.*s' names document %u, which is missing",
+                            (int)(v[i].idlen > 64 ? 64 : v[i].idlen), v[i].id, v[i].docno);
+        if (rc || (rc = scratch_fit(s, d.ntok, m)))
+            break;
+        for (uint32_t t = 0; t < d.ntok; t++)
+            s->v[t] = h->code_bytes == 2 ? ((const uint16_t *)d.codes)[t]
+                                         : ((const uint32_t *)d.codes)[t];
+        size_t nd = distinct(s->v, d.ntok);
+        if (np + nd > cap) {
+            size_t c2 = cap ? 2 * cap : 4096;
+            while (c2 < np + nd)
+                c2 *= 2;
+            uint64_t *p = realloc(pairs, c2 * sizeof *p);
+            if (!p) {
+                rc = store_fail(m, ENOMEM, "out of memory");
+                break;
+            }
+            pairs = p;
+            cap = c2;
+        }
+        for (size_t j = 0; j < nd; j++)
+            pairs[np++] = (uint64_t)s->v[j] << 32 | v[i].docno;
+        ntok += d.ntok;
+    }
+    if (!rc && (h->n_docs < n || h->n_tokens < ntok || h->n_postings < np))
+        rc = store_fail(m, TARTAN_ECORRUPT, "the index's counts are inconsistent");
+    if (!rc)
+        rc = store_docs_delete(txn, docnos, n, m);
     if (rc == TARTAN_ENOTFOUND)
-        return store_fail(m, TARTAN_ECORRUPT, "id '%.*s' names document %u, which is missing",
-                          (int)(idlen > 64 ? 64 : idlen), id, docno);
-    if (rc)
-        return rc;
-    if ((rc = scratch_fit(s, d.ntok, m)))
-        return rc;
-    for (uint32_t t = 0; t < d.ntok; t++)
-        s->v[t] =
-            h->code_bytes == 2 ? ((const uint16_t *)d.codes)[t] : ((const uint32_t *)d.codes)[t];
-    uint32_t ntok = d.ntok;
-    size_t nd = distinct(s->v, ntok);
-    if ((rc = store_ivf_del(txn, docno, s->v, nd, m)) || (rc = store_doc_del(txn, docno, m)) ||
-        (rc = store_id_del(txn, id, idlen, docno, m)))
-        return rc;
-    if (h->n_docs == 0 || h->n_tokens < ntok)
-        return store_fail(m, TARTAN_ECORRUPT, "the index's counts are inconsistent");
-    h->n_docs--;
-    h->n_tokens -= ntok;
-    return 0;
+        rc = TARTAN_ECORRUPT; /* a listed document without a record: m says which */
+    if (!rc) {
+        /* By centroid, then number: each list's numbers come ascending, one call per list. */
+        qsort(pairs, np, sizeof *pairs, cmp_u64);
+        uint32_t *run = (uint32_t *)docnos; /* reused: at most n numbers per list */
+        for (size_t i = 0; i < np && !rc;) {
+            uint32_t c = (uint32_t)(pairs[i] >> 32);
+            size_t r = 0;
+            for (; i < np && (uint32_t)(pairs[i] >> 32) == c; i++)
+                run[r++] = (uint32_t)pairs[i];
+            rc = store_ivf_remove(txn, c, run, r, m);
+        }
+    }
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = store_id_del(txn, v[i].id, v[i].idlen, v[i].docno, m);
+    if (!rc) {
+        h->n_docs -= n;
+        h->n_tokens -= ntok;
+        h->n_postings -= np;
+    }
+    free(pairs);
+    free(docnos);
+    return rc;
 }
 
 /*
  * Writes a batch's inverted-list entries (code pc[i], document pd[i]; documents ascending in
- * input order) in code order: a stable counting sort by code keeps each list's documents
- * ascending, as the store's append wants. One document at a time scatters its ~60 puts over
- * lists all across the B-tree; in code order consecutive puts land on the same pages, which
- * measured 2.5x faster for the whole transaction at 131,072 centroids (14M tokens: 32 s to
- * 13 s).
+ * input order) a list at a time: a stable counting sort by code keeps each list's documents
+ * ascending, and each list gets one call (its last block refilled, then whole new blocks).
+ * One document at a time would scatter its ~60 changes over lists all across the B-tree; in
+ * code order consecutive changes land on the same pages (measured 2.5x faster for the whole
+ * transaction with format 1's lists at 131,072 centroids).
  */
 static int ivf_flush(store_txn *txn, const uint32_t *pc, const uint32_t *pd, size_t np, uint32_t k,
                      store_msg *m)
@@ -133,9 +205,9 @@ static int ivf_flush(store_txn *txn, const uint32_t *pc, const uint32_t *pd, siz
     if (np == 0)
         return 0;
     size_t *start = calloc((size_t)k + 1, sizeof *start);
-    uint32_t *sc = malloc(np * sizeof *sc), *sd = malloc(np * sizeof *sd);
+    uint32_t *sd = malloc(np * sizeof *sd);
     int rc = 0;
-    if (!start || !sc || !sd) {
+    if (!start || !sd) {
         rc = store_fail(m, ENOMEM, "out of memory for %zu inverted-list entries", np);
         goto out;
     }
@@ -148,16 +220,17 @@ static int ivf_flush(store_txn *txn, const uint32_t *pc, const uint32_t *pd, siz
     }
     for (uint32_t c = 0; c < k; c++)
         start[c + 1] += start[c];
-    for (size_t i = 0; i < np; i++) {
-        size_t at = start[pc[i]]++;
-        sc[at] = pc[i];
-        sd[at] = pd[i];
+    for (size_t i = 0; i < np; i++)
+        sd[start[pc[i]]++] = pd[i];
+    /* start[c] is now the end of list c's run. */
+    size_t at = 0;
+    for (uint32_t c = 0; c < k && !rc; c++) {
+        if (start[c] > at)
+            rc = store_ivf_append(txn, c, sd + at, start[c] - at, m);
+        at = start[c];
     }
-    for (size_t i = 0; i < np && !rc; i++)
-        rc = store_ivf_add(txn, sd[i], &sc[i], 1, m);
 out:
     free(start);
-    free(sc);
     free(sd);
     return rc;
 }
@@ -187,51 +260,46 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
         return IDX_ESTALE;
     }
     scratch s = {0};
+    /* The ids the batch replaces go first (their segments and list blocks are rewritten before
+     * the new documents are appended after them). */
+    victim *old = malloc(b->n_docs * sizeof *old);
+    size_t nold = 0;
+    if (!old)
+        return store_fail(m, ENOMEM, "out of memory");
+    for (size_t i = 0; i < b->n_docs && !rc; i++) {
+        uint32_t docno;
+        rc = store_id_get(txn, b->ids[i], b->idlens[i], &docno, m);
+        if (rc == TARTAN_ENOTFOUND) {
+            rc = 0;
+        } else if (rc == 0 && !c->replace) {
+            rc = store_fail(m, TARTAN_EDUPID,
+                            "document %zu (id '%.*s'): the index has this id already", i,
+                            (int)(b->idlens[i] > 64 ? 64 : b->idlens[i]), b->ids[i]);
+        } else if (rc == 0) {
+            old[nold++] = (victim){docno, b->ids[i], b->idlens[i]};
+        }
+    }
+    if (!rc)
+        rc = remove_docs(txn, &h, old, nold, &s, m);
+    free(old);
+    if (!rc && b->n_docs > UINT32_MAX - (size_t)h.next_docno)
+        rc = store_fail(m, TARTAN_ETOOBIG, "the index has used all %u document numbers",
+                        UINT32_MAX);
     /* The batch's inverted-list entries, written after its documents (ivf_flush). */
     uint32_t *pc = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pc);
     uint32_t *pd = malloc((b->n_rows ? b->n_rows : 1) * sizeof *pd);
     size_t np = 0;
-    if (!pc || !pd)
+    if (!rc && (!pc || !pd))
         rc = store_fail(m, ENOMEM, "out of memory");
+    store_appender *app = NULL;
+    if (!rc)
+        rc = store_docs_append_begin(txn, h.code_bytes, h.token_bytes, &app, m);
     for (size_t i = 0; i < b->n_docs && !rc; i++) {
-        const char *id = b->ids[i];
-        size_t idlen = b->idlens[i];
-        uint32_t old;
-        rc = store_id_get(txn, id, idlen, &old, m);
-        if (rc == 0) {
-            if (!c->replace) {
-                rc = store_fail(m, TARTAN_EDUPID,
-                                "document %zu (id '%.*s'): the index has this id already", i,
-                                (int)(idlen > 64 ? 64 : idlen), id);
-                break;
-            }
-            if ((rc = remove_doc(txn, &h, old, id, idlen, &s, m)))
-                break;
-        } else if (rc != TARTAN_ENOTFOUND) {
-            break;
-        }
-        rc = 0;
-        if (h.next_docno == UINT32_MAX) {
-            rc = store_fail(m, TARTAN_ETOOBIG, "the index has used all %u document numbers",
-                            UINT32_MAX);
-            break;
-        }
         uint32_t docno = h.next_docno++;
         size_t off = b->offsets[i], ntok = b->offsets[i + 1] - off;
-        store_doc_out out;
-        if ((rc = store_doc_reserve(txn, docno, (uint32_t)ntok, h.code_bytes, h.token_bytes, &out,
-                                    m)))
+        if ((rc = store_docs_append(app, docno, (uint32_t)ntok, c->e->inv_norms + off,
+                                    c->e->codes + off, 4, c->e->packed + off * h.token_bytes, m)))
             break;
-        memcpy(out.inv_norms, c->e->inv_norms + off, ntok * sizeof(float));
-        if (h.code_bytes == 2) {
-            uint16_t *cd = out.codes;
-            for (size_t t = 0; t < ntok; t++)
-                cd[t] = (uint16_t)c->e->codes[off + t];
-        } else {
-            memcpy(out.codes, c->e->codes + off, ntok * sizeof(uint32_t));
-        }
-        memcpy(out.residuals, c->e->packed + off * h.token_bytes, ntok * h.token_bytes);
-        store_doc_seal(docno, &out);
         if ((rc = scratch_fit(&s, ntok, m)))
             break;
         memcpy(s.v, c->e->codes + off, ntok * sizeof(uint32_t));
@@ -240,14 +308,21 @@ static int add_fn(store_txn *txn, void *vctx, store_msg *m)
             pc[np] = s.v[j];
             pd[np] = docno;
         }
-        if ((rc = store_id_put(txn, id, idlen, docno, m)))
+        if ((rc = store_id_put(txn, b->ids[i], b->idlens[i], docno, m)))
             break;
         h.n_docs++;
         h.n_tokens += ntok;
     }
+    if (app) {
+        if (rc)
+            store_docs_append_free(app);
+        else
+            rc = store_docs_append_end(app, m);
+    }
     free(s.v);
     if (!rc)
         rc = ivf_flush(txn, pc, pd, np, h.n_centroids, m);
+    h.n_postings += np;
     free(pc);
     free(pd);
     if (!rc)
@@ -412,23 +487,30 @@ static int del_fn(store_txn *txn, void *vctx, store_msg *m)
     int rc = store_header_get(txn, &h, m);
     if (rc)
         return rc;
-    scratch s = {0};
+    victim *v = malloc(c->n * sizeof *v);
+    size_t nv = 0;
+    if (!v)
+        return store_fail(m, ENOMEM, "out of memory");
     for (size_t i = 0; i < c->n && !rc; i++) {
         uint32_t docno;
         rc = store_id_get(txn, c->ids[i], c->lens[i], &docno, m);
         if (rc == TARTAN_ENOTFOUND) {
-            rc = 0; /* not there (or listed twice): nothing to do */
+            rc = 0; /* not there: nothing to do */
             continue;
         }
-        if (rc)
-            break;
-        if ((rc = remove_doc(txn, &h, docno, c->ids[i], c->lens[i], &s, m)))
-            break;
-        c->deleted++;
+        if (!rc)
+            v[nv++] = (victim){docno, c->ids[i], c->lens[i]};
     }
-    free(s.v);
+    scratch s = {0};
+    uint64_t before = h.n_docs;
     if (!rc)
+        rc = remove_docs(txn, &h, v, nv, &s, m);
+    free(s.v);
+    free(v);
+    if (!rc) {
+        c->deleted = (size_t)(before - h.n_docs);
         rc = store_header_put(txn, &h, m);
+    }
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /*
  * env.c: an index's LMDB environment: opening and creating it, its named databases, the
- * format check, transactions, and growing the map when it fills (FORMAT.md).
+ * format check, transactions, growing the map when it fills, and moving to the new environment
+ * when a store_rewrite replaced the directory's (FORMAT.md).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -84,24 +85,142 @@ const char *store_path(const store_env *env)
     return env->se_path;
 }
 
+/* ---- generations ------------------------------------------------------------------------ */
+
+static store_gen *gen_acquire(store_env *env)
+{
+    pthread_mutex_lock(&env->se_lock);
+    store_gen *g = env->se_gen;
+    g->g_refs++;
+    pthread_mutex_unlock(&env->se_lock);
+    return g;
+}
+
+static void gen_release(store_env *env, store_gen *g)
+{
+    pthread_mutex_lock(&env->se_lock);
+    int last = --g->g_refs == 0;
+    pthread_mutex_unlock(&env->se_lock);
+    if (last)
+        store_gen_close(g);
+}
+
+/* Has a store_rewrite put another environment at the path? (A path that cannot be read right
+ * now says no: the generation in hand is still a sound index.) */
+static int gen_replaced(const store_env *env, const store_gen *g)
+{
+    struct stat st;
+    if (stat(env->se_data, &st) != 0)
+        return 0;
+    return st.st_dev != g->g_dev || st.st_ino != g->g_ino;
+}
+
+/* Moves env to the environment now at its path, unless another thread did already. */
+static int gen_switch(store_env *env, store_gen *old, store_msg *m)
+{
+    pthread_mutex_lock(&env->se_switch);
+    int rc = 0;
+    if (env->se_gen == old) {
+        store_gen *ng;
+        size_t map = store_map_size(env);
+        rc = store_gen_open(env->se_path, env->se_flags & (STORE_READONLY | STORE_OPEN_V1), NULL,
+                            map > env->se_map_req ? map : env->se_map_req, &ng, m);
+        if (!rc) {
+            ng->g_refs = 1;
+            pthread_mutex_lock(&env->se_lock);
+            env->se_gen = ng;
+            int last = --old->g_refs == 0;
+            pthread_mutex_unlock(&env->se_lock);
+            if (last)
+                store_gen_close(old);
+        }
+    }
+    pthread_mutex_unlock(&env->se_switch);
+    return rc;
+}
+
 size_t store_map_size(store_env *env)
 {
+    store_gen *g = gen_acquire(env);
     MDB_envinfo info;
-    mdb_env_info(env->se_env, &info);
+    mdb_env_info(g->g_env, &info);
+    gen_release(env, g);
     return info.me_mapsize;
+}
+
+unsigned store_version(store_env *env)
+{
+    store_gen *g = gen_acquire(env);
+    unsigned v = g->g_version;
+    gen_release(env, g);
+    return v;
+}
+
+/* ---- the format record ------------------------------------------------------------------ */
+
+static void format_bytes(uint8_t b[STORE_FORMAT_SIZE])
+{
+    memcpy(b, STORE_MAGIC, 8);
+    uint32_t v = STORE_FORMAT_VERSION;
+    memcpy(b + 8, &v, 4);
+    uint32_t c = store_meta_crc(STORE_KEY_FORMAT, strlen(STORE_KEY_FORMAT), b, 12);
+    memcpy(b + 12, &c, 4);
+}
+
+int store_format_put(MDB_txn *txn, MDB_dbi meta, store_msg *m)
+{
+    uint8_t b[STORE_FORMAT_SIZE];
+    format_bytes(b);
+    MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d = {sizeof b, b};
+    int rc = mdb_put(txn, meta, &k, &d, 0);
+    return rc ? store_map_lmdb(m, rc, "writing the format record") : 0;
+}
+
+int store_format_parse(const void *val, size_t size, unsigned *version, int *damaged)
+{
+    const uint8_t *p = val;
+    *damaged = 0;
+    if (size == 12 && !memcmp(p, STORE_MAGIC, 8)) {
+        uint32_t v;
+        memcpy(&v, p + 8, 4);
+        *version = v;
+        return 0;
+    }
+    if (size != STORE_FORMAT_SIZE)
+        return TARTAN_ENOINDEX;
+    uint8_t want[STORE_FORMAT_SIZE];
+    format_bytes(want);
+    int diff = 0;
+    for (size_t i = 0; i < STORE_FORMAT_SIZE; i++)
+        diff += p[i] != want[i];
+    if (diff == 0) {
+        *version = STORE_FORMAT_VERSION;
+        return 0;
+    }
+    /* One damaged byte of this version's record: still this version (tartan check reports it,
+     * a repair rewrites it). Anything else is a record of another version or no index. */
+    if (diff == 1) {
+        *version = STORE_FORMAT_VERSION;
+        *damaged = 1;
+        return 0;
+    }
+    if (memcmp(p, STORE_MAGIC, 8))
+        return TARTAN_ENOINDEX;
+    uint32_t v;
+    memcpy(&v, p + 8, 4);
+    *version = v;
+    uint32_t c, want_c = store_meta_crc(STORE_KEY_FORMAT, strlen(STORE_KEY_FORMAT), p, 12);
+    memcpy(&c, p + 12, 4);
+    *damaged = c != want_c;
+    return 0;
 }
 
 /* Writes a fresh index's meta (FORMAT.md "meta"): the format record and the header. */
 static int create_meta(store_txn *t, const store_header *init, store_msg *m)
 {
-    uint8_t fmt[12];
-    memcpy(fmt, STORE_MAGIC, 8);
-    uint32_t v = STORE_FORMAT_VERSION;
-    memcpy(fmt + 8, &v, 4);
-    MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d = {sizeof fmt, fmt};
-    int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, MDB_NOOVERWRITE);
+    int rc = store_format_put(t->st_txn, t->st_gen->g_meta, m);
     if (rc)
-        return store_map_lmdb(m, rc, "creating the index");
+        return rc;
     store_header h = *init;
     h.n_centroids = 0;
     h.code_bytes = 0;
@@ -109,79 +228,138 @@ static int create_meta(store_txn *t, const store_header *init, store_msg *m)
     h.next_docno = 0;
     h.n_docs = 0;
     h.n_tokens = 0;
+    h.n_postings = 0;
     return store_header_put(t, &h, m);
 }
 
-/* Checks meta "format": magic and version. */
-static int check_format(store_env *env, MDB_txn *txn, store_msg *m)
+/* Reads meta "format": magic and version. */
+static int check_format(const char *path, MDB_txn *txn, MDB_dbi meta, unsigned flags,
+                        unsigned *version, store_msg *m)
 {
     MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d;
-    int rc = mdb_get(txn, env->se_meta, &k, &d);
+    int rc = mdb_get(txn, meta, &k, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no format record)",
-                          env->se_path);
+                          path);
     if (rc)
         return store_map_lmdb(m, rc, "reading the format record");
-    if (d.mv_size < 12 || memcmp(d.mv_data, STORE_MAGIC, 8) != 0)
+    int damaged;
+    if (store_format_parse(d.mv_data, d.mv_size, version, &damaged))
         return store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (bad format record)",
-                          env->se_path);
-    uint32_t v;
-    memcpy(&v, (const uint8_t *)d.mv_data + 8, 4);
-    if (v != STORE_FORMAT_VERSION)
+                          path);
+    if (*version == 1 && (flags & STORE_OPEN_V1))
+        return 0;
+    if (*version == 1)
+        return store_fail(m, TARTAN_EVERSION,
+                          "'%s': index format version 1; this build of tartan reads version %u: "
+                          "convert it with 'tartan compact %s' (or tartan_open with "
+                          "TARTAN_UPGRADE), which keeps every document, id and score",
+                          path, STORE_FORMAT_VERSION, path);
+    if (*version != STORE_FORMAT_VERSION)
         return store_fail(m, TARTAN_EVERSION,
                           "'%s': index format version %u; this build of tartan reads only "
                           "version %u",
-                          env->se_path, v, STORE_FORMAT_VERSION);
+                          path, *version, STORE_FORMAT_VERSION);
     return 0;
 }
 
-/* Opens the six named databases; creates them when create is set (a write transaction). */
-static int open_dbs(store_env *env, MDB_txn *txn, int create, store_msg *m)
+/* Opens the named databases with the flags of format version `version`; creates them when
+ * create is set (a write transaction). */
+static int open_dbs(store_gen *g, const char *path, MDB_txn *txn, unsigned version, int create,
+                    store_msg *m)
 {
+    /* Version 1's inverted lists were sorted duplicates; version 2's are blocks under 8-byte
+     * integer keys (FORMAT.md). */
+    unsigned ivf_flags = version == 1
+                             ? MDB_INTEGERKEY | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP
+                             : MDB_INTEGERKEY;
     struct {
         const char *name;
         unsigned flags;
         MDB_dbi *dbi;
     } dbs[] = {
-        {"meta", 0, &env->se_meta},
-        {"centroids", MDB_INTEGERKEY, &env->se_centroids},
-        {"docs", MDB_INTEGERKEY, &env->se_docs},
-        {"ivf", MDB_INTEGERKEY | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP, &env->se_ivf},
-        {"ids", 0, &env->se_ids},
-        {"names", MDB_INTEGERKEY, &env->se_names},
+        {"meta", 0, &g->g_meta},
+        {"centroids", MDB_INTEGERKEY, &g->g_centroids},
+        {"docs", MDB_INTEGERKEY, &g->g_docs},
+        {"ivf", ivf_flags, &g->g_ivf},
+        {"ids", 0, &g->g_ids},
+        {"names", MDB_INTEGERKEY, &g->g_names},
     };
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         int rc =
             mdb_dbi_open(txn, dbs[i].name, dbs[i].flags | (create ? MDB_CREATE : 0), dbs[i].dbi);
         if (rc == MDB_NOTFOUND)
             return store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no '%s' database)",
-                              env->se_path, dbs[i].name);
+                              path, dbs[i].name);
         if (rc)
             return store_map_lmdb(m, rc, "opening the index's databases");
     }
     return 0;
 }
 
-static int env_configure(store_env *env, size_t map_size, unsigned mdb_flags, store_msg *m)
+static int env_configure(store_gen *g, const char *path, size_t map_size, unsigned mdb_flags)
 {
-    int rc = mdb_env_create(&env->se_env);
+    int rc = mdb_env_create(&g->g_env);
     if (rc)
-        return store_map_lmdb(m, rc, "creating the LMDB environment");
-    if ((rc = mdb_env_set_maxdbs(env->se_env, 8)) ||
-        (rc = mdb_env_set_mapsize(env->se_env, map_size)))
-        return store_map_lmdb(m, rc, "configuring the LMDB environment");
+        return rc;
+    if ((rc = mdb_env_set_maxdbs(g->g_env, 8)) || (rc = mdb_env_set_mapsize(g->g_env, map_size))) {
+        mdb_env_close(g->g_env);
+        g->g_env = NULL;
+        return rc;
+    }
     /* MDB_NOTLS: a read snapshot belongs to its transaction, not to the thread that began it,
      * so that a search may hand it between threads and one thread may hold several. */
-    rc = mdb_env_open(env->se_env, env->se_path, mdb_flags | MDB_NOTLS, STORE_FILE_MODE);
+    rc = mdb_env_open(g->g_env, path, mdb_flags | MDB_NOTLS, STORE_FILE_MODE);
     if (rc) {
-        mdb_env_close(env->se_env);
-        env->se_env = NULL;
+        mdb_env_close(g->g_env);
+        g->g_env = NULL;
     }
     return rc;
 }
 
-int store_open(const char *path, unsigned flags, const store_header *init, size_t map_size,
-               store_env **out, store_msg *m)
+/* LMDB opens lock.mdb and data.mdb by name, one after the other: a store_rewrite swapping the
+ * directory in between would pair one environment's lock file with the other's data. Opening
+ * again when the directory at the path changed during the open rules that out. */
+#define STORE_OPEN_TRIES 8
+
+static int env_open_stable(store_gen *g, const char *path, size_t map_size, unsigned mdb_flags)
+{
+    int rc = EAGAIN;
+    for (int i = 0; i < STORE_OPEN_TRIES; i++) {
+        struct stat a, b;
+        if (stat(path, &a) != 0)
+            return errno;
+        rc = env_configure(g, path, map_size, mdb_flags);
+        if ((rc == EACCES || rc == EROFS) && (mdb_flags & MDB_RDONLY)) {
+            /* A reader that may not write the lock file (read-only media or directory): open
+             * without it. Nothing can write the index meanwhile with the same rights. */
+            rc = env_configure(g, path, map_size, mdb_flags | MDB_NOLOCK);
+        }
+        if (rc)
+            return rc;
+        if (stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return 0;
+        mdb_env_close(g->g_env);
+        g->g_env = NULL;
+        rc = EAGAIN;
+    }
+    return rc;
+}
+
+void store_gen_close(store_gen *g)
+{
+    if (!g)
+        return;
+    if (g->g_env)
+        mdb_env_close(g->g_env);
+    pthread_rwlock_destroy(&g->g_grow);
+    pthread_mutex_destroy(&g->g_cent_lock);
+    free(g->g_cent);
+    free(g);
+}
+
+int store_gen_open(const char *path, unsigned flags, const store_header *init, size_t map_size,
+                   store_gen **out, store_msg *m)
 {
     *out = NULL;
     int rc = 0;
@@ -205,13 +383,11 @@ int store_open(const char *path, unsigned flags, const store_header *init, size_
     if (!have_data && !create)
         return store_fail(m, TARTAN_ENOINDEX, "'%s': no tartan index in this directory", path);
 
-    store_env *env = calloc(1, sizeof *env);
-    if (!env || !(env->se_path = strdup(path))) {
-        free(env);
+    store_gen *g = calloc(1, sizeof *g);
+    if (!g)
         return store_fail(m, ENOMEM, "out of memory");
-    }
-    pthread_rwlock_init(&env->se_grow, NULL);
-    env->se_flags = flags & STORE_READONLY;
+    pthread_rwlock_init(&g->g_grow, NULL);
+    pthread_mutex_init(&g->g_cent_lock, NULL);
     if (map_size == 0)
         map_size = STORE_DEFAULT_MAP;
     /* The map must cover the file: an existing index may be bigger than what was asked. */
@@ -219,12 +395,7 @@ int store_open(const char *path, unsigned flags, const store_header *init, size_
         map_size = (size_t)st.st_size;
 
     unsigned mdb_flags = (flags & STORE_READONLY) ? MDB_RDONLY : 0;
-    rc = env_configure(env, map_size, mdb_flags, m);
-    if ((rc == EACCES || rc == EROFS) && (flags & STORE_READONLY)) {
-        /* A reader that may not write the lock file (read-only media or directory): open
-         * without it. Nothing can write the index meanwhile with the same rights. */
-        rc = env_configure(env, map_size, mdb_flags | MDB_NOLOCK, m);
-    }
+    rc = env_open_stable(g, path, map_size, mdb_flags);
     if (rc) {
         if (rc == EACCES)
             rc = store_fail(m, EACCES,
@@ -235,28 +406,41 @@ int store_open(const char *path, unsigned flags, const store_header *init, size_
             rc = store_map_lmdb(m, rc, path);
         goto fail;
     }
+    MDB_stat es;
+    mdb_env_stat(g->g_env, &es);
+    g->g_psize = es.ms_psize;
+    int fd;
+    if (mdb_env_get_fd(g->g_env, &fd) == 0 && fstat(fd, &st) == 0) {
+        g->g_dev = st.st_dev;
+        g->g_ino = st.st_ino;
+    }
 
     /* Does the environment hold a tartan index? Look before creating anything, so that a
      * foreign LMDB environment is never written to. */
     MDB_txn *txn;
-    rc = mdb_txn_begin(env->se_env, NULL, MDB_RDONLY, &txn);
+    rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &txn);
     if (rc) {
         rc = store_map_lmdb(m, rc, "reading the index");
         goto fail;
     }
     MDB_dbi main_dbi;
     MDB_stat ms;
-    int fresh = 0;
     if ((rc = mdb_dbi_open(txn, NULL, 0, &main_dbi)) || (rc = mdb_stat(txn, main_dbi, &ms))) {
         mdb_txn_abort(txn);
         rc = store_map_lmdb(m, rc, "reading the index");
         goto fail;
     }
-    fresh = ms.ms_entries == 0;
-    if (!fresh) {
-        rc = open_dbs(env, txn, 0, m);
+    if (ms.ms_entries != 0) {
+        rc = mdb_dbi_open(txn, "meta", 0, &g->g_meta);
+        if (rc == MDB_NOTFOUND)
+            rc = store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no 'meta' database)",
+                            path);
+        else if (rc)
+            rc = store_map_lmdb(m, rc, "opening the index's databases");
         if (!rc)
-            rc = check_format(env, txn, m);
+            rc = check_format(path, txn, g->g_meta, flags, &g->g_version, m);
+        if (!rc)
+            rc = open_dbs(g, path, txn, g->g_version, 0, m);
         if (!rc && create && (flags & STORE_EXCL))
             rc = store_fail(m, TARTAN_EEXIST, "'%s': an index exists there already", path);
         if (!rc)
@@ -274,15 +458,16 @@ int store_open(const char *path, unsigned flags, const store_header *init, size_
         }
         /* A fresh environment: the databases and meta in one transaction, so that a crash
          * leaves either no index or a whole one. */
-        rc = mdb_txn_begin(env->se_env, NULL, 0, &txn);
+        rc = mdb_txn_begin(g->g_env, NULL, 0, &txn);
         if (rc) {
             rc = store_map_lmdb(m, rc, "creating the index");
             goto fail;
         }
-        store_txn t = {txn, env};
-        rc = open_dbs(env, txn, 1, m);
+        g->g_version = STORE_FORMAT_VERSION;
+        store_txn t = {.st_txn = txn, .st_gen = g, .st_write = 1};
+        rc = open_dbs(g, path, txn, g->g_version, 1, m);
         if (!rc)
-            rc = create_meta(&t, init, m);
+            rc = init ? create_meta(&t, init, m) : store_format_put(txn, g->g_meta, m);
         if (rc) {
             mdb_txn_abort(txn);
             goto fail;
@@ -292,44 +477,75 @@ int store_open(const char *path, unsigned flags, const store_header *init, size_
             goto fail;
         }
     }
-    *out = env;
+    *out = g;
     return 0;
 fail:
-    store_close(env);
+    store_gen_close(g);
     return rc;
+}
+
+/* ---- the env ---------------------------------------------------------------------------- */
+
+int store_open(const char *path, unsigned flags, const store_header *init, size_t map_size,
+               store_env **out, store_msg *m)
+{
+    *out = NULL;
+    store_env *env = calloc(1, sizeof *env);
+    if (!env || !(env->se_path = strdup(path)) || asprintf(&env->se_data, "%s/data.mdb", path) < 0) {
+        if (env)
+            free(env->se_path);
+        free(env);
+        return store_fail(m, ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&env->se_lock, NULL);
+    pthread_mutex_init(&env->se_switch, NULL);
+    env->se_flags = flags & (STORE_READONLY | STORE_OPEN_V1);
+    env->se_map_req = map_size ? map_size : STORE_DEFAULT_MAP;
+    int rc = store_gen_open(path, flags, init, map_size, &env->se_gen, m);
+    if (rc) {
+        store_close(env);
+        return rc;
+    }
+    env->se_gen->g_refs = 1;
+    *out = env;
+    return 0;
 }
 
 void store_close(store_env *env)
 {
     if (!env)
         return;
-    if (env->se_env)
-        mdb_env_close(env->se_env);
-    pthread_rwlock_destroy(&env->se_grow);
+    if (env->se_gen)
+        gen_release(env, env->se_gen);
+    pthread_mutex_destroy(&env->se_lock);
+    pthread_mutex_destroy(&env->se_switch);
     free(env->se_path);
+    free(env->se_data);
     free(env);
 }
 
 /* Grows the map: doubles it, by at most STORE_GROW_MAX. Called with no transaction live in
  * this thread; waits for those of other threads. */
-static int grow_map(store_env *env, store_msg *m)
+static int grow_map(store_gen *g, store_msg *m)
 {
-    pthread_rwlock_wrlock(&env->se_grow);
-    size_t cur = store_map_size(env);
+    pthread_rwlock_wrlock(&g->g_grow);
+    MDB_envinfo info;
+    mdb_env_info(g->g_env, &info);
+    size_t cur = info.me_mapsize;
     size_t add = cur < STORE_GROW_MAX ? cur : STORE_GROW_MAX;
-    int rc = mdb_env_set_mapsize(env->se_env, cur + add);
-    pthread_rwlock_unlock(&env->se_grow);
+    int rc = mdb_env_set_mapsize(g->g_env, cur + add);
+    pthread_rwlock_unlock(&g->g_grow);
     if (rc)
         return store_map_lmdb(m, rc, "growing the map");
     return 0;
 }
 
 /* Another process grew the map: adopt its size (mdb_env_set_mapsize with 0). */
-static int adopt_map(store_env *env, store_msg *m)
+static int adopt_map(store_gen *g, store_msg *m)
 {
-    pthread_rwlock_wrlock(&env->se_grow);
-    int rc = mdb_env_set_mapsize(env->se_env, 0);
-    pthread_rwlock_unlock(&env->se_grow);
+    pthread_rwlock_wrlock(&g->g_grow);
+    int rc = mdb_env_set_mapsize(g->g_env, 0);
+    pthread_rwlock_unlock(&g->g_grow);
     return rc ? store_map_lmdb(m, rc, "adopting the map size") : 0;
 }
 
@@ -347,44 +563,71 @@ static int short_write_cause(store_env *env, store_msg *m)
         return store_fail(m, ENOSPC, "committing: no space left on the device holding '%s'",
                           env->se_path);
     struct rlimit rl;
-    char *data = NULL;
     struct stat st;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        asprintf(&data, "%s/data.mdb", env->se_path) >= 0 && stat(data, &st) == 0 &&
-        (uint64_t)st.st_size + slack >= (uint64_t)rl.rlim_cur) {
-        free(data);
+        stat(env->se_data, &st) == 0 && (uint64_t)st.st_size + slack >= (uint64_t)rl.rlim_cur)
         return store_fail(m, EFBIG, "committing: '%s' reached the process's file size limit",
                           env->se_path);
-    }
-    free(data);
     return store_fail(m, EIO, "committing: input/output error writing '%s'", env->se_path);
 }
 
-/* Each change retries at most this often: every retry at least doubles the map, so more means
- * the change cannot fit the address space anyway. */
+/* Each change retries at most this often: every retry at least doubles the map (or follows a
+ * rewrite to the new environment), so more means the change cannot fit the address space. */
 #define STORE_MAX_RETRIES 40
+
+static void txn_close_cursors(store_txn *t)
+{
+    if (t->st_docs)
+        mdb_cursor_close(t->st_docs);
+    t->st_docs = NULL;
+    memset(&t->st_seg, 0, sizeof t->st_seg);
+}
 
 int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
 {
     if (env->se_flags & STORE_READONLY)
         return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", env->se_path);
     for (int attempt = 0; attempt < STORE_MAX_RETRIES; attempt++) {
-        pthread_rwlock_rdlock(&env->se_grow);
+        store_gen *g = gen_acquire(env);
+        pthread_rwlock_rdlock(&g->g_grow);
         MDB_txn *txn;
-        int rc = mdb_txn_begin(env->se_env, NULL, 0, &txn);
+        int rc = mdb_txn_begin(g->g_env, NULL, 0, &txn);
         if (rc == MDB_MAP_RESIZED) {
-            pthread_rwlock_unlock(&env->se_grow);
-            if ((rc = adopt_map(env, m)))
+            pthread_rwlock_unlock(&g->g_grow);
+            rc = adopt_map(g, m);
+            gen_release(env, g);
+            if (rc)
                 return rc;
             continue;
         }
         if (rc) {
-            pthread_rwlock_unlock(&env->se_grow);
+            pthread_rwlock_unlock(&g->g_grow);
+            gen_release(env, g);
             return store_map_lmdb(m, rc, "beginning a write transaction");
         }
-        store_txn t = {txn, env};
+        /* Holding the writer lock: a rewrite that replaced this environment has swapped the
+         * directory already, so looking now is decisive. Never write into a replaced file. */
+        if (gen_replaced(env, g)) {
+            mdb_txn_abort(txn);
+            pthread_rwlock_unlock(&g->g_grow);
+            rc = gen_switch(env, g, m);
+            gen_release(env, g);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (g->g_version != STORE_FORMAT_VERSION) {
+            mdb_txn_abort(txn);
+            pthread_rwlock_unlock(&g->g_grow);
+            gen_release(env, g);
+            return store_fail(m, TARTAN_EVERSION,
+                              "'%s': index format version %u; convert it first", env->se_path,
+                              g->g_version);
+        }
+        store_txn t = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1};
         m->text[0] = 0;
         rc = fn(&t, ctx, m);
+        txn_close_cursors(&t);
         int full = 0;
         if (rc == 0) {
             int c = mdb_txn_commit(txn);
@@ -399,10 +642,11 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
             /* fn passes a full map on as STORE_EMAPFULL (store_map_lmdb's mapping). */
             full = rc == STORE_EMAPFULL;
         }
-        pthread_rwlock_unlock(&env->se_grow);
-        if (!full)
-            return rc;
-        if ((rc = grow_map(env, m)))
+        pthread_rwlock_unlock(&g->g_grow);
+        if (full)
+            rc = grow_map(g, m);
+        gen_release(env, g);
+        if (!full || rc)
             return rc;
     }
     return store_fail(m, ENOSPC, "the map could not grow enough for this change");
@@ -411,23 +655,38 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
 int store_read_begin(store_env *env, store_txn **out, store_msg *m)
 {
     *out = NULL;
-    store_txn *t = malloc(sizeof *t);
+    store_txn *t = calloc(1, sizeof *t);
     if (!t)
         return store_fail(m, ENOMEM, "out of memory");
-    for (int attempt = 0; attempt < 4; attempt++) {
-        pthread_rwlock_rdlock(&env->se_grow);
-        int rc = mdb_txn_begin(env->se_env, NULL, MDB_RDONLY, &t->st_txn);
+    for (int attempt = 0; attempt < 8; attempt++) {
+        store_gen *g = gen_acquire(env);
+        int rc;
+        if (gen_replaced(env, g)) {
+            rc = gen_switch(env, g, m);
+            gen_release(env, g);
+            if (rc) {
+                free(t);
+                return rc;
+            }
+            continue;
+        }
+        pthread_rwlock_rdlock(&g->g_grow);
+        rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t->st_txn);
         if (rc == 0) {
             t->st_env = env;
+            t->st_gen = g;
             *out = t;
             return 0;
         }
-        pthread_rwlock_unlock(&env->se_grow);
+        pthread_rwlock_unlock(&g->g_grow);
         if (rc != MDB_MAP_RESIZED) {
+            gen_release(env, g);
             free(t);
             return store_map_lmdb(m, rc, "beginning a read transaction");
         }
-        if ((rc = adopt_map(env, m))) {
+        rc = adopt_map(g, m);
+        gen_release(env, g);
+        if (rc) {
             free(t);
             return rc;
         }
@@ -440,7 +699,9 @@ void store_read_end(store_env *env, store_txn *t)
 {
     if (!t)
         return;
+    txn_close_cursors(t);
     mdb_txn_abort(t->st_txn);
-    pthread_rwlock_unlock(&env->se_grow);
+    pthread_rwlock_unlock(&t->st_gen->g_grow);
+    gen_release(env, t->st_gen);
     free(t);
 }

@@ -1,6 +1,7 @@
 /*
- * meta.c: the index's description (meta "header"), its codec tables (meta "codec") and its
- * centroids (database "centroids"). Layouts: FORMAT.md.
+ * meta.c: checksummed meta records (FORMAT.md "meta"): the generic record every layer may add
+ * (store_meta_put / store_meta_get), the index's description (meta "header") and its codec
+ * tables (meta "codec").
  */
 #include "config.h"
 
@@ -9,8 +10,89 @@
 #include "store_internal.h"
 #include "tartan.h"
 
-/* FORMAT.md "meta/header": 64 bytes, native byte order. */
-#define HEADER_SIZE 64
+/* A meta value: CRC-32C (4 bytes), then the data. */
+#define META_HEAD 4
+
+uint32_t store_meta_crc(const void *name, size_t nlen, const void *data, size_t len)
+{
+    uint32_t n = (uint32_t)nlen;
+    uint32_t c = store_crc32c(0, &n, 4);
+    c = store_crc32c(c, name, nlen);
+    return store_crc32c(c, data, len);
+}
+
+static int name_ok(const char *name, size_t *nlen)
+{
+    if (!name)
+        return 0;
+    size_t n = strlen(name);
+    if (n == 0 || n > STORE_MAX_META_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
+            return 0;
+    *nlen = n;
+    return 1;
+}
+
+int store_meta_put(store_txn *t, const char *name, const void *data, size_t len, store_msg *m)
+{
+    size_t nlen;
+    if (!name_ok(name, &nlen) || !strcmp(name, STORE_KEY_FORMAT))
+        return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
+                          name ? name : "(null)");
+    MDB_val k = {nlen, (void *)name}, d = {META_HEAD + len, NULL};
+    int rc = mdb_put(t->st_txn, t->st_gen->g_meta, &k, &d, MDB_RESERVE);
+    if (rc)
+        return store_map_lmdb(m, rc, "writing a meta record");
+    uint32_t c = store_meta_crc(name, nlen, data, len);
+    memcpy(d.mv_data, &c, 4);
+    if (len)
+        memcpy((uint8_t *)d.mv_data + META_HEAD, data, len);
+    return 0;
+}
+
+int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)
+{
+    size_t nlen;
+    if (!name_ok(name, &nlen))
+        return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
+                          name ? name : "(null)");
+    MDB_val k = {nlen, (void *)name}, d;
+    int rc = mdb_get(t->st_txn, t->st_gen->g_meta, &k, &d);
+    if (rc == MDB_NOTFOUND)
+        return TARTAN_ENOTFOUND;
+    if (rc)
+        return store_map_lmdb(m, rc, "reading a meta record");
+    if (d.mv_size < META_HEAD)
+        return store_fail(m, TARTAN_ECORRUPT, "meta record '%s' has %zu bytes", name, d.mv_size);
+    const uint8_t *p = d.mv_data;
+    uint32_t want;
+    memcpy(&want, p, 4);
+    uint32_t got = store_meta_crc(name, nlen, p + META_HEAD, d.mv_size - META_HEAD);
+    if (got != want)
+        return store_fail(m, TARTAN_ECORRUPT,
+                          "meta record '%s': checksum mismatch (stored %08x, computed %08x)", name,
+                          want, got);
+    *data = p + META_HEAD;
+    *len = d.mv_size - META_HEAD;
+    return 0;
+}
+
+int store_meta_del(store_txn *t, const char *name, store_msg *m)
+{
+    size_t nlen;
+    if (!name_ok(name, &nlen) || !strcmp(name, STORE_KEY_FORMAT))
+        return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
+                          name ? name : "(null)");
+    MDB_val k = {nlen, (void *)name};
+    int rc = mdb_del(t->st_txn, t->st_gen->g_meta, &k, NULL);
+    if (rc == MDB_NOTFOUND)
+        return TARTAN_ENOTFOUND;
+    return rc ? store_map_lmdb(m, rc, "deleting a meta record") : 0;
+}
+
+/* ---- header ---------------------------------------------------------------------------- */
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -35,7 +117,7 @@ static uint64_t get64(const uint8_t *p)
 
 int store_header_put(store_txn *t, const store_header *h, store_msg *m)
 {
-    uint8_t b[HEADER_SIZE] = {0};
+    uint8_t b[STORE_HEADER_SIZE] = {0};
     put32(b + 0, h->dim);
     put32(b + 4, h->nbits);
     put32(b + 8, h->n_centroids);
@@ -47,23 +129,17 @@ int store_header_put(store_txn *t, const store_header *h, store_msg *m)
     put64(b + 40, h->seed);
     put32(b + 48, h->kmeans_iters);
     put32(b + 52, h->sample_docs);
-    MDB_val k = {strlen(STORE_KEY_HEADER), STORE_KEY_HEADER}, d = {sizeof b, b};
-    int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, 0);
-    return rc ? store_map_lmdb(m, rc, "writing the index header") : 0;
+    put64(b + 56, h->n_postings);
+    int rc = store_meta_put(t, STORE_KEY_HEADER, b, sizeof b, m);
+    return rc == TARTAN_EINVAL ? TARTAN_EINTERNAL : rc;
 }
 
-int store_header_get(store_txn *t, store_header *h, store_msg *m)
+int store_header_decode(const void *vb, size_t len, store_header *h, store_msg *m)
 {
-    MDB_val k = {strlen(STORE_KEY_HEADER), STORE_KEY_HEADER}, d;
-    int rc = mdb_get(t->st_txn, t->st_env->se_meta, &k, &d);
-    if (rc == MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ECORRUPT, "the index header is missing");
-    if (rc)
-        return store_map_lmdb(m, rc, "reading the index header");
-    if (d.mv_size != HEADER_SIZE)
-        return store_fail(m, TARTAN_ECORRUPT, "the index header has %zu bytes, not %d", d.mv_size,
-                          HEADER_SIZE);
-    const uint8_t *b = d.mv_data;
+    if (len != STORE_HEADER_SIZE)
+        return store_fail(m, TARTAN_ECORRUPT, "the index header has %zu bytes, not %d", len,
+                          STORE_HEADER_SIZE);
+    const uint8_t *b = vb;
     h->dim = get32(b + 0);
     h->nbits = get32(b + 4);
     h->n_centroids = get32(b + 8);
@@ -75,6 +151,7 @@ int store_header_get(store_txn *t, store_header *h, store_msg *m)
     h->seed = get64(b + 40);
     h->kmeans_iters = get32(b + 48);
     h->sample_docs = get32(b + 52);
+    h->n_postings = get64(b + 56);
     /* Every later length computation trusts these: check them once here. */
     int nb_ok = h->nbits == 1 || h->nbits == 2 || h->nbits == 4 || h->nbits == 8;
     int cb_ok = h->n_centroids == 0 ? h->code_bytes == 0
@@ -88,6 +165,24 @@ int store_header_get(store_txn *t, store_header *h, store_msg *m)
     return 0;
 }
 
+int store_header_get(store_txn *t, store_header *h, store_msg *m)
+{
+    const void *b;
+    size_t len;
+    int rc = store_meta_get(t, STORE_KEY_HEADER, &b, &len, m);
+    if (rc == TARTAN_ENOTFOUND)
+        return store_fail(m, TARTAN_ECORRUPT, "the index header is missing");
+    if (rc == TARTAN_ECORRUPT)
+        return store_fail(m, TARTAN_ECORRUPT,
+                          "the index header is damaged (checksum); 'tartan check --repair' "
+                          "rebuilds it");
+    if (rc)
+        return rc;
+    return store_header_decode(b, len, h, m);
+}
+
+/* ---- codec ----------------------------------------------------------------------------- */
+
 int store_codec_put(store_txn *t, unsigned nbits, const float *cutoffs, const float *weights,
                     store_msg *m)
 {
@@ -95,76 +190,24 @@ int store_codec_put(store_txn *t, unsigned nbits, const float *cutoffs, const fl
     float buf[511];
     memcpy(buf, cutoffs, (nb - 1) * sizeof(float));
     memcpy(buf + nb - 1, weights, nb * sizeof(float));
-    MDB_val k = {strlen(STORE_KEY_CODEC), STORE_KEY_CODEC}, d = {(2 * nb - 1) * sizeof(float), buf};
-    int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, 0);
-    return rc ? store_map_lmdb(m, rc, "writing the codec tables") : 0;
+    int rc = store_meta_put(t, STORE_KEY_CODEC, buf, (2 * nb - 1) * sizeof(float), m);
+    return rc == TARTAN_EINVAL ? TARTAN_EINTERNAL : rc;
 }
 
 int store_codec_get(store_txn *t, unsigned nbits, float *cutoffs, float *weights, store_msg *m)
 {
-    MDB_val k = {strlen(STORE_KEY_CODEC), STORE_KEY_CODEC}, d;
-    int rc = mdb_get(t->st_txn, t->st_env->se_meta, &k, &d);
-    if (rc == MDB_NOTFOUND)
+    const void *d;
+    size_t len;
+    int rc = store_meta_get(t, STORE_KEY_CODEC, &d, &len, m);
+    if (rc == TARTAN_ENOTFOUND)
         return store_fail(m, TARTAN_ENOTTRAINED, "the index has no codec yet");
     if (rc)
-        return store_map_lmdb(m, rc, "reading the codec tables");
+        return rc;
     size_t nb = (size_t)1 << nbits;
-    if (d.mv_size != (2 * nb - 1) * sizeof(float))
-        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", d.mv_size,
+    if (len != (2 * nb - 1) * sizeof(float))
+        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", len,
                           (2 * nb - 1) * sizeof(float));
-    memcpy(cutoffs, d.mv_data, (nb - 1) * sizeof(float));
-    memcpy(weights, (const float *)d.mv_data + nb - 1, nb * sizeof(float));
-    return 0;
-}
-
-int store_meta_put(store_txn *t, const char *name, const void *data, size_t len, store_msg *m)
-{
-    MDB_val k = {strlen(name), (void *)name}, d = {len, (void *)data};
-    int rc = mdb_put(t->st_txn, t->st_env->se_meta, &k, &d, 0);
-    return rc ? store_map_lmdb(m, rc, "writing a meta record") : 0;
-}
-
-int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)
-{
-    MDB_val k = {strlen(name), (void *)name}, d;
-    int rc = mdb_get(t->st_txn, t->st_env->se_meta, &k, &d);
-    if (rc == MDB_NOTFOUND)
-        return TARTAN_ENOTFOUND;
-    if (rc)
-        return store_map_lmdb(m, rc, "reading a meta record");
-    *data = d.mv_data;
-    *len = d.mv_size;
-    return 0;
-}
-
-/* FORMAT.md "centroids": one value under key 0. */
-int store_centroids_put(store_txn *t, uint32_t k, uint32_t dim, const float *c, store_msg *m)
-{
-    unsigned key = 0;
-    MDB_val kv = {sizeof key, &key}, d = {(size_t)k * dim * sizeof(float), NULL};
-    int rc = mdb_put(t->st_txn, t->st_env->se_centroids, &kv, &d, MDB_RESERVE);
-    if (rc)
-        return store_map_lmdb(m, rc, "writing the centroids");
-    memcpy(d.mv_data, c, d.mv_size);
-    return 0;
-}
-
-int store_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float **c, store_msg *m)
-{
-    unsigned key = 0;
-    MDB_val kv = {sizeof key, &key}, d;
-    int rc = mdb_get(t->st_txn, t->st_env->se_centroids, &kv, &d);
-    if (rc == MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
-    if (rc)
-        return store_map_lmdb(m, rc, "reading the centroids");
-    if (d.mv_size != (size_t)k * dim * sizeof(float))
-        return store_fail(m, TARTAN_ECORRUPT, "the centroids have %zu bytes, not %zu", d.mv_size,
-                          (size_t)k * dim * sizeof(float));
-    /* A value this large lives on its own overflow pages, which start 16 bytes into a page:
-     * aligned. A small one (a handful of centroids) sits in a leaf and may not be. */
-    if ((uintptr_t)d.mv_data % sizeof(float) != 0)
-        return store_fail(m, TARTAN_ECORRUPT, "the centroids are misaligned in the map");
-    *c = d.mv_data;
+    memcpy(cutoffs, d, (nb - 1) * sizeof(float));
+    memcpy(weights, (const uint8_t *)d + (nb - 1) * sizeof(float), nb * sizeof(float));
     return 0;
 }

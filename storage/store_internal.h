@@ -6,26 +6,69 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "store.h"
 
-struct store_env {
-    MDB_env *se_env;
-    MDB_dbi se_meta, se_centroids, se_docs, se_ivf, se_ids, se_names;
-    unsigned se_flags; /* STORE_READONLY, ... */
-    char *se_path;
+/*
+ * One LMDB environment that a store_env has opened: the directory's current one, or one a
+ * store_rewrite has replaced while transactions still used it. Transactions hold a reference;
+ * the last one to let go of a replaced generation closes it.
+ */
+typedef struct store_gen {
+    MDB_env *g_env;
+    MDB_dbi g_meta, g_centroids, g_docs, g_ivf, g_ids, g_names;
+    unsigned g_version; /* format version: 2, or 1 (STORE_OPEN_V1) */
+    dev_t g_dev;        /* data.mdb's identity: a different file at the path means replaced */
+    ino_t g_ino;
+    unsigned g_psize;
+    unsigned g_refs; /* guarded by the env's se_lock; the env itself holds one while current */
     /*
-     * Every transaction of this process holds this lock for reading while it lives; growing
-     * the map takes it for writing, because mdb_env_set_mapsize may only run while no
-     * transaction of the process is active (LMDB does not check this itself).
+     * Every transaction of this process on this environment holds this lock for reading while
+     * it lives; growing the map takes it for writing, because mdb_env_set_mapsize may only run
+     * while no transaction of the process is active (LMDB does not check this itself).
      */
-    pthread_rwlock_t se_grow;
+    pthread_rwlock_t g_grow;
+    /* The centroids as fp32, converted once (store_centroids_get). */
+    pthread_mutex_t g_cent_lock;
+    float *g_cent; /* owned copy, or NULL */
+    size_t g_cent_size; /* the record it was made from: its size and checksum field */
+    uint32_t g_cent_crc;
+} store_gen;
+
+struct store_env {
+    char *se_path;
+    char *se_data; /* se_path/data.mdb */
+    unsigned se_flags; /* STORE_READONLY, STORE_OPEN_V1 */
+    size_t se_map_req;
+    pthread_mutex_t se_lock;   /* guards se_gen and every generation's g_refs */
+    pthread_mutex_t se_switch; /* one move to a new generation at a time */
+    store_gen *se_gen;
 };
+
+/* The last segment a read snapshot looked in (store_doc_get's shortcut for ascending reads). */
+typedef struct store_seg_cache {
+    uint32_t lo, last; /* its key and its last document number */
+    const uint8_t *val;
+    size_t size;
+    int dir_ok; /* directory checksum verified */
+} store_seg_cache;
 
 struct store_txn {
     MDB_txn *st_txn;
     store_env *st_env;
+    store_gen *st_gen;
+    int st_write;
+    MDB_cursor *st_docs; /* lazily opened, for document lookups */
+    store_seg_cache st_seg;
 };
+
+/* Whether rc is one of LMDB's own codes (MDB_KEYEXIST .. MDB_LAST_ERRCODE), which a loop over
+ * a cursor may hold beside this layer's mapped codes. */
+static inline int store_lmdb_code(int rc)
+{
+    return rc <= MDB_KEYEXIST && rc >= MDB_LAST_ERRCODE;
+}
 
 /* Meta keys (FORMAT.md "meta"). */
 #define STORE_KEY_FORMAT "format"
@@ -34,5 +77,115 @@ struct store_txn {
 
 /* The first 8 bytes of meta "format": tells a tartan index from other LMDB environments. */
 #define STORE_MAGIC "tartanix"
+/* meta "format" of version 2: magic, version, CRC-32C (FORMAT.md). */
+#define STORE_FORMAT_SIZE 16
+
+/* The header record's payload (FORMAT.md "meta/header"). */
+#define STORE_HEADER_SIZE 64
+
+/* Opens the environment at path as a generation (no store_env): flags as store_open's;
+ * create: may create an index from init. */
+int store_gen_open(const char *path, unsigned flags, const store_header *init, size_t map_size,
+                   store_gen **out, store_msg *m);
+void store_gen_close(store_gen *g);
+
+/* Writes the 16-byte format record of this version (a fresh index, a rewrite). */
+int store_format_put(MDB_txn *txn, MDB_dbi meta, store_msg *m);
+/* Checks a format record's bytes: 0 and *version (1 or 2), TARTAN_ENOINDEX for something else.
+ * A version-2 record with one damaged byte still reads as version 2 (*damaged set), so that
+ * the index can be opened, checked and repaired. */
+int store_format_parse(const void *val, size_t size, unsigned *version, int *damaged);
+
+/* The checksum of a meta record's name and data (FORMAT.md "meta"). */
+uint32_t store_meta_crc(const void *name, size_t nlen, const void *data, size_t len);
+
+/* ---- segments (segment.c; FORMAT.md "docs") ---------------------------------------------- */
+
+/* A parsed segment value: n entries of (docno, offset). */
+typedef struct store_seg {
+    uint32_t key;
+    const uint8_t *val;
+    size_t size;
+    uint32_t n;
+} store_seg;
+
+/* Bytes before the directory, and per directory entry. */
+#define STORE_SEG_HEAD 8
+#define STORE_SEG_ENTRY 8
+/* Bytes before a record's inverse norms: docno, ntok, CRC-32C. */
+#define STORE_DOC_HEAD 12
+
+/*
+ * Checks a segment value's structure (entry count against the size, directory entries in
+ * ascending number at or above the key, offsets 4-aligned and consecutive, the last record
+ * ending at the value's end) and, with verify, the directory's CRC-32C. code_bytes and
+ * token_bytes size the records (from their token counts). TARTAN_ECORRUPT with the reason.
+ */
+int store_seg_parse(uint32_t key, const void *val, size_t size, unsigned code_bytes,
+                    unsigned token_bytes, int verify, store_seg *s, store_msg *m);
+/* Entry i of a parsed segment. */
+void store_seg_entry(const store_seg *s, uint32_t i, uint32_t *docno, const uint8_t **rec,
+                     size_t *size);
+/* The CRC-32C a segment's header field must hold. */
+uint32_t store_seg_crc(uint32_t key, const void *val, uint32_t n);
+/* The CRC-32C a record's field must hold. */
+uint32_t store_doc_crc(const uint8_t *rec, size_t size);
+
+/* ---- inverted-list blocks (ivf.c; FORMAT.md "ivf") --------------------------------------- */
+
+#define STORE_IVF_HEAD 8
+/* Key of a block: centroid in the high half, the block's lower bound in the low half. */
+static inline uint64_t store_ivf_key(uint32_t c, uint32_t lo)
+{
+    return (uint64_t)c << 32 | lo;
+}
+/*
+ * Decodes a block (key: its 8-byte key) into out[STORE_IVF_BLOCK]: *n numbers, strictly
+ * ascending, at or above the key's lower bound. verify: check the CRC-32C first.
+ * TARTAN_ECORRUPT with the reason.
+ */
+int store_ivf_decode(uint64_t key, const void *val, size_t size, int verify, uint32_t *out,
+                     size_t *n, store_msg *m);
+/* Writes n numbers (ascending, n <= STORE_IVF_BLOCK) as the block under key (lower bound at
+ * most docs[0]); MDB_APPEND when append. */
+int store_ivf_put_block(MDB_txn *txn, MDB_dbi dbi, uint64_t key, const uint32_t *docs, size_t n,
+                        int append, store_msg *m);
+
+/* ---- id maps (idmap.c; FORMAT.md "ids and names") ---------------------------------------- */
+
+/* Checks an "ids" value (docno, CRC over the id and docno): 0 and *docno, or TARTAN_ECORRUPT. */
+int store_ids_decode(const void *key, size_t klen, const void *val, size_t vlen, uint32_t *docno,
+                     store_msg *m);
+/* Checks a "names" value (CRC, then the id): 0 and *id, *len, or TARTAN_ECORRUPT. */
+int store_names_decode(uint32_t docno, const void *val, size_t vlen, const char **id, size_t *len,
+                       store_msg *m);
+/* Writes one side of a binding as stored (flags: mdb_put's, e.g. MDB_APPEND). */
+int store_ids_put_raw(MDB_txn *txn, MDB_dbi ids, const void *id, size_t len, uint32_t docno,
+                      unsigned flags, store_msg *m);
+int store_names_put_raw(MDB_txn *txn, MDB_dbi names, uint32_t docno, const void *id, size_t len,
+                        unsigned flags, store_msg *m);
+/* Whether id bytes follow FORMAT.md's rules (length, no control byte). */
+int store_id_valid(const void *id, size_t len);
+
+/* ---- centroids (centroids.c; FORMAT.md "centroids") -------------------------------------- */
+
+#define STORE_CENT_HEAD 16
+/* Checks a centroid record: sizes against k x dim, dtype, and (verify) its CRC-32C.
+ * *data: the table (fp32 or fp16 by *dtype). */
+int store_centroids_check(const void *val, size_t size, uint32_t k, uint32_t dim, int verify,
+                          int *dtype, const void **data, store_msg *m);
+
+/* ---- version 1 (v1.c): only what converting a version-1 index reads --------------------- */
+
+/* v1's header (64 bytes, no checksum), codec (raw fp32) and centroids (raw fp32 [k, dim]). */
+int store_v1_header_get(store_txn *txn, store_header *h, store_msg *m);
+int store_v1_codec_get(store_txn *txn, unsigned nbits, const void **tables, size_t *size,
+                       store_msg *m);
+int store_v1_centroids_get(store_txn *txn, uint32_t k, uint32_t dim, const float **c,
+                           store_msg *m);
+/* v1's document blob: [ntok][crc][norms][codes][residuals][pad], CRC over docno and the blob
+ * from byte 8 on (verified). */
+int store_v1_doc_parse(uint32_t docno, const void *blob, size_t size, unsigned code_bytes,
+                       unsigned token_bytes, store_doc *doc, store_msg *m);
 
 #endif

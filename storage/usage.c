@@ -46,72 +46,52 @@ static int free_pages(store_txn *t, uint64_t *n, store_msg *m)
 
 int store_usage_get(store_env *env, store_txn *t, store_usage *u, store_msg *m)
 {
+    store_gen *g = t->st_gen;
     memset(u, 0, sizeof *u);
     struct {
         MDB_dbi dbi;
         uint64_t *out;
     } dbs[] = {
-        {env->se_meta, &u->meta}, {env->se_centroids, &u->centroids}, {env->se_docs, &u->docs},
-        {env->se_ivf, &u->ivf},   {env->se_ids, &u->ids},             {env->se_names, &u->names},
+        {g->g_meta, &u->meta}, {g->g_centroids, &u->centroids}, {g->g_docs, &u->docs},
+        {g->g_ivf, &u->ivf},   {g->g_ids, &u->ids},             {g->g_names, &u->names},
     };
-    uint64_t named = 0;
     MDB_stat s;
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         int rc = mdb_stat(t->st_txn, dbs[i].dbi, &s);
         if (rc)
             return store_map_lmdb(m, rc, "measuring the index");
         *dbs[i].out = pages(&s);
-        named += pages(&s);
-        if (dbs[i].dbi == env->se_ivf)
-            u->ivf_entries = s.ms_entries;
     }
     u->page_size = s.ms_psize;
-    /* LMDB's own pages: the two meta pages, the main database that names the others, and the
-     * free list's tree. */
-    uint64_t own = 2 * u->page_size;
-    MDB_dbi main_dbi;
-    if (mdb_dbi_open(t->st_txn, NULL, 0, &main_dbi) == 0 &&
-        mdb_stat(t->st_txn, main_dbi, &s) == 0)
-        own += pages(&s);
-    if (mdb_stat(t->st_txn, FREE_DBI, &s) == 0)
-        own += pages(&s);
     uint64_t nfree;
     int rc = free_pages(t, &nfree, m);
     if (rc)
         return rc;
     MDB_envinfo info;
-    mdb_env_info(env->se_env, &info);
+    mdb_env_info(g->g_env, &info);
     uint64_t used = ((uint64_t)info.me_last_pgno + 1) * u->page_size;
-    char *data = NULL;
-    if (asprintf(&data, "%s/data.mdb", env->se_path) < 0)
-        return store_fail(m, ENOMEM, "out of memory");
+    /* The file this snapshot reads (not the path's: a rewrite may have replaced that). */
+    int fd;
     struct stat st;
-    int ok = stat(data, &st) == 0;
-    int err = errno;
-    free(data);
-    if (!ok)
-        return store_fail(m, err, "'%s/data.mdb': %s", env->se_path, strerror(err));
+    if (mdb_env_get_fd(g->g_env, &fd) != 0 || fstat(fd, &st) != 0)
+        return store_fail(m, errno ? errno : EIO, "'%s/data.mdb': %s", env->se_path,
+                          strerror(errno ? errno : EIO));
     u->file = (uint64_t)st.st_size;
     /* Free: listed in the free list, or past the last page ever used. */
     u->free = nfree * u->page_size + (u->file > used ? u->file - used : 0);
-    /* mdb_stat counts only a DUPSORT database's main tree, not the trees of its duplicates:
-     * the inverted lists take every page that nothing else accounts for. */
-    uint64_t accounted = named + own + nfree * u->page_size;
-    if (used > accounted)
-        u->ivf += used - accounted;
     return 0;
 }
 
 int store_dump(store_txn *t, store_dump_fn fn, void *ctx, store_msg *m)
 {
-    store_env *env = t->st_env;
+    store_gen *g = t->st_gen;
     struct {
         const char *name;
         MDB_dbi dbi;
     } dbs[] = {
-        {"meta", env->se_meta}, {"centroids", env->se_centroids},
-        {"docs", env->se_docs}, {"ivf", env->se_ivf},
-        {"ids", env->se_ids},   {"names", env->se_names},
+        {"meta", g->g_meta}, {"centroids", g->g_centroids},
+        {"docs", g->g_docs}, {"ivf", g->g_ivf},
+        {"ids", g->g_ids},   {"names", g->g_names},
     };
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         MDB_cursor *cur;

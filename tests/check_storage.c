@@ -27,6 +27,8 @@
 #include "index.h"
 #include "kernels.h"
 #include "store.h"
+#include "store_internal.h"
+#include "damage.h"
 #include "fixture.h"
 #include "tartan.h"
 
@@ -402,7 +404,7 @@ static void check_ivf_consistent(tartan_db *db)
 }
 
 /* The parts of tartan_info add up to the file, less LMDB's own few pages (meta pages,
- * catalogue, free-list tree), and every inverted-list entry takes at least its 4 bytes. */
+ * catalogue, free-list tree), and the inverted lists take some bytes when they have entries. */
 static void check_info_adds_up(tartan_db *db)
 {
     tartan_index_info info;
@@ -411,7 +413,7 @@ static void check_info_adds_up(tartan_db *db)
                      info.bytes_meta + info.bytes_free;
     ck_assert_uint_le(parts, info.bytes_file);
     ck_assert_uint_le(info.bytes_file - parts, 8 * 4096);
-    ck_assert_uint_ge(info.bytes_ivf, info.ivf_entries * 4);
+    ck_assert(info.ivf_entries == 0 || info.bytes_ivf > 0);
     ck_assert_uint_ge(info.bytes_docs,
                       info.bytes_residuals + info.bytes_codes + info.bytes_norms + 8 * info.n_docs);
 }
@@ -1056,7 +1058,8 @@ START_TEST(test_storage_open_errors)
 }
 END_TEST
 
-/* Writes format version v into an index's meta "format" with plain LMDB. */
+/* Writes format version v into an index's meta "format" with plain LMDB, as a build of that
+ * version would (FORMAT.md: magic, version, CRC-32C). */
 static void set_version(uint32_t v)
 {
     MDB_env *env;
@@ -1069,10 +1072,12 @@ static void set_version(uint32_t v)
     ck_assert_int_eq(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
     MDB_val k = {6, "format"}, d;
     ck_assert_int_eq(mdb_get(txn, dbi, &k, &d), 0);
-    ck_assert_uint_eq(d.mv_size, 12);
-    uint8_t buf[12];
-    memcpy(buf, d.mv_data, 12);
+    ck_assert_uint_eq(d.mv_size, 16);
+    uint8_t buf[16];
+    memcpy(buf, d.mv_data, 16);
     memcpy(buf + 8, &v, 4);
+    uint32_t c = store_meta_crc("format", 6, buf, 12);
+    memcpy(buf + 12, &c, 4);
     d.mv_data = buf;
     ck_assert_int_eq(mdb_put(txn, dbi, &k, &d, 0), 0);
     ck_assert_int_eq(mdb_txn_commit(txn), 0);
@@ -1089,8 +1094,10 @@ START_TEST(test_storage_unknown_version_refused)
     ck_assert_int_eq(tartan_open(ixpath, &o, &db), TARTAN_EVERSION);
     ck_assert_ptr_null(db);
     const char *msg = tartan_errmsg(NULL);
-    ck_assert_msg(strstr(msg, "TARTAN_EVERSION") && strstr(msg, "version 99") &&
-                      strstr(msg, "only version 1"),
+    char want[32];
+    snprintf(want, sizeof want, "version %u", STORE_FORMAT_VERSION + 98);
+    ck_assert_msg(strstr(msg, "TARTAN_EVERSION") && strstr(msg, want) &&
+                      strstr(msg, "only version 2"),
                   "message '%s'", msg);
     o.flags = TARTAN_READONLY;
     ck_assert_int_eq(tartan_open(ixpath, &o, &db), TARTAN_EVERSION);
@@ -1246,26 +1253,15 @@ START_TEST(test_storage_checksum_detects_damage)
     uint32_t victim = docno_of(&r, "c4");
     idx_reader_close(&r);
     tartan_close(db);
-    /* Flip one residual bit of c4 behind the library's back. */
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi;
-    mdb_env_create(&env);
-    mdb_env_set_maxdbs(env, 8);
-    ck_assert_int_eq(mdb_env_open(env, ixpath, 0, 0644), 0);
-    ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    ck_assert_int_eq(mdb_dbi_open(txn, "docs", MDB_INTEGERKEY, &dbi), 0);
-    unsigned key = victim;
-    MDB_val k = {4, &key}, d;
-    ck_assert_int_eq(mdb_get(txn, dbi, &k, &d), 0);
-    uint8_t *copy = malloc(d.mv_size);
-    memcpy(copy, d.mv_data, d.mv_size);
-    copy[d.mv_size - 5] ^= 0x10;
-    d.mv_data = copy;
-    ck_assert_int_eq(mdb_put(txn, dbi, &k, &d, 0), 0);
-    ck_assert_int_eq(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
-    free(copy);
+    /* Flip one residual bit of c4 in the file, behind the library's back. */
+    db = reopen(TARTAN_READONLY);
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    kern_pdoc rd;
+    ck_assert_int_eq(idx_reader_doc(&r, victim, &rd, &m), 0);
+    long at = damage_offset(r.txn, rd.residuals + 3);
+    idx_reader_close(&r);
+    tartan_close(db);
+    damage_flip(ixpath, at, 0x10);
     db = reopen(0);
     ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
     kern_pdoc pd;

@@ -1,7 +1,9 @@
 /*
- * cmd_check.c: `tartan check INDEX`: verifies the whole index (tartan_check) and prints each
- * problem on its own line, "KIND: message". Exit status 0: sound; 1: problems found, or the
- * index could not be checked; 2: usage.
+ * cmd_check.c: `tartan check [--repair] INDEX`: verifies the whole index (tartan_check) and
+ * prints each problem on its own line, "KIND: message"; with --repair, salvages a damaged index
+ * (tartan_repair), printing what it did the same way, and checks it again. Exit status 0:
+ * sound (after the repair, with --repair); 1: problems found (or left), or the index could not
+ * be checked or repaired; 2: usage.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -12,11 +14,16 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tartan check [--quiet] INDEX\n\n"
-               "Verifies the whole index: header counts, codec and centroids, every document's\n"
-               "checksum, size and codes, the inverted lists against the documents (missing and\n"
-               "stale entries), and ids <-> documents both ways. Prints each problem as\n"
-               "'KIND: message'. Exit status 0 when sound, 1 when not (or it cannot be read).\n\n"
+    fprintf(f, "usage: tartan check [--repair] [--quiet] INDEX\n\n"
+               "Verifies the whole index: every record's checksum, header counts, codec and\n"
+               "centroids, every document's size and codes, the inverted lists against the\n"
+               "documents (missing and stale entries), and ids <-> documents both ways. Prints\n"
+               "each problem as 'KIND: message'. Exit status 0 when sound, 1 when not (or it\n"
+               "cannot be read).\n\n"
+               "  --repair  salvage a damaged index: remove the documents whose records are\n"
+               "            damaged (each printed as 'removed: ...', with its id when known),\n"
+               "            rebuild inverted lists, id maps and counts from the others, in one\n"
+               "            transaction; then check again. Exit status 0 when sound after it\n"
                "  --quiet   print nothing; the exit status tells\n");
 }
 
@@ -31,14 +38,17 @@ int tool_cmd_check(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"quiet", no_argument, NULL, 'q'},
+        {"repair", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int quiet = 0, c;
+    int quiet = 0, repair = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         if (c == 'q') {
             quiet = 1;
+        } else if (c == 'r') {
+            repair = 1;
         } else if (c == 'h') {
             usage(stdout);
             return 0;
@@ -54,7 +64,7 @@ int tool_cmd_check(int argc, char **argv)
     const char *path = argv[optind];
     tartan_options o;
     tartan_options_init(&o);
-    o.flags = TARTAN_READONLY;
+    o.flags = repair ? 0 : TARTAN_READONLY;
     tartan_db *db;
     if (tartan_open(path, &o, &db)) {
         if (!quiet)
@@ -63,6 +73,22 @@ int tool_cmd_check(int argc, char **argv)
     }
     size_t n = 0;
     int rc = tartan_check(db, print_problem, &quiet, &n);
+    if (rc == TARTAN_ECORRUPT && repair) {
+        size_t removed = 0;
+        if (!quiet)
+            printf("%s: %zu problem%s; repairing\n", path, n, n == 1 ? "" : "s");
+        rc = tartan_repair(db, print_problem, &quiet, &removed);
+        if (rc) {
+            if (!quiet)
+                fprintf(stderr, "tartan check: repair failed: %s\n", tartan_errmsg(db));
+            tartan_close(db);
+            return 1;
+        }
+        if (!quiet)
+            printf("%s: repaired, %zu document%s removed; checking again\n", path, removed,
+                   removed == 1 ? "" : "s");
+        rc = tartan_check(db, print_problem, &quiet, &n);
+    }
     if (rc && rc != TARTAN_ECORRUPT) {
         if (!quiet)
             fprintf(stderr, "tartan check: %s\n", tartan_errmsg(db));

@@ -43,7 +43,8 @@ static void usage(FILE *f)
             "                     [--threshold T] [--ndocs N] [--recall R]\n"
             "                     [--format trec|jsonl]\n"
             "                     [--query-ids FILE] [--tag NAME] [--batch N]\n"
-            "                     [--threads N] [--device D] [-o FILE] [--quiet]\n\n"
+            "                     [--threads N] [--device D] [--skip-damaged]\n"
+            "                     [-o FILE] [--quiet]\n\n"
             "Searches INDEX for the best K documents of each query and writes one line per\n"
             "result as a TREC run (qid Q0 docid rank score tag), or one JSON object per\n"
             "query with --format jsonl.\n\n"
@@ -75,6 +76,8 @@ static void usage(FILE *f)
             "  --threads N         threads (default: OpenMP's, all cores)\n"
             "  --device D          auto (default: the TARTAN_DEVICE variable, else a GPU\n"
             "                      when present), cpu or cuda\n"
+            "  --skip-damaged      leave documents whose stored record is damaged out of the\n"
+            "                      search (with a warning) instead of failing; CPU only\n"
             "  -q, --quiet         no summary on standard error\n",
             DEFAULT_BATCH);
 }
@@ -93,7 +96,8 @@ enum {
     OPT_BATCH,
     OPT_THREADS,
     OPT_DEVICE,
-    OPT_RECALL
+    OPT_RECALL,
+    OPT_SKIP_DAMAGED
 };
 
 static int parse_num(const char *opt, const char *arg, size_t *v)
@@ -205,6 +209,7 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
         {"threads", required_argument, NULL, OPT_THREADS},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"recall", required_argument, NULL, OPT_RECALL},
+        {"skip-damaged", no_argument, NULL, OPT_SKIP_DAMAGED},
         {"output", required_argument, NULL, 'o'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -214,7 +219,7 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     const char *out_path = NULL, *tag = "tartan";
     size_t k = 10, ncells = 0, ndocs = 0, batch = DEFAULT_BATCH, threads = 0;
     tartan_device device = TARTAN_DEVICE_AUTO;
-    int exhaustive = 0, jsonl = 0, quiet = 0, have_threshold = 0;
+    int exhaustive = 0, jsonl = 0, quiet = 0, have_threshold = 0, skip_damaged = 0;
     double threshold = 0, recall = 0;
     int c;
     optind = 1;
@@ -232,6 +237,9 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
             break;
         case OPT_EXHAUSTIVE:
             exhaustive = 1;
+            break;
+        case OPT_SKIP_DAMAGED:
+            skip_damaged = 1;
             break;
         case OPT_SUBSET:
             subset_path = optarg;
@@ -346,6 +354,7 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     p.exhaustive = exhaustive;
     p.threads = (int)threads;
     p.device = device;
+    p.skip_damaged = skip_damaged;
 
     const char *index = argv[optind];
     char err[1400];
@@ -479,6 +488,7 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
         total.n_probes += res->stats.n_probes;
         total.probe_margin = res->stats.probe_margin;
         total.rerank_z = res->stats.rerank_z;
+        total.n_damaged += res->stats.n_damaged;
         tartan_results_free(res);
         if (ferror(out)) {
             fprintf(stderr, "tartan search: %s: write error\n",
@@ -507,6 +517,12 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
         free(tmp_path);
         tmp_path = NULL;
     }
+    /* Damage left out is a warning whatever --quiet says: the results may lack documents. */
+    if (total.n_damaged)
+        fprintf(stderr,
+                "tartan search: warning: %llu damaged record%s left out of the search "
+                "(--skip-damaged); 'tartan check --repair %s' salvages the index\n",
+                (unsigned long long)total.n_damaged, total.n_damaged == 1 ? "" : "s", index);
     if (!quiet) {
         fprintf(stderr, "searched %zu queries in %.2f s (%.1f queries/s, %s, k %zu", src.nq, el,
                 el > 0 ? (double)src.nq / el : 0.0, exhaustive ? "exhaustive" : "PLAID", k);

@@ -28,8 +28,10 @@ int tool_cmd_model(int argc, char **argv);
 
 /* tools/cmd_search.c: searches an index for the queries of a .npy file. */
 int tool_cmd_search(int argc, char **argv);
-/* tools/cmd_check.c: verifies a whole index (reliability). */
+/* tools/cmd_check.c: verifies a whole index (reliability); --repair salvages it. */
 int tool_cmd_check(int argc, char **argv);
+/* tools/cmd_compact.c: rewrites an index without free pages, or converts version 1. */
+int tool_cmd_compact(int argc, char **argv);
 
 /* tools/cmd_calibrate.c: measures and stores the index's search calibration. */
 int tool_cmd_calibrate(int argc, char **argv);

@@ -81,7 +81,7 @@ int store_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float **c,
 {
     unsigned key = 0;
     MDB_val kv = {sizeof key, &key}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_centroids, &kv, &d);
+    int rc = store_get(t, t->st_gen->g_centroids, &kv, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
     if (rc)

@@ -87,7 +87,7 @@ static int copy_ivf_v2(store_txn *src, list_out *o, store_msg *m)
     uint32_t last_c = 0, last_d = 0;
     int any = 0;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 8) {
             rc = store_fail(m, TARTAN_ECORRUPT, "an inverted-list key has %zu bytes", k.mv_size);
@@ -129,7 +129,7 @@ static int copy_ivf_v1(store_txn *src, list_out *o, store_msg *m)
         return store_map_lmdb(m, rc, "opening the inverted lists");
     MDB_val k, d;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 4 || d.mv_size != 4) {
             rc = store_fail(m, TARTAN_ECORRUPT, "a version-1 inverted-list entry is malformed");
@@ -196,7 +196,7 @@ static int copy_docs_v1(store_txn *src, store_txn *dst, const store_header *h, c
     }
     MDB_val k, d;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 4) {
             rc = store_fail(m, TARTAN_ECORRUPT, "a document key has %zu bytes", k.mv_size);
@@ -235,7 +235,7 @@ static int copy_ids(store_txn *src, store_txn *dst, unsigned version, store_msg 
         return store_map_lmdb(m, rc, "opening the ids");
     MDB_val k, d;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         uint32_t docno;
         if (version == 1) {
@@ -259,7 +259,7 @@ static int copy_ids(store_txn *src, store_txn *dst, unsigned version, store_msg 
     if ((rc = mdb_cursor_open(src->st_txn, src->st_gen->g_names, &cur)))
         return store_map_lmdb(m, rc, "opening the names");
     op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 4) {
             rc = store_fail(m, TARTAN_ECORRUPT, "a 'names' key has %zu bytes", k.mv_size);
@@ -292,7 +292,7 @@ static int copy_meta_v2(store_txn *src, store_txn *dst, store_msg *m)
         return store_map_lmdb(m, rc, "opening meta");
     MDB_val k, d;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(src, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size == strlen(STORE_KEY_FORMAT) && !memcmp(k.mv_data, STORE_KEY_FORMAT, 6))
             continue;
@@ -349,7 +349,7 @@ static int copy_model(store_txn *src, store_txn *dst, const store_header *h, uns
     }
     unsigned key = 0;
     MDB_val k = {sizeof key, &key}, d;
-    if ((rc = mdb_get(src->st_txn, src->st_gen->g_centroids, &k, &d)))
+    if ((rc = store_get(src, src->st_gen->g_centroids, &k, &d)))
         return store_map_lmdb(m, rc, "reading the centroids");
     int dtype;
     const void *data;

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 
 #include "store_internal.h"
@@ -85,6 +86,110 @@ const char *store_path(const store_env *env)
     return env->se_path;
 }
 
+/* ---- where values may lie -------------------------------------------------------------- */
+
+/* LMDB's page header: the page number (8 bytes) first; meta pages begin their data with
+ * MDB_MAGIC. Overflow pages hold their value from this offset on. */
+#define LMDB_PAGE_HEAD 16
+#define LMDB_MAGIC 0xBEEFC0DEu
+
+/* The map of data.mdb in this process's address space, from the kernel's list of mappings:
+ * no page of the file needs to be read (or trusted) to find it. */
+static const uint8_t *map_from_proc(const store_gen *g)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return NULL;
+    char line[1024];
+    const uint8_t *base = NULL;
+    while (!base && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, off, ino;
+        unsigned maj, min;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &maj, &min, &ino) ==
+                7 &&
+            off == 0 && ino == (unsigned long)g->g_ino &&
+            makedev(maj, min) == g->g_dev)
+            base = (const uint8_t *)(uintptr_t)lo;
+    }
+    fclose(f);
+    return base;
+}
+
+void store_gen_find_map(store_gen *g)
+{
+    g->g_base = NULL;
+    MDB_envinfo info;
+    mdb_env_info(g->g_env, &info);
+    g->g_mapsize = info.me_mapsize;
+    const uint8_t *base = map_from_proc(g);
+    uint32_t magic;
+    if (base && g->g_psize) {
+        memcpy(&magic, base + LMDB_PAGE_HEAD, 4);
+        if (magic == LMDB_MAGIC) {
+            g->g_base = base;
+            return;
+        }
+    }
+    if (!g->g_meta)
+        return;
+    MDB_txn *txn;
+    if (!g->g_psize || mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &txn))
+        return;
+    MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d;
+    /* The format record lies in a leaf page; that page's header names its number. */
+    if (mdb_get(txn, g->g_meta, &k, &d) == 0) {
+        uintptr_t page = (uintptr_t)d.mv_data & ~(uintptr_t)(g->g_psize - 1);
+        uint64_t pgno;
+        memcpy(&pgno, (const void *)page, 8);
+        const uint8_t *base = (const uint8_t *)(page - (uintptr_t)(pgno * g->g_psize));
+        uint32_t magic;
+        if (pgno < g->g_mapsize / g->g_psize) {
+            memcpy(&magic, base + LMDB_PAGE_HEAD, 4);
+            if (magic == LMDB_MAGIC)
+                g->g_base = base;
+        }
+    }
+    mdb_txn_abort(txn);
+}
+
+/* 0 when v (size n) lies where a page can hold it, or outside the map (a write transaction's
+ * own pages). */
+static int val_placed(const store_txn *t, const void *v, size_t n)
+{
+    const store_gen *g = t->st_gen;
+    if (!g->g_base || !v)
+        return 0;
+    uintptr_t p = (uintptr_t)v, base = (uintptr_t)g->g_base;
+    if (p < base || p >= base + g->g_mapsize)
+        return 0;
+    uint64_t end = (uint64_t)(p - base) + n;
+    if (t->st_fsize && end > t->st_fsize)
+        return MDB_CORRUPTED;
+    size_t in_page = (p - base) % g->g_psize;
+    /* A value of its own overflow pages starts right after the first one's header; anything
+     * else lies in a leaf or branch page and ends inside it. */
+    if (in_page != LMDB_PAGE_HEAD && in_page + n > g->g_psize)
+        return MDB_CORRUPTED;
+    return 0;
+}
+
+int store_get(store_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *d)
+{
+    int rc = mdb_get(t->st_txn, dbi, k, d);
+    return rc ? rc : val_placed(t, d->mv_data, d->mv_size);
+}
+
+int store_cget(store_txn *t, MDB_cursor *c, MDB_val *k, MDB_val *d, MDB_cursor_op op)
+{
+    int rc = mdb_cursor_get(c, k, d, op);
+    if (rc)
+        return rc;
+    if ((rc = val_placed(t, k->mv_data, k->mv_size)))
+        return rc;
+    return val_placed(t, d->mv_data, d->mv_size);
+}
+
 /* ---- generations ------------------------------------------------------------------------ */
 
 static store_gen *gen_acquire(store_env *env)
@@ -107,12 +212,16 @@ static void gen_release(store_env *env, store_gen *g)
 
 /* Has a store_rewrite put another environment at the path? (A path that cannot be read right
  * now says no: the generation in hand is still a sound index.) */
-static int gen_replaced(const store_env *env, const store_gen *g)
+static int gen_replaced(const store_env *env, const store_gen *g, uint64_t *fsize)
 {
     struct stat st;
+    *fsize = 0;
     if (stat(env->se_data, &st) != 0)
         return 0;
-    return st.st_dev != g->g_dev || st.st_ino != g->g_ino;
+    if (st.st_dev != g->g_dev || st.st_ino != g->g_ino)
+        return 1;
+    *fsize = (uint64_t)st.st_size;
+    return 0;
 }
 
 /* Moves env to the environment now at its path, unless another thread did already. */
@@ -414,6 +523,7 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
         g->g_dev = st.st_dev;
         g->g_ino = st.st_ino;
     }
+    store_gen_find_map(g);
 
     /* Does the environment hold a tartan index? Look before creating anything, so that a
      * foreign LMDB environment is never written to. */
@@ -431,6 +541,21 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
         goto fail;
     }
     if (ms.ms_entries != 0) {
+        struct stat dst;
+        store_txn probe = {.st_txn = txn, .st_gen = g};
+        if (mdb_env_get_fd(g->g_env, &fd) == 0 && fstat(fd, &dst) == 0)
+            probe.st_fsize = (uint64_t)dst.st_size;
+        if ((rc = store_pages_main_sound(&probe))) {
+            mdb_txn_abort(txn);
+            rc = rc == TARTAN_ECORRUPT
+                     ? store_fail(m, TARTAN_ECORRUPT,
+                                  "'%s': LMDB's own pages are damaged where it names the index's "
+                                  "databases (the meta pages or the main database): the index "
+                                  "cannot be opened; restore it from a copy or rebuild it",
+                                  path)
+                     : store_fail(m, rc, "out of memory");
+            goto fail;
+        }
         rc = mdb_dbi_open(txn, "meta", 0, &g->g_meta);
         if (rc == MDB_NOTFOUND)
             rc = store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no 'meta' database)",
@@ -477,6 +602,7 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
             goto fail;
         }
     }
+    store_gen_find_map(g);
     *out = g;
     return 0;
 fail:
@@ -534,6 +660,7 @@ static int grow_map(store_gen *g, store_msg *m)
     size_t cur = info.me_mapsize;
     size_t add = cur < STORE_GROW_MAX ? cur : STORE_GROW_MAX;
     int rc = mdb_env_set_mapsize(g->g_env, cur + add);
+    store_gen_find_map(g); /* the map may have moved */
     pthread_rwlock_unlock(&g->g_grow);
     if (rc)
         return store_map_lmdb(m, rc, "growing the map");
@@ -545,6 +672,7 @@ static int adopt_map(store_gen *g, store_msg *m)
 {
     pthread_rwlock_wrlock(&g->g_grow);
     int rc = mdb_env_set_mapsize(g->g_env, 0);
+    store_gen_find_map(g);
     pthread_rwlock_unlock(&g->g_grow);
     return rc ? store_map_lmdb(m, rc, "adopting the map size") : 0;
 }
@@ -607,7 +735,8 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
         }
         /* Holding the writer lock: a rewrite that replaced this environment has swapped the
          * directory already, so looking now is decisive. Never write into a replaced file. */
-        if (gen_replaced(env, g)) {
+        uint64_t fsize;
+        if (gen_replaced(env, g, &fsize)) {
             mdb_txn_abort(txn);
             pthread_rwlock_unlock(&g->g_grow);
             rc = gen_switch(env, g, m);
@@ -624,7 +753,7 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
                               "'%s': index format version %u; convert it first", env->se_path,
                               g->g_version);
         }
-        store_txn t = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1};
+        store_txn t = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1, .st_fsize = fsize};
         m->text[0] = 0;
         rc = fn(&t, ctx, m);
         txn_close_cursors(&t);
@@ -660,8 +789,29 @@ int store_read_begin(store_env *env, store_txn **out, store_msg *m)
         return store_fail(m, ENOMEM, "out of memory");
     for (int attempt = 0; attempt < 8; attempt++) {
         store_gen *g = gen_acquire(env);
-        int rc;
-        if (gen_replaced(env, g)) {
+        pthread_rwlock_rdlock(&g->g_grow);
+        int rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t->st_txn);
+        if (rc == MDB_MAP_RESIZED) {
+            pthread_rwlock_unlock(&g->g_grow);
+            rc = adopt_map(g, m);
+            gen_release(env, g);
+            if (rc) {
+                free(t);
+                return rc;
+            }
+            continue;
+        }
+        if (rc) {
+            pthread_rwlock_unlock(&g->g_grow);
+            gen_release(env, g);
+            free(t);
+            return store_map_lmdb(m, rc, "beginning a read transaction");
+        }
+        /* Looked at after the snapshot began: the file then holds every page it reads. */
+        uint64_t fsize;
+        if (gen_replaced(env, g, &fsize)) {
+            mdb_txn_abort(t->st_txn);
+            pthread_rwlock_unlock(&g->g_grow);
             rc = gen_switch(env, g, m);
             gen_release(env, g);
             if (rc) {
@@ -670,26 +820,11 @@ int store_read_begin(store_env *env, store_txn **out, store_msg *m)
             }
             continue;
         }
-        pthread_rwlock_rdlock(&g->g_grow);
-        rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t->st_txn);
-        if (rc == 0) {
-            t->st_env = env;
-            t->st_gen = g;
-            *out = t;
-            return 0;
-        }
-        pthread_rwlock_unlock(&g->g_grow);
-        if (rc != MDB_MAP_RESIZED) {
-            gen_release(env, g);
-            free(t);
-            return store_map_lmdb(m, rc, "beginning a read transaction");
-        }
-        rc = adopt_map(g, m);
-        gen_release(env, g);
-        if (rc) {
-            free(t);
-            return rc;
-        }
+        t->st_env = env;
+        t->st_gen = g;
+        t->st_fsize = fsize;
+        *out = t;
+        return 0;
     }
     free(t);
     return store_fail(m, TARTAN_ESTORAGE, "the map kept changing size");

@@ -86,7 +86,7 @@ int store_names_put_raw(MDB_txn *txn, MDB_dbi names, uint32_t docno, const void 
 int store_id_get(store_txn *t, const char *id, size_t len, uint32_t *docno, store_msg *m)
 {
     MDB_val k = {len, (void *)id}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_ids, &k, &d);
+    int rc = store_get(t, t->st_gen->g_ids, &k, &d);
     if (rc == MDB_NOTFOUND)
         return TARTAN_ENOTFOUND; /* an answer, not a failure: no message */
     if (rc)
@@ -98,7 +98,7 @@ int store_name_get(store_txn *t, uint32_t docno, const char **id, size_t *len, s
 {
     unsigned key = docno;
     MDB_val k = {sizeof key, &key}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_names, &k, &d);
+    int rc = store_get(t, t->st_gen->g_names, &k, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ENOTFOUND, "document %u has no id", docno);
     if (rc)

@@ -117,20 +117,20 @@ int store_ivf_put_block(MDB_txn *txn, MDB_dbi dbi, uint64_t key, const uint32_t 
 /* The block of centroid c's list that would hold doc (the greatest key at or below (c, doc)),
  * or its last block with doc UINT32_MAX. 0 with *key and the value; TARTAN_ENOTFOUND (no
  * message) when the list has no such block. */
-static int block_find(MDB_cursor *cur, uint32_t c, uint32_t doc, uint64_t *key, MDB_val *d,
-                      store_msg *m)
+static int block_find(store_txn *t, MDB_cursor *cur, uint32_t c, uint32_t doc, uint64_t *key,
+                      MDB_val *d, store_msg *m)
 {
     uint64_t want = store_ivf_key(c, doc);
     MDB_val k = {sizeof want, &want};
-    int rc = mdb_cursor_get(cur, &k, d, MDB_SET_RANGE);
+    int rc = store_cget(t, cur, &k, d, MDB_SET_RANGE);
     if (rc == MDB_NOTFOUND) {
-        rc = mdb_cursor_get(cur, &k, d, MDB_LAST);
+        rc = store_cget(t, cur, &k, d, MDB_LAST);
     } else if (rc == 0) {
         uint64_t got = 0;
         if (k.mv_size == 8)
             memcpy(&got, k.mv_data, 8);
         if (got != want)
-            rc = mdb_cursor_get(cur, &k, d, MDB_PREV);
+            rc = store_cget(t, cur, &k, d, MDB_PREV);
     }
     if (rc == MDB_NOTFOUND)
         return TARTAN_ENOTFOUND;
@@ -156,7 +156,7 @@ int store_ivf_append(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, s
     size_t have = 0, i = 0;
     uint64_t key;
     MDB_val d;
-    rc = block_find(cur, c, UINT32_MAX, &key, &d, m);
+    rc = block_find(t, cur, c, UINT32_MAX, &key, &d, m);
     if (rc == 0) {
         /* Fill the list's last block first (its numbers are all below the new ones). */
         if ((rc = store_ivf_decode(key, d.mv_data, d.mv_size, 1, buf, &have, m)))
@@ -200,7 +200,7 @@ int store_ivf_remove(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, s
         uint64_t key;
         MDB_val d;
         size_t have;
-        rc = block_find(cur, c, docs[i], &key, &d, m);
+        rc = block_find(t, cur, c, docs[i], &key, &d, m);
         if (rc == TARTAN_ENOTFOUND) {
             rc = store_fail(m, TARTAN_ECORRUPT,
                             "inverted list of centroid %u does not list document %u", c, docs[i]);
@@ -243,6 +243,7 @@ int store_ivf_remove(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, s
 }
 
 struct store_ivf_iter {
+    store_txn *si_t;
     MDB_cursor *si_cur;
     uint32_t si_c;
     int si_state; /* 0: not started, 1: inside the list, 2: done */
@@ -261,6 +262,7 @@ int store_ivf_open(store_txn *t, uint32_t centroid, store_ivf_iter **out, store_
         return store_map_lmdb(m, rc, "opening the inverted lists");
     }
     it->si_c = centroid;
+    it->si_t = t;
     it->si_state = 0;
     *out = it;
     return 0;
@@ -272,7 +274,7 @@ int store_ivf_next(store_ivf_iter *it, const uint32_t **docs, size_t *n, store_m
         return 0;
     uint64_t want = store_ivf_key(it->si_c, 0);
     MDB_val k = {sizeof want, &want}, d;
-    int rc = mdb_cursor_get(it->si_cur, &k, &d, it->si_state == 0 ? MDB_SET_RANGE : MDB_NEXT);
+    int rc = store_cget(it->si_t, it->si_cur, &k, &d, it->si_state == 0 ? MDB_SET_RANGE : MDB_NEXT);
     it->si_state = 1;
     if (rc == MDB_NOTFOUND) {
         it->si_state = 2;
@@ -312,7 +314,7 @@ int store_ivf_count(store_txn *t, uint32_t centroid, size_t *n, store_msg *m)
     uint64_t want = store_ivf_key(centroid, 0);
     MDB_val k = {sizeof want, &want}, d;
     MDB_cursor_op op = MDB_SET_RANGE;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         uint64_t key = 0;
         if (k.mv_size == 8)

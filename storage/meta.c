@@ -59,7 +59,7 @@ int store_meta_get(store_txn *t, const char *name, const void **data, size_t *le
         return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
                           name ? name : "(null)");
     MDB_val k = {nlen, (void *)name}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_meta, &k, &d);
+    int rc = store_get(t, t->st_gen->g_meta, &k, &d);
     if (rc == MDB_NOTFOUND)
         return TARTAN_ENOTFOUND;
     if (rc)

@@ -240,6 +240,12 @@ int store_rewrite(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
     MDB_envinfo info;
     mdb_env_info(g->g_env, &info);
     store_txn src = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1};
+    {
+        struct stat fst;
+        int fd;
+        if (mdb_env_get_fd(g->g_env, &fd) == 0 && fstat(fd, &fst) == 0)
+            src.st_fsize = (uint64_t)fst.st_size;
+    }
     rc = fill_new(env, &src, tmp, info.me_mapsize, fn, ctx, m);
     if (src.st_docs)
         mdb_cursor_close(src.st_docs);

@@ -147,67 +147,67 @@ static int grow_refs(idref **v, size_t *cap, size_t n)
     return 0;
 }
 
-/* The sound entries of both id maps (pointers into the old map). */
+/* A walk of one database's leaves said how many damaged pages it skipped. */
+static void walked(sctx *s, const char *db, size_t damage, const char *lost_what)
+{
+    if (damage)
+        say(s, "lmdb", "database '%s': %zu damaged page%s of LMDB's skipped; %s", db, damage,
+            damage == 1 ? "" : "s", lost_what);
+}
+
+typedef struct ids_walk {
+    sctx *s;
+    size_t cap;
+    int names; /* walking "names" (else "ids") */
+    int oom;
+} ids_walk;
+
+static int id_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    ids_walk *w = ctx;
+    sctx *s = w->s;
+    uint32_t docno;
+    const char *id;
+    size_t len;
+    if (w->names) {
+        if (klen != 4)
+            return 0;
+        memcpy(&docno, key, 4);
+        if (store_names_decode(docno, val, vlen, &id, &len, NULL) || !store_id_valid(id, len))
+            return 0;
+    } else {
+        if (store_ids_decode(key, klen, val, vlen, &docno, NULL) || !store_id_valid(key, klen))
+            return 0;
+        id = key;
+        len = klen;
+    }
+    idref **v = w->names ? &s->names : &s->ids;
+    size_t *n = w->names ? &s->n_names : &s->n_ids;
+    if (grow_refs(v, &w->cap, *n)) {
+        w->oom = 1;
+        return 1;
+    }
+    (*v)[(*n)++] = (idref){docno, (uint32_t)len, id};
+    see(s, docno);
+    return 0;
+}
+
+/* The sound entries of both id maps (pointers into the old map), each sorted by number. */
 static int read_ids(store_txn *src, sctx *s, store_msg *m)
 {
-    size_t cap_n = 0, cap_i = 0;
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(src->st_txn, src->st_gen->g_names, &cur);
-    if (rc)
-        return store_map_lmdb(m, rc, "opening the names");
-    MDB_val k, d;
-    MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
-        op = MDB_NEXT;
-        uint32_t docno;
-        const char *id;
-        size_t len;
-        if (k.mv_size != 4)
-            continue;
-        memcpy(&docno, k.mv_data, 4);
-        if (store_names_decode(docno, d.mv_data, d.mv_size, &id, &len, NULL) ||
-            !store_id_valid(id, len))
-            continue;
-        if (grow_refs(&s->names, &cap_n, s->n_names)) {
-            mdb_cursor_close(cur);
-            return store_fail(m, ENOMEM, "out of memory");
-        }
-        s->names[s->n_names++] = (idref){docno, (uint32_t)len, id};
-        see(s, docno);
+    for (int names = 1; names >= 0; names--) {
+        ids_walk w = {s, 0, names, 0};
+        size_t damage;
+        const char *db = names ? "names" : "ids";
+        int rc = store_pages_leaves(src, db, id_leaf, &w, &damage, m);
+        if (!rc && w.oom)
+            rc = store_fail(m, ENOMEM, "out of memory");
+        if (rc)
+            return rc;
+        walked(s, db, damage,
+               names ? "the ids there come from 'ids'" : "the ids there come from 'names'");
     }
-    mdb_cursor_close(cur);
-    if (rc != MDB_NOTFOUND) {
-        if (!store_lmdb_code(rc) || (rc != MDB_CORRUPTED && rc != MDB_PAGE_NOTFOUND))
-            return store_map_lmdb(m, rc, "reading the names");
-        say(s, "lmdb", "database 'names': LMDB reports damaged pages (%s); the ids behind them "
-            "come from 'ids'", mdb_strerror(rc));
-    }
-    /* Written in number order; sort anyway (damage may have disordered keys). */
     qsort(s->names, s->n_names, sizeof *s->names, cmp_idref);
-
-    if ((rc = mdb_cursor_open(src->st_txn, src->st_gen->g_ids, &cur)))
-        return store_map_lmdb(m, rc, "opening the ids");
-    op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
-        op = MDB_NEXT;
-        uint32_t docno;
-        if (store_ids_decode(k.mv_data, k.mv_size, d.mv_data, d.mv_size, &docno, NULL) ||
-            !store_id_valid(k.mv_data, k.mv_size))
-            continue;
-        if (grow_refs(&s->ids, &cap_i, s->n_ids)) {
-            mdb_cursor_close(cur);
-            return store_fail(m, ENOMEM, "out of memory");
-        }
-        s->ids[s->n_ids++] = (idref){docno, (uint32_t)k.mv_size, k.mv_data};
-        see(s, docno);
-    }
-    mdb_cursor_close(cur);
-    if (rc != MDB_NOTFOUND) {
-        if (!store_lmdb_code(rc) || (rc != MDB_CORRUPTED && rc != MDB_PAGE_NOTFOUND))
-            return store_map_lmdb(m, rc, "reading the ids");
-        say(s, "lmdb", "database 'ids': LMDB reports damaged pages (%s); the ids behind them "
-            "come from 'names'", mdb_strerror(rc));
-    }
     qsort(s->ids, s->n_ids, sizeof *s->ids, cmp_idref);
     return 0;
 }
@@ -301,53 +301,73 @@ static int scan_records(sctx *s, const store_header *h, doc_out *o, uint32_t key
     return 0;
 }
 
+typedef struct docs_walk {
+    sctx *s;
+    const store_header *h;
+    doc_out *o;
+    int rc;
+    store_msg *m;
+} docs_walk;
+
+static int doc_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    docs_walk *w = ctx;
+    if (klen != 4)
+        return 0;
+    uint32_t k;
+    memcpy(&k, key, 4);
+    store_seg sg;
+    if (store_seg_parse(k, val, vlen, 0, 0, 1, &sg, NULL) == 0) {
+        for (uint32_t i = 0; i < sg.n && !w->rc; i++) {
+            uint32_t docno;
+            const uint8_t *rec;
+            size_t size;
+            store_seg_entry(&sg, i, &docno, &rec, &size);
+            see(w->s, docno);
+            w->rc = keep_record(w->s, w->h, w->o, docno, rec, size, w->m);
+        }
+    } else if ((uintptr_t)val % 4 == 0) {
+        w->rc = scan_records(w->s, w->h, w->o, k, val, vlen, w->m);
+    }
+    return w->rc != 0;
+}
+
+/* The largest number a segment names (its key, its directory's last), for the bitmaps. */
+static int max_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    sctx *s = ctx;
+    if (klen != 4)
+        return 0;
+    uint32_t k;
+    memcpy(&k, key, 4);
+    see(s, k);
+    store_seg sg;
+    if (store_seg_parse(k, val, vlen, 0, 0, 0, &sg, NULL) == 0) {
+        uint32_t last;
+        const uint8_t *r;
+        size_t sz;
+        store_seg_entry(&sg, sg.n - 1, &last, &r, &sz);
+        see(s, last);
+    }
+    return 0;
+}
+
 static int copy_docs(store_txn *src, store_txn *dst, sctx *s, const store_header *h, doc_out *o,
                      store_msg *m)
 {
     int rc = store_docs_append_begin(dst, h->code_bytes, h->token_bytes, &o->a, m);
     if (rc)
         return rc;
-    MDB_cursor *cur;
-    if ((rc = mdb_cursor_open(src->st_txn, src->st_gen->g_docs, &cur))) {
-        store_docs_append_free(o->a);
-        return store_map_lmdb(m, rc, "opening the documents");
-    }
-    MDB_val k, d;
-    MDB_cursor_op op = MDB_FIRST;
-    int mrc;
-    rc = 0;
-    while (!rc && (mrc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
-        op = MDB_NEXT;
-        if (k.mv_size != 4)
-            continue;
-        uint32_t key;
-        memcpy(&key, k.mv_data, 4);
-        store_seg sg;
-        if (store_seg_parse(key, d.mv_data, d.mv_size, 0, 0, 1, &sg, NULL) == 0) {
-            for (uint32_t i = 0; i < sg.n && !rc; i++) {
-                uint32_t docno;
-                const uint8_t *rec;
-                size_t size;
-                store_seg_entry(&sg, i, &docno, &rec, &size);
-                see(s, docno);
-                rc = keep_record(s, h, o, docno, rec, size, m);
-            }
-        } else if ((uintptr_t)d.mv_data % 4 == 0) {
-            rc = scan_records(s, h, o, key, d.mv_data, d.mv_size, m);
-        }
-    }
-    mdb_cursor_close(cur);
-    if (!rc && mrc != MDB_NOTFOUND) {
-        if (mrc != MDB_CORRUPTED && mrc != MDB_PAGE_NOTFOUND)
-            rc = store_map_lmdb(m, mrc, "reading the documents");
-        else
-            say(s, "lmdb", "database 'docs': LMDB reports damaged pages (%s); the documents "
-                "behind them are lost", mdb_strerror(mrc));
-    }
+    docs_walk w = {s, h, o, 0, m};
+    size_t damage;
+    rc = store_pages_leaves(src, "docs", doc_leaf, &w, &damage, m);
+    if (!rc)
+        rc = w.rc;
     if (rc) {
         store_docs_append_free(o->a);
         return rc;
     }
+    walked(s, "docs", damage, "the documents there are lost");
     return store_docs_append_end(o->a, m);
 }
 
@@ -559,44 +579,138 @@ static int write_lists(store_txn *dst, const store_header *h, uint64_t *postings
 
 /* ---- the model -------------------------------------------------------------------------- */
 
+/* The old index's meta records and centroid record, found by walking their pages. */
+typedef struct model_walk {
+    const uint8_t **names, **vals;
+    size_t *nlen, *vlen;
+    int n, cap, oom;
+    const uint8_t *cent;
+    size_t cent_len;
+} model_walk;
+
+static int meta_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    model_walk *w = ctx;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 32;
+        const uint8_t **a = realloc(w->names, cap * sizeof *a), **b;
+        if (a)
+            w->names = a;
+        b = realloc(w->vals, cap * sizeof *b);
+        if (b)
+            w->vals = b;
+        size_t *c = realloc(w->nlen, cap * sizeof *c), *d;
+        if (c)
+            w->nlen = c;
+        d = realloc(w->vlen, cap * sizeof *d);
+        if (d)
+            w->vlen = d;
+        if (!a || !b || !c || !d) {
+            w->oom = 1;
+            return 1;
+        }
+        w->cap = cap;
+    }
+    w->names[w->n] = key;
+    w->nlen[w->n] = klen;
+    w->vals[w->n] = val;
+    w->vlen[w->n] = vlen;
+    w->n++;
+    return 0;
+}
+
+/* Whether meta entry i's checksum holds. */
+static int meta_sound(const model_walk *w, int i)
+{
+    uint32_t want;
+    if (w->vlen[i] < 4)
+        return 0;
+    memcpy(&want, w->vals[i], 4);
+    return store_meta_crc(w->names[i], w->nlen[i], w->vals[i] + 4, w->vlen[i] - 4) == want;
+}
+
+static int cent_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    model_walk *w = ctx;
+    uint32_t k;
+    if (klen == 4 && (memcpy(&k, key, 4), k == 0)) {
+        w->cent = val;
+        w->cent_len = vlen;
+    }
+    return 0;
+}
+
+/* A sound meta record's data: 0, TARTAN_ENOTFOUND (absent), TARTAN_ECORRUPT (checksum). */
+static int meta_record(const model_walk *w, const char *name, const void **d, size_t *len)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (w->nlen[i] != strlen(name) || memcmp(w->names[i], name, w->nlen[i]))
+            continue;
+        uint32_t want;
+        if (w->vlen[i] < 4)
+            return TARTAN_ECORRUPT;
+        memcpy(&want, w->vals[i], 4);
+        if (store_meta_crc(name, w->nlen[i], w->vals[i] + 4, w->vlen[i] - 4) != want)
+            return TARTAN_ECORRUPT;
+        *d = w->vals[i] + 4;
+        *len = w->vlen[i] - 4;
+        return 0;
+    }
+    return TARTAN_ENOTFOUND;
+}
+
 /* Header, codec and centroids: copied when sound, the header rebuilt from the other two when
- * not. Fails (the index cannot be salvaged) when the codec or centroids are damaged. */
+ * not. Fails (the index cannot be salvaged) when the codec or centroids are damaged. Meta
+ * records of other layers: copied when sound, dropped (and said) when not. */
 static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *h, int *h_ok,
                          store_msg *m)
 {
-    store_msg hm;
-    *h_ok = store_header_get(src, h, &hm) == 0;
-    const void *cd = NULL;
-    size_t clen = 0;
-    store_msg pm;
-    int crc = store_meta_get(src, STORE_KEY_CODEC, &cd, &clen, &pm);
-    if (crc == TARTAN_ECORRUPT)
-        return store_fail(m, TARTAN_ECORRUPT,
-                          "the codec tables are damaged (%s): the documents cannot be decoded "
-                          "without them; rebuild the index from its embeddings",
-                          pm.text);
-    if (crc && crc != TARTAN_ENOTFOUND) {
-        *m = pm;
-        return crc;
+    model_walk *w = calloc(1, sizeof *w);
+    if (!w)
+        return store_fail(m, ENOMEM, "out of memory");
+    size_t dmeta, dcent;
+    int rc = store_pages_leaves(src, "meta", meta_leaf, w, &dmeta, m);
+    if (!rc && w->oom)
+        rc = store_fail(m, ENOMEM, "out of memory");
+    if (!rc)
+        rc = store_pages_leaves(src, "centroids", cent_leaf, w, &dcent, m);
+    if (rc)
+        goto out;
+    walked(s, "meta", dmeta, "the records there are lost");
+    if (dmeta) {
+        /* Read from pages no sound tree holds: other trees' entries come along; keep only
+         * what checks out as a meta record. */
+        int k = 0;
+        for (int i = 0; i < w->n; i++)
+            if (meta_sound(w, i)) {
+                w->names[k] = w->names[i];
+                w->nlen[k] = w->nlen[i];
+                w->vals[k] = w->vals[i];
+                w->vlen[k] = w->vlen[i];
+                k++;
+            }
+        w->n = k;
     }
-    unsigned key = 0;
-    MDB_val k = {sizeof key, &key}, d;
-    int r = mdb_get(src->st_txn, src->st_gen->g_centroids, &k, &d);
-    if (r && r != MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ECORRUPT,
-                          "the centroids cannot be read (%s); rebuild the index from its "
-                          "embeddings",
-                          mdb_strerror(r));
+    const void *hd = NULL, *cd = NULL;
+    size_t hl = 0, clen = 0;
+    store_msg hm = {{0}};
+    int hrc = meta_record(w, STORE_KEY_HEADER, &hd, &hl);
+    *h_ok = hrc == 0 && store_header_decode(hd, hl, h, &hm) == 0;
+    if (hrc)
+        snprintf(hm.text, sizeof hm.text, "%s",
+                 hrc == TARTAN_ENOTFOUND ? "missing" : "checksum mismatch");
+    int crc = meta_record(w, STORE_KEY_CODEC, &cd, &clen);
+    if (crc == TARTAN_ECORRUPT) {
+        rc = store_fail(m, TARTAN_ECORRUPT,
+                        "the codec tables are damaged: the documents cannot be decoded without "
+                        "them; rebuild the index from its embeddings");
+        goto out;
+    }
     if (!*h_ok) {
-        if (r == MDB_NOTFOUND || crc == TARTAN_ENOTFOUND)
-            return store_fail(m, TARTAN_ECORRUPT,
-                              "the header is damaged (%s) and the index has no trained model to "
-                              "rebuild it from; create the index again",
-                              hm.text);
         uint32_t rk = 0, rd = 0;
-        if (d.mv_size >= STORE_CENT_HEAD) {
-            memcpy(&rk, d.mv_data, 4);
-            memcpy(&rd, (const uint8_t *)d.mv_data + 4, 4);
+        if (w->cent && w->cent_len >= STORE_CENT_HEAD) {
+            memcpy(&rk, w->cent, 4);
+            memcpy(&rd, w->cent + 4, 4);
         }
         size_t b = (clen / 4 + 1) / 2;
         unsigned nbits = b == 2 ? 1 : b == 4 ? 2 : b == 16 ? 4 : b == 256 ? 8 : 0;
@@ -608,84 +722,82 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
         h->token_bytes = rd * nbits / 8;
         h->seed = 42;
         h->kmeans_iters = 4;
-        if (!nbits || !rd || !rk || rd > 65536 || (rd * nbits) % 8)
-            return store_fail(m, TARTAN_ECORRUPT,
-                              "the header is damaged (%s) and cannot be rebuilt from the model "
-                              "records",
-                              hm.text);
-        say(s, "rebuilt", "the header (dim %u, nbits %u, %u centroids from the model records; "
-            "seed, k-means iterations and sample size unknown: 42, 4, default)", rd, nbits, rk);
+        if (crc || !w->cent || !nbits || !rd || !rk || rd > 65536 || (rd * nbits) % 8) {
+            rc = store_fail(m, TARTAN_ECORRUPT,
+                            "the header is damaged (%s) and cannot be rebuilt from the model "
+                            "records; create the index again",
+                            hm.text);
+            goto out;
+        }
+        say(s, "rebuilt",
+            "the header (dim %u, nbits %u, %u centroids from the model records; seed, k-means "
+            "iterations and sample size unknown: 42, 4, default)",
+            rd, nbits, rk);
     }
-    if (h->n_centroids == 0) {
-        if (r == 0 || crc == 0)
-            say(s, "dropped", "a model record of an index never trained");
-        return 0;
+    if (h->n_centroids) {
+        int dtype;
+        const void *data;
+        store_msg pm;
+        if (crc == TARTAN_ENOTFOUND || !w->cent) {
+            rc = store_fail(m, TARTAN_ECORRUPT,
+                            "the index has %u centroids but its %s record is %s; rebuild the "
+                            "index from its embeddings",
+                            h->n_centroids, !w->cent ? "centroid" : "codec",
+                            dcent && !w->cent ? "unreadable" : "missing");
+            goto out;
+        }
+        if (store_centroids_check(w->cent, w->cent_len, h->n_centroids, h->dim, 1, &dtype, &data,
+                                  &pm)) {
+            rc = store_fail(m, TARTAN_ECORRUPT,
+                            "%s: the documents cannot be decoded without the centroids; rebuild "
+                            "the index from its embeddings",
+                            pm.text);
+            goto out;
+        }
+        size_t nb = (size_t)1 << h->nbits;
+        if (clen != (2 * nb - 1) * 4) {
+            rc = store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", clen,
+                            (2 * nb - 1) * 4);
+            goto out;
+        }
+        unsigned key = 0;
+        MDB_val k = {sizeof key, &key}, d = {w->cent_len, (void *)w->cent};
+        if ((rc = mdb_put(dst->st_txn, dst->st_gen->g_centroids, &k, &d, 0))) {
+            rc = store_map_lmdb(m, rc, "writing the centroids");
+            goto out;
+        }
+        float t[511];
+        memcpy(t, cd, clen);
+        if ((rc = store_codec_put(dst, h->nbits, t, t + nb - 1, m)))
+            goto out;
+    } else if (w->cent || crc == 0) {
+        say(s, "dropped", "a model record of an index never trained");
     }
-    if (crc == TARTAN_ENOTFOUND || r == MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ECORRUPT,
-                          "the index has %u centroids but its %s record is missing; rebuild the "
-                          "index from its embeddings",
-                          h->n_centroids, r == MDB_NOTFOUND ? "centroid" : "codec");
-    int dtype;
-    const void *data;
-    if (store_centroids_check(d.mv_data, d.mv_size, h->n_centroids, h->dim, 1, &dtype, &data, &pm))
-        return store_fail(m, TARTAN_ECORRUPT,
-                          "%s: the documents cannot be decoded without the centroids; rebuild "
-                          "the index from its embeddings",
-                          pm.text);
-    size_t nb = (size_t)1 << h->nbits;
-    if (clen != (2 * nb - 1) * 4)
-        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", clen,
-                          (2 * nb - 1) * 4);
-    int rc;
-    if ((r = mdb_put(dst->st_txn, dst->st_gen->g_centroids, &k, &d, 0)))
-        return store_map_lmdb(m, r, "writing the centroids");
-    float t[511];
-    memcpy(t, cd, clen);
-    if ((rc = store_codec_put(dst, h->nbits, t, t + nb - 1, m)))
-        return rc;
-    return 0;
-}
-
-/* Meta records of other layers: copied when sound, dropped (and said) when not. */
-static int salvage_meta(store_txn *src, store_txn *dst, sctx *s, store_msg *m)
-{
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(src->st_txn, src->st_gen->g_meta, &cur);
-    if (rc)
-        return store_map_lmdb(m, rc, "opening meta");
-    MDB_val k, d;
-    MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
-        op = MDB_NEXT;
-        static const char *const own[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC};
+    /* Meta records of other layers. */
+    static const char *const own[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC};
+    for (int i = 0; i < w->n && !rc; i++) {
         int skip = 0;
-        for (size_t i = 0; i < 3; i++)
-            skip |= k.mv_size == strlen(own[i]) && !memcmp(k.mv_data, own[i], k.mv_size);
+        for (size_t j = 0; j < 3; j++)
+            skip |= w->nlen[i] == strlen(own[j]) && !memcmp(w->names[i], own[j], w->nlen[i]);
         if (skip)
             continue;
-        uint32_t want = 0;
-        if (d.mv_size >= 4)
-            memcpy(&want, d.mv_data, 4);
-        int kl = (int)(k.mv_size > 64 ? 64 : k.mv_size);
-        if (d.mv_size < 4 || store_meta_crc(k.mv_data, k.mv_size, (const uint8_t *)d.mv_data + 4,
-                                            d.mv_size - 4) != want) {
+        int kl = (int)(w->nlen[i] > 64 ? 64 : w->nlen[i]);
+        if (!meta_sound(w, i)) {
             say(s, "dropped", "meta record '%.*s': its checksum fails", kl,
-                (const char *)k.mv_data);
+                (const char *)w->names[i]);
             continue;
         }
-        if ((rc = mdb_put(dst->st_txn, dst->st_gen->g_meta, &k, &d, 0))) {
-            mdb_cursor_close(cur);
-            return store_map_lmdb(m, rc, "writing meta");
-        }
+        MDB_val k = {w->nlen[i], (void *)w->names[i]}, d = {w->vlen[i], (void *)w->vals[i]};
+        if ((rc = mdb_put(dst->st_txn, dst->st_gen->g_meta, &k, &d, 0)))
+            rc = store_map_lmdb(m, rc, "writing meta");
     }
-    mdb_cursor_close(cur);
-    if (rc != MDB_NOTFOUND) {
-        if (rc != MDB_CORRUPTED && rc != MDB_PAGE_NOTFOUND)
-            return store_map_lmdb(m, rc, "reading meta");
-        say(s, "lmdb", "database 'meta': LMDB reports damaged pages (%s)", mdb_strerror(rc));
-    }
-    return 0;
+out:
+    free(w->names);
+    free(w->vals);
+    free(w->nlen);
+    free(w->vlen);
+    free(w);
+    return rc;
 }
 
 static int salvage_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
@@ -707,31 +819,14 @@ static int salvage_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
                           STORE_FORMAT_VERSION);
     store_header h;
     int h_ok, rc;
-    if ((rc = salvage_model(src, dst, s, &h, &h_ok, m)) || (rc = salvage_meta(src, dst, s, m)) ||
-        (rc = read_ids(src, s, m)))
+    if ((rc = salvage_model(src, dst, s, &h, &h_ok, m)) || (rc = read_ids(src, s, m)))
         return rc;
     if (h_ok && h.next_docno)
         see(s, h.next_docno - 1);
-    /* Every number the segments' keys and directories can name is at most the largest key's
-     * segment's end; bound the bitmaps by what the documents walk sees. */
-    MDB_cursor *cur;
-    if ((rc = mdb_cursor_open(src->st_txn, src->st_gen->g_docs, &cur)))
-        return store_map_lmdb(m, rc, "opening the documents");
-    MDB_val k, d;
-    if (mdb_cursor_get(cur, &k, &d, MDB_LAST) == 0 && k.mv_size == 4) {
-        uint32_t key;
-        memcpy(&key, k.mv_data, 4);
-        see(s, key);
-        store_seg sg;
-        if (store_seg_parse(key, d.mv_data, d.mv_size, 0, 0, 0, &sg, NULL) == 0) {
-            uint32_t last;
-            const uint8_t *r;
-            size_t sz;
-            store_seg_entry(&sg, sg.n - 1, &last, &r, &sz);
-            see(s, last);
-        }
-    }
-    mdb_cursor_close(cur);
+    /* The largest number the documents name sizes the bitmaps below. */
+    size_t damage;
+    if ((rc = store_pages_leaves(src, "docs", max_leaf, s, &damage, m)))
+        return rc;
     /* Records found by scanning may carry numbers beyond all of that: the bitmaps grow to the
      * largest 32-bit number only when a record says so (keep_record checks the bound). */
     s->nbits = (size_t)s->max_docno + 1 + (1u << 16);

@@ -189,11 +189,11 @@ static int seg_find(store_txn *t, uint32_t docno, uint32_t *key, const uint8_t *
         return rc;
     unsigned kk = docno;
     MDB_val k = {sizeof kk, &kk}, d;
-    rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+    rc = store_cget(t, cur, &k, &d, MDB_SET_RANGE);
     if (rc == MDB_NOTFOUND)
-        rc = mdb_cursor_get(cur, &k, &d, MDB_LAST);
+        rc = store_cget(t, cur, &k, &d, MDB_LAST);
     else if (rc == 0 && (k.mv_size != 4 || rd32(k.mv_data) != docno))
-        rc = mdb_cursor_get(cur, &k, &d, MDB_PREV);
+        rc = store_cget(t, cur, &k, &d, MDB_PREV);
     if (rc == MDB_NOTFOUND)
         return TARTAN_ENOTFOUND;
     if (rc)
@@ -277,6 +277,7 @@ int store_doc_get(store_txn *t, uint32_t docno, unsigned code_bytes, unsigned to
 /* ---- iteration --------------------------------------------------------------------------- */
 
 struct store_cursor {
+    store_txn *sc_t;
     MDB_cursor *sc_cur;
     int sc_started;
     int sc_verify;
@@ -296,6 +297,7 @@ int store_docs_first(store_txn *t, int verify, store_cursor **out, store_msg *m)
         return store_map_lmdb(m, rc, "opening a cursor");
     }
     c->sc_verify = verify;
+    c->sc_t = t;
     *out = c;
     return 0;
 }
@@ -304,7 +306,7 @@ int store_docs_next(store_cursor *c, uint32_t *docno, const void **rec, size_t *
 {
     while (c->sc_i >= c->sc_seg.n) {
         MDB_val k, d;
-        int rc = mdb_cursor_get(c->sc_cur, &k, &d, c->sc_started ? MDB_NEXT : MDB_FIRST);
+        int rc = store_cget(c->sc_t, c->sc_cur, &k, &d, c->sc_started ? MDB_NEXT : MDB_FIRST);
         c->sc_started = 1;
         if (rc == MDB_NOTFOUND)
             return 0;
@@ -454,7 +456,7 @@ int store_docs_append_begin(store_txn *t, unsigned code_bytes, unsigned token_by
         return rc;
     }
     MDB_val k, d;
-    rc = mdb_cursor_get(cur, &k, &d, MDB_LAST);
+    rc = store_cget(t, cur, &k, &d, MDB_LAST);
     if (rc == MDB_NOTFOUND) {
         *out = a;
         return 0;

@@ -22,6 +22,10 @@ typedef struct store_gen {
     dev_t g_dev;        /* data.mdb's identity: a different file at the path means replaced */
     ino_t g_ino;
     unsigned g_psize;
+    /* Where the map starts (found from a page's own number; NULL when unknown) and its size:
+     * what store_get / store_cget check values against. Found again when the map moves. */
+    const uint8_t *g_base;
+    size_t g_mapsize;
     unsigned g_refs; /* guarded by the env's se_lock; the env itself holds one while current */
     /*
      * Every transaction of this process on this environment holds this lock for reading while
@@ -59,6 +63,7 @@ struct store_txn {
     store_env *st_env;
     store_gen *st_gen;
     int st_write;
+    uint64_t st_fsize;   /* data.mdb's size when the transaction began (0: unknown) */
     MDB_cursor *st_docs; /* lazily opened, for document lookups */
     store_seg_cache st_seg;
 };
@@ -69,6 +74,18 @@ static inline int store_lmdb_code(int rc)
 {
     return rc <= MDB_KEYEXIST && rc >= MDB_LAST_ERRCODE;
 }
+
+/*
+ * mdb_get and mdb_cursor_get that also check where the key and value they found lie: within
+ * the data file, and a value or key in a leaf page within that page. LMDB trusts the sizes in
+ * its node headers, so a damaged one would hand out a value running past the end of the file
+ * (a read there is SIGBUS); these give MDB_CORRUPTED instead. Values of a write transaction's
+ * own changes (outside the map) are not checked.
+ */
+int store_get(store_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *d);
+int store_cget(store_txn *t, MDB_cursor *c, MDB_val *k, MDB_val *d, MDB_cursor_op op);
+/* Finds where g's map starts (after opening it and whenever the map moves). */
+void store_gen_find_map(store_gen *g);
 
 /* Meta keys (FORMAT.md "meta"). */
 #define STORE_KEY_FORMAT "format"
@@ -174,6 +191,24 @@ int store_id_valid(const void *id, size_t len);
  * *data: the table (fp32 or fp16 by *dtype). */
 int store_centroids_check(const void *val, size_t size, uint32_t k, uint32_t dim, int verify,
                           int *dtype, const void **data, store_msg *m);
+
+/* ---- LMDB's pages, read without LMDB (pages.c) ------------------------------------------- */
+
+/*
+ * Calls fn(ctx, key, klen, val, vlen) for every leaf entry of named database db (one of
+ * tartan's six) in txn's snapshot, reading LMDB's pages directly: pages that break LMDB's
+ * layout are skipped with what lies under them (*damage counts them), so a damaged page never
+ * takes the walk outside the file. Values of overflow pages are given whole. fn returns
+ * nonzero to stop. ENOTSUP when the map's address is unknown, ENOMEM.
+ */
+typedef int (*store_pages_leaf_fn)(void *ctx, const void *key, size_t klen, const void *val,
+                                   size_t vlen);
+/* Whether the main database's tree (which names the others) is sound in txn's snapshot, read
+ * without LMDB: 0, TARTAN_ECORRUPT, ENOMEM (0 too when the map's address is unknown). LMDB
+ * walks it to open the named databases and would stop the process on a damaged page. */
+int store_pages_main_sound(store_txn *t);
+int store_pages_leaves(store_txn *t, const char *db, store_pages_leaf_fn fn, void *ctx,
+                       size_t *damage, store_msg *m);
 
 /* ---- version 1 (v1.c): only what converting a version-1 index reads --------------------- */
 

@@ -32,7 +32,7 @@ static int free_pages(store_txn *t, uint64_t *n, store_msg *m)
         return store_map_lmdb(m, rc, "reading the free list");
     MDB_val k, d;
     MDB_cursor_op op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while ((rc = store_cget(t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         size_t cnt;
         if (d.mv_size < sizeof cnt)
@@ -100,7 +100,7 @@ int store_dump(store_txn *t, store_dump_fn fn, void *ctx, store_msg *m)
             return store_map_lmdb(m, rc, "dumping the index");
         MDB_val k, d;
         MDB_cursor_op op = MDB_FIRST;
-        while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+        while ((rc = store_cget(t, cur, &k, &d, op)) == 0) {
             op = MDB_NEXT;
             int r = fn(dbs[i].name, k.mv_data, k.mv_size, d.mv_data, d.mv_size, ctx);
             if (r) {

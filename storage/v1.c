@@ -14,7 +14,7 @@
 int store_v1_header_get(store_txn *t, store_header *h, store_msg *m)
 {
     MDB_val k = {strlen(STORE_KEY_HEADER), STORE_KEY_HEADER}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_meta, &k, &d);
+    int rc = store_get(t, t->st_gen->g_meta, &k, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ECORRUPT, "the index header is missing");
     if (rc)
@@ -34,7 +34,7 @@ int store_v1_codec_get(store_txn *t, unsigned nbits, const void **tables, size_t
                        store_msg *m)
 {
     MDB_val k = {strlen(STORE_KEY_CODEC), STORE_KEY_CODEC}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_meta, &k, &d);
+    int rc = store_get(t, t->st_gen->g_meta, &k, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ENOTTRAINED, "the index has no codec yet");
     if (rc)
@@ -52,7 +52,7 @@ int store_v1_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float *
 {
     unsigned key = 0;
     MDB_val kv = {sizeof key, &key}, d;
-    int rc = mdb_get(t->st_txn, t->st_gen->g_centroids, &kv, &d);
+    int rc = store_get(t, t->st_gen->g_centroids, &kv, &d);
     if (rc == MDB_NOTFOUND)
         return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
     if (rc)

@@ -24,9 +24,10 @@
  *   id-checksum  an "ids" or "names" value whose size is wrong or whose checksum fails
  *   id-missing   a document without an external id
  *   id-map       ids and names disagree, or name a document that does not exist
- *   lmdb         LMDB's own structure: damaged pages it reports (the walk of that database
- *                stops), keys out of order, or a key that iteration finds and a lookup does
- *                not (a damaged branch page)
+ *   lmdb         LMDB's own structure: a page that breaks LMDB's layout (pages.c reads every
+ *                tree of the snapshot first, without LMDB; when one is damaged, nothing else
+ *                is walked), damaged pages LMDB reports, keys out of order, or a key that
+ *                iteration finds and a lookup does not
  *
  * Cost: one pass over each database and one lookup of each key. The inverted lists are
  * compared with the documents' codes by a count and an order-free hash of every (centroid,
@@ -103,7 +104,7 @@ static int lookup_agrees(vstate *v, MDB_dbi dbi, const MDB_val *k, const MDB_val
                          const char *db)
 {
     MDB_val kk = *k, dd;
-    int rc = mdb_get(v->txn, dbi, &kk, &dd);
+    int rc = store_get(v->t, dbi, &kk, &dd);
     if (rc == 0 && dd.mv_data == d->mv_data && dd.mv_size == d->mv_size)
         return 1;
     problem(v, "lmdb", "database '%s': a key iteration finds is %s by lookup (damaged pages)",
@@ -152,6 +153,13 @@ static const char *detail(const store_msg *pm)
     return p;
 }
 
+/* A problem store_pages_check found, counted as this walk's. */
+static int page_problem(void *ctx, const char *kind, const char *message)
+{
+    vstate *v = ctx;
+    return problem(v, kind, "%s", message);
+}
+
 /* ---- meta ------------------------------------------------------------------------------ */
 
 static int check_meta(vstate *v, store_msg *m)
@@ -163,7 +171,7 @@ static int check_meta(vstate *v, store_msg *m)
     MDB_val k, d;
     int seen_format = 0;
     MDB_cursor_op op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         int kl = (int)(k.mv_size > 64 ? 64 : k.mv_size);
         lookup_agrees(v, v->g->g_meta, &k, &d, "meta");
@@ -238,7 +246,7 @@ static int check_model(vstate *v, store_msg *m)
     MDB_val k, d;
     int seen = 0;
     MDB_cursor_op op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         unsigned key = 0;
         if (k.mv_size == sizeof key)
@@ -384,7 +392,7 @@ static int check_docs(vstate *v, store_msg *m)
      * directory says otherwise (reported below). */
     uint64_t top = h->next_docno;
     MDB_val k, d;
-    rc = mdb_cursor_get(cur, &k, &d, MDB_LAST);
+    rc = store_cget(v->t, cur, &k, &d, MDB_LAST);
     if (rc == 0 && k.mv_size == 4) {
         store_seg s;
         if (store_seg_parse(*(const uint32_t *)k.mv_data, d.mv_data, d.mv_size, 0, 0, 0, &s,
@@ -413,7 +421,7 @@ static int check_docs(vstate *v, store_msg *m)
     int any_key = 0;
     char label[128];
     MDB_cursor_op op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 4) {
             problem(v, "doc-key", "a document segment key has %zu bytes, not 4", k.mv_size);
@@ -521,14 +529,14 @@ static int list_has(vstate *v, MDB_cursor *cur, uint32_t c, uint32_t doc, int *l
 {
     uint64_t want = store_ivf_key(c, doc);
     MDB_val k = {8, &want}, d;
-    int rc = mdb_cursor_get(cur, &k, &d, MDB_SET_RANGE);
+    int rc = store_cget(v->t, cur, &k, &d, MDB_SET_RANGE);
     uint64_t key = 0;
     if (rc == 0 && k.mv_size == 8)
         memcpy(&key, k.mv_data, 8);
     if (rc == MDB_NOTFOUND)
-        rc = mdb_cursor_get(cur, &k, &d, MDB_LAST);
+        rc = store_cget(v->t, cur, &k, &d, MDB_LAST);
     else if (rc == 0 && key != want)
-        rc = mdb_cursor_get(cur, &k, &d, MDB_PREV);
+        rc = store_cget(v->t, cur, &k, &d, MDB_PREV);
     *listed = 0;
     if (rc == MDB_NOTFOUND)
         return 0;
@@ -565,7 +573,7 @@ static int walk_ivf(vstate *v, int pass, store_msg *m)
     uint64_t prev_key = 0;
     int any = 0;
     MDB_cursor_op op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 8) {
             if (pass == 0)
@@ -689,7 +697,7 @@ static int check_ids(vstate *v, store_msg *m)
     MDB_val k, d;
     store_msg pm;
     MDB_cursor_op op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         v->st.ids++;
         int kl = (int)(k.mv_size > 64 ? 64 : k.mv_size);
@@ -732,7 +740,7 @@ static int check_ids(vstate *v, store_msg *m)
     uint32_t prev = 0;
     int any = 0;
     op = MDB_FIRST;
-    while (!v->stop && (rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
+    while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         if (k.mv_size != 4) {
             problem(v, "id-checksum", "a 'names' key has %zu bytes, not 4", k.mv_size);
@@ -794,6 +802,11 @@ int store_verify(store_env *env, store_verify_fn report, void *ctx, size_t *n_pr
         return rc;
     v.txn = v.t->st_txn;
     v.g = v.t->st_gen;
+    /* LMDB's own pages first, read without LMDB: its cursors must never walk a damaged tree
+     * (they would read outside the page and stop the process). */
+    unsigned unsound;
+    if ((rc = store_pages_check(v.t, page_problem, &v, &unsound, m)) || v.stop || unsound)
+        goto out;
     if ((rc = check_meta(&v, m)) || v.stop)
         goto out;
     store_msg hm = {{0}};

@@ -40,6 +40,15 @@ int store_verify(store_env *env, store_verify_fn report, void *ctx, size_t *n_pr
                  store_verify_stats *stats, store_msg *m);
 
 /*
+ * LMDB's own structure in txn's snapshot, read page by page without LMDB (pages.c): each
+ * problem goes to report as kind "lmdb". *unsound: bit i set when tartan's database i (meta,
+ * centroids, docs, ivf, ids, names) has a damaged tree, all bits when the meta pages or the main
+ * database do; LMDB's cursors must not walk those. 0, or ENOMEM.
+ */
+int store_pages_check(store_txn *txn, store_verify_fn report, void *ctx, unsigned *unsound,
+                      store_msg *m);
+
+/*
  * Salvages a damaged index (salvage.c): rewrites it (store_rewrite, one transaction and an
  * atomic swap) keeping every document whose record is sound and whose external id is known
  * (from either id map), with the inverted lists, both id maps and the header's counts rebuilt

@@ -368,7 +368,16 @@ static int compact_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
     unsigned version = src->st_gen->g_version;
     c->st.from_version = version;
     store_header h;
-    int rc = version == 1 ? store_v1_header_get(src, &h, m) : store_header_get(src, &h, m);
+    int rc;
+    if (version != 1) {
+        /* LMDB's cursors must not walk damaged pages (pages.c): look at them first. */
+        unsigned unsound;
+        if ((rc = store_pages_check(src, NULL, NULL, &unsound, m)))
+            return rc;
+        if (unsound)
+            return damaged(m, store_fail(m, TARTAN_ECORRUPT, "LMDB's pages are damaged"));
+    }
+    rc = version == 1 ? store_v1_header_get(src, &h, m) : store_header_get(src, &h, m);
     if (rc)
         return damaged(m, rc);
     if (version == 1) {

@@ -361,6 +361,19 @@ static int copy_model(store_txn *src, store_txn *dst, const store_header *h, uns
     return 0;
 }
 
+/* Version 1: the search calibration (engine/calibrate.c), a bare record there, carried over as
+ * a checksummed one; its layout is the engine's and did not change. */
+static int copy_calibration_v1(store_txn *src, store_txn *dst, store_msg *m)
+{
+    MDB_val k = {strlen(STORE_META_CALIBRATION), (void *)STORE_META_CALIBRATION}, d;
+    int rc = store_get(src, src->st_gen->g_meta, &k, &d);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return store_map_lmdb(m, rc, "reading the calibration");
+    return store_meta_put(dst, STORE_META_CALIBRATION, d.mv_data, d.mv_size, m);
+}
+
 static int compact_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
 {
     cctx *c = vctx;
@@ -381,7 +394,7 @@ static int compact_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
     if (rc)
         return damaged(m, rc);
     if (version == 1) {
-        if ((rc = copy_model(src, dst, &h, 1, m)))
+        if ((rc = copy_model(src, dst, &h, 1, m)) || (rc = copy_calibration_v1(src, dst, m)))
             return damaged(m, rc);
     } else if ((rc = copy_meta_v2(src, dst, m)) || (rc = copy_model(src, dst, &h, 2, m))) {
         return damaged(m, rc);

@@ -859,6 +859,26 @@ static uint32_t content_crc(const char *path)
 START_TEST(test_format_v1_refused_then_converted)
 {
     build_index(1604, 120, 40);
+    /* Calibrated (a bare record in version 1): the conversion carries it over, checksummed. */
+    tartan_db *cdb;
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &cdb), 0);
+    ck_assert_msg(tartan_calibrate(cdb, NULL, NULL) == 0, "%s", tartan_errmsg(cdb));
+    tartan_close(cdb);
+    uint8_t cal_before[512];
+    size_t cal_len = 0;
+    {
+        store_env *env;
+        store_txn *t;
+        store_msg m = {{0}};
+        const void *cd;
+        ck_assert_int_eq(store_open(ixpath, STORE_READONLY, NULL, 0, &env, &m), 0);
+        ck_assert_int_eq(store_read_begin(env, &t, &m), 0);
+        ck_assert_int_eq(store_meta_get(t, STORE_META_CALIBRATION, &cd, &cal_len, &m), 0);
+        ck_assert_uint_le(cal_len, sizeof cal_before);
+        memcpy(cal_before, cd, cal_len);
+        store_read_end(env, t);
+        store_close(env);
+    }
     answers before, after;
     answer(ixpath, &before);
     uint32_t crc_before = content_crc(ixpath);
@@ -897,6 +917,11 @@ START_TEST(test_format_v1_refused_then_converted)
     uint32_t dtype;
     memcpy(&dtype, (const uint8_t *)d.mv_data + 8, 4);
     ck_assert_uint_eq(dtype, STORE_CENT_F32);
+    const void *cal;
+    size_t cl;
+    ck_assert_int_eq(store_meta_get(t, STORE_META_CALIBRATION, &cal, &cl, &m), 0);
+    ck_assert_uint_eq(cl, cal_len);
+    ck_assert(!memcmp(cal, cal_before, cl));
     store_read_end(env, t);
     store_close(env);
     /* And it takes changes. */

@@ -81,6 +81,11 @@ void v1_index_from(const char *src, const char *dst)
     memcpy(hb, hd, 64);
     memset(hb + 56, 0, 8);
     put(w, meta, "header", 6, hb, 64, 0);
+    /* Version 1 kept the search calibration bare too. */
+    const void *cal;
+    size_t cl;
+    if (store_meta_get(t, STORE_META_CALIBRATION, &cal, &cl, &m) == 0)
+        put(w, meta, STORE_META_CALIBRATION, strlen(STORE_META_CALIBRATION), cal, cl, 0);
     unsigned cb = h.code_bytes, tb = h.token_bytes;
     if (h.n_centroids) {
         size_t nb = (size_t)1 << h.nbits;

@@ -72,6 +72,9 @@ typedef struct walker {
     const uint8_t *base;
     size_t psize;
     uint64_t npages; /* pages of the snapshot: last_pg + 1 */
+    uint64_t fpages; /* pages the file holds (at most npages): LMDB may allocate a page and
+                        free it again in one transaction without ever writing it, so the
+                        snapshot's last pages can lie past the file's end, free */
     uint8_t *used;   /* bit per page */
     store_verify_fn report;
     void *ctx;
@@ -119,7 +122,7 @@ static void bit_set(uint8_t *b, uint64_t i)
 /* Claims pages [pgno, pgno + n) for a tree: 0, or 1 when one is out of range or used twice. */
 static int claim(walker *w, uint64_t pgno, uint64_t n)
 {
-    if (pgno < 2 || pgno >= w->npages || n > w->npages - pgno)
+    if (pgno < 2 || pgno >= w->fpages || n > w->fpages - pgno)
         return 1;
     for (uint64_t i = 0; i < n; i++) {
         if (bit_get(w->used, pgno + i))
@@ -396,13 +399,9 @@ int store_pages_check(store_txn *t, store_verify_fn report, void *ctx, unsigned 
         return 0;
     }
     w.npages = u64(meta + META_LAST_PG) + 1;
-    if (t->st_fsize && w.npages * w.psize > t->st_fsize) {
-        w.db = "(meta pages)";
-        problem(&w, "the snapshot's last page %llu lies past the file's end",
-                (unsigned long long)(w.npages - 1));
-        *unsound = ~0u;
-        return 0;
-    }
+    w.fpages = w.npages;
+    if (t->st_fsize && w.npages * w.psize > t->st_fsize)
+        w.fpages = t->st_fsize / w.psize; /* trees must not reach past it; free pages may */
     w.used = calloc(w.npages / 8 + 1, 1);
     uint8_t *free_bits = calloc(w.npages / 8 + 1, 1);
     if (!w.used || !free_bits) {
@@ -444,7 +443,7 @@ int store_pages_check(store_txn *t, store_verify_fn report, void *ctx, unsigned 
     if (!w.stop && !free_bad && !*unsound) {
         w.db = "(free list)";
         uint64_t leaked = 0, both = 0;
-        for (uint64_t p = 2; p < w.npages; p++) {
+        for (uint64_t p = 2; p < w.fpages; p++) {
             int u = bit_get(w.used, p), f = bit_get(free_bits, p);
             leaked += !u && !f;
             both += u && f;
@@ -469,8 +468,9 @@ int store_pages_main_sound(store_txn *t)
     if (!meta)
         return TARTAN_ECORRUPT;
     w.npages = u64(meta + META_LAST_PG) + 1;
+    w.fpages = w.npages;
     if (t->st_fsize && w.npages * w.psize > t->st_fsize)
-        return TARTAN_ECORRUPT;
+        w.fpages = t->st_fsize / w.psize; /* see walker.fpages */
     w.used = calloc(w.npages / 8 + 1, 1);
     if (!w.used)
         return ENOMEM;
@@ -551,7 +551,7 @@ static int scan_orphans(walker *w, const uint8_t *meta, const uint8_t *const *re
     }
     w->leaf_fn = keep_found;
     w->leaf_ctx = out;
-    for (uint64_t p = 2; p < w->npages; p++) {
+    for (uint64_t p = 2; p < w->fpages; p++) {
         if (bit_get(w->used, p) || bit_get(free_bits, p))
             continue;
         const uint8_t *pg = w->base + p * w->psize;
@@ -580,6 +580,7 @@ int store_pages_leaves(store_txn *t, const char *db, store_pages_leaf_fn fn, voi
     w.npages = u64(meta + META_LAST_PG) + 1;
     if (t->st_fsize && w.npages * w.psize > t->st_fsize)
         w.npages = t->st_fsize / w.psize;
+    w.fpages = w.npages;
     w.used = calloc(w.npages / 8 + 1, 1);
     if (!w.used)
         return store_fail(m, ENOMEM, "out of memory");

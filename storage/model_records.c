@@ -27,9 +27,9 @@ int store_meta_is_local(const void *name, size_t len)
     return 0;
 }
 
-static MDB_dbi dbi_of(store_env *env, int db)
+static MDB_dbi dbi_of(const store_txn *t, int db)
 {
-    return db == STORE_DB_META ? env->se_meta : env->se_centroids;
+    return db == STORE_DB_META ? t->st_gen->g_meta : t->st_gen->g_centroids;
 }
 
 int store_model_records(store_txn *t, store_record_fn fn, void *ctx, store_msg *m)
@@ -37,7 +37,7 @@ int store_model_records(store_txn *t, store_record_fn fn, void *ctx, store_msg *
     static const int dbs[] = {STORE_DB_META, STORE_DB_CENTROIDS};
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         MDB_cursor *cur;
-        int rc = mdb_cursor_open(t->st_txn, dbi_of(t->st_env, dbs[i]), &cur);
+        int rc = mdb_cursor_open(t->st_txn, dbi_of(t, dbs[i]), &cur);
         if (rc)
             return store_map_lmdb(m, rc, "reading the model records");
         MDB_val k, d;
@@ -65,7 +65,7 @@ int store_model_record_get(store_txn *t, int db, const void *key, size_t klen, c
     if (db != STORE_DB_META && db != STORE_DB_CENTROIDS)
         return store_fail(m, TARTAN_EINVAL, "no database %d holds model records", db);
     MDB_val k = {klen, (void *)key}, d;
-    int rc = mdb_get(t->st_txn, dbi_of(t->st_env, db), &k, &d);
+    int rc = mdb_get(t->st_txn, dbi_of(t, db), &k, &d);
     if (rc == MDB_NOTFOUND)
         return TARTAN_ENOTFOUND;
     if (rc)
@@ -90,6 +90,6 @@ int store_model_record_put(store_txn *t, int db, const void *key, size_t klen, c
     if (db == STORE_DB_CENTROIDS && klen != sizeof(uint32_t) && klen != sizeof(uint64_t))
         return store_fail(m, TARTAN_EINVAL, "a centroids key of %zu bytes", klen);
     MDB_val k = {klen, (void *)key}, d = {vlen, (void *)val};
-    int rc = mdb_put(t->st_txn, dbi_of(t->st_env, db), &k, &d, 0);
+    int rc = mdb_put(t->st_txn, dbi_of(t, db), &k, &d, 0);
     return rc ? store_map_lmdb(m, rc, "writing a model record") : 0;
 }

@@ -1966,18 +1966,22 @@ static int landed(const wop *op)
 static void lmdb_txnids(uint64_t *file, uint64_t *readers)
 {
     store_env *env = db->env;
+    /* The current generation (format 2: a compaction may replace it; none runs here). */
+    pthread_mutex_lock(&env->se_lock);
+    store_gen *g = env->se_gen;
+    pthread_mutex_unlock(&env->se_lock);
     MDB_envinfo in;
-    int rc = mdb_env_info(env->se_env, &in);
+    int rc = mdb_env_info(g->g_env, &in);
     if (rc)
         die("mdb_env_info: %s", mdb_strerror(rc));
     *file = (uint64_t)in.me_last_txnid;
     MDB_txn *t;
-    pthread_rwlock_rdlock(&env->se_grow); /* as every transaction of the process does */
-    if ((rc = mdb_txn_begin(env->se_env, NULL, MDB_RDONLY, &t)))
+    pthread_rwlock_rdlock(&g->g_grow); /* as every transaction of the process does */
+    if ((rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t)))
         die("a read transaction after the kill: %s", mdb_strerror(rc));
     *readers = (uint64_t)mdb_txn_id(t);
     mdb_txn_abort(t);
-    pthread_rwlock_unlock(&env->se_grow);
+    pthread_rwlock_unlock(&g->g_grow);
 }
 
 static void sleep_ms(double ms)

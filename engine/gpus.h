@@ -56,7 +56,7 @@ uint64_t eng_gpus_part_docs(const eng_gpus *g, int p);
  * its partitions' (eng_gpu_describe's; TARTAN_GPU_AUTO and 0 before the first search). */
 void eng_gpus_describe(const tartan_db *db, tartan_gpu_mode *mode, size_t *device_bytes);
 
-/* Frees the partitions' mirrors (each on its device); NULL is fine. */
+/* Frees the partitions' mirrors (each on its device), taking the GPU lock; NULL is fine. */
 void eng_gpus_free(eng_gpus *g);
 
 #endif

@@ -169,11 +169,10 @@ static void mirror_reset(eng_gpu *g)
     g->n_tok = g->dead_tok = g->n_alive = 0;
 }
 
-void eng_gpu_free(eng_gpu *g)
+void eng_gpu_free_held(eng_gpu *g)
 {
     if (!g)
         return;
-    eng_gpu_lock();
     mirror_reset(g);
     dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,      &g->probes, &g->bits,    &g->counts,
                   &g->docs1, &g->approx1, &g->sel,     &g->docs2,  &g->approx2, &g->docs3,
@@ -184,13 +183,21 @@ void eng_gpu_free(eng_gpu *g)
         dbuf_free(ws[i]);
     kern_cuda_host_free(g->xs[0].pin);
     kern_cuda_host_free(g->xs[1].pin);
-    eng_gpu_unlock();
     free(g->h_live);
     free(g->h_doc_off);
     free(g->s_codes);
     free(g->s_res);
     free(g->s_norms);
     free(g);
+}
+
+void eng_gpu_free(eng_gpu *g)
+{
+    if (!g)
+        return;
+    eng_gpu_lock();
+    eng_gpu_free_held(g);
+    eng_gpu_unlock();
 }
 
 void eng_gpu_set_slice(eng_gpu *g, size_t docs)

@@ -110,7 +110,7 @@ void eng_gpus_describe(const tartan_db *db, tartan_gpu_mode *mode, size_t *devic
         *device_bytes = total;
 }
 
-/* Frees partition p's mirror on its device. */
+/* Frees partition p's mirror on its device; the caller holds the GPU lock. */
 static void free_part(eng_gpus *g, int p)
 {
     if (!g->part[p])
@@ -118,13 +118,15 @@ static void free_part(eng_gpus *g, int p)
     int cur = 0, moved = 0;
     if (g->n_dev > 1 && kern_cuda_get_device(&cur) == 0)
         moved = kern_cuda_set_device(p % g->n_dev) == 0;
-    eng_gpu_free(g->part[p]);
+    eng_gpu_free_held(g->part[p]);
     g->part[p] = NULL;
     if (moved)
         kern_cuda_set_device(cur);
 }
 
-void eng_gpus_free(eng_gpus *g)
+/* eng_gpus_free's work, for a caller that holds the GPU lock: eng_gpus_run remakes the
+ * partitions when their number changes, inside a search that holds it. */
+static void gpus_free_held(eng_gpus *g)
 {
     if (!g)
         return;
@@ -134,6 +136,15 @@ void eng_gpus_free(eng_gpus *g)
     free(g->docs);
     free(g->tokens);
     free(g);
+}
+
+void eng_gpus_free(eng_gpus *g)
+{
+    if (!g)
+        return;
+    eng_gpu_lock();
+    gpus_free_held(g);
+    eng_gpu_unlock();
 }
 
 static eng_gpus *gpus_new(int n_parts, int n_dev)
@@ -147,7 +158,7 @@ static eng_gpus *gpus_new(int n_parts, int n_dev)
     g->docs = calloc((size_t)n_parts, sizeof *g->docs);
     g->tokens = calloc((size_t)n_parts, sizeof *g->tokens);
     if (!g->part || !g->docs || !g->tokens) {
-        eng_gpus_free(g);
+        gpus_free_held(g);
         return NULL;
     }
     return g;
@@ -314,7 +325,7 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
         return store_fail(m, TARTAN_EINVAL, "GPU search: %d partitions over %d devices", n_parts,
                           n_dev);
     if (*gp && ((*gp)->n_parts != n_parts || (*gp)->n_dev != n_dev)) {
-        eng_gpus_free(*gp);
+        gpus_free_held(*gp);
         *gp = NULL;
     }
     if (!*gp && !(*gp = gpus_new(n_parts, n_dev)))

@@ -176,6 +176,21 @@ static int cpu_part(eng_gpu **g, idx_reader *r, const eng_search *s, int exhaust
     return rc;
 }
 
+/* A stand-in that also makes a real mirror for its partition (eng_gpu_search_held allocates it
+ * before it loads; without a GPU the load fails and the mirror stays empty), so that remaking
+ * the partitions frees mirrors; then the CPU stand-in gives the hits. */
+static int mirror_part(eng_gpu **g, idx_reader *r, const eng_search *s, int exhaustive,
+                       tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
+{
+    store_msg scratch;
+    eng_stage_stats ignored = {0};
+    (void)eng_gpu_search_held(g, r, s, exhaustive, mode, &ignored, &scratch);
+    ck_assert_ptr_nonnull(*g);
+    return cpu_part(g, r, s, exhaustive, mode, st, m);
+}
+
+static eng_part_search_fn part_fn = cpu_part;
+
 /* The unpartitioned reference: the same search over the whole reader. */
 static void reference(idx_reader *r, const prep *p, int exhaustive, uint32_t *doc, float *score,
                       size_t *n)
@@ -216,7 +231,7 @@ static void run_and_compare(tartan_db *db, eng_gpus **g, int n_parts, int exhaus
     }
     eng_stage_stats st = {0};
     int rc = eng_gpus_run(g, db->env, &r, &p.s, exhaustive, TARTAN_GPU_RESIDENT, n_parts, 1,
-                          cpu_part, &st, &m);
+                          part_fn, &st, &m);
     ck_assert_msg(rc == 0, "%d partitions: %s", n_parts, m.text);
     uint32_t *rd = xmalloc(NQ * K * sizeof *rd);
     float *rs = xmalloc(NQ * K * sizeof *rs);
@@ -302,6 +317,27 @@ START_TEST(test_gpus_follow_changes)
 END_TEST
 
 /* A subset scored exactly: each partition scores its own part of the list. */
+/* Remaking the partitions (their number changed) inside a search that holds the GPU lock, as
+ * tartan_search does: freeing the old partitions' mirrors must not take the lock again. */
+START_TEST(test_gpus_remade_under_lock)
+{
+    rng_state = 252;
+    tartan_db *db = open_ix();
+    add_random(db, 120, "a");
+    eng_gpus *g = NULL;
+    part_fn = mirror_part;
+    eng_gpu_lock();
+    for (int np = 2; np <= 4; np++) {
+        memset(slot_of, 0, sizeof slot_of);
+        run_and_compare(db, &g, np, 1, NULL, NULL, 0);
+    }
+    eng_gpu_unlock();
+    part_fn = cpu_part;
+    eng_gpus_free(g);
+    tartan_close(db);
+}
+END_TEST
+
 START_TEST(test_gpus_subset)
 {
     rng_state = 303;
@@ -398,6 +434,7 @@ static Suite *gpus_suite(void)
     } cases[] = {
         {"exhaustive_equals_one", test_gpus_exhaustive_equals_one},
         {"follow_changes", test_gpus_follow_changes},
+        {"remade_under_lock", test_gpus_remade_under_lock},
         {"subset", test_gpus_subset},
         {"more_parts_than_docs", test_gpus_more_parts_than_docs},
         {"plan", test_gpus_plan},

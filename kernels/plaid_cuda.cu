@@ -66,30 +66,172 @@ __global__ void __launch_bounds__(PROBE_THREADS)
     }
 }
 
-/* Phase 2: column j's best n over the segments' (segments visited in row order). */
+/* Phase 2: each column's best n over its segments' lists, one block per column. The serial
+ * merge this replaces (one thread a column, segs x n entries in turn) cost a fixed ~0.7 ms a
+ * query at 128 segments and n 16: a latency chain of dependent loads. Here the block finds the
+ * column's best, keeps the entries within margin of it (all of them with no margin), narrows
+ * them to about n by a radix select on the value when more than MERGE_CAP remain, and ranks the
+ * survivors against each other in shared memory: rank = the survivors better than it (value
+ * descending, row ascending, as keep_best orders them), so the output is the serial merge's. */
+constexpr int MERGE_THREADS = 256;
+constexpr int MERGE_CAP = 1024;
+
+/* Floats as unsigned keys in the same order (NaN excluded by the callers: keep_best drops it). */
+__device__ __forceinline__ unsigned order_key(float x)
+{
+    const unsigned u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_value(unsigned k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ float block_max(float x, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = red[0];
+    for (int w = 1; w < MERGE_THREADS / 32; w++)
+        x = fmaxf(x, red[w]);
+    return x;
+}
+
+__device__ __forceinline__ int block_count(int x, int *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = 0;
+    for (int w = 0; w < MERGE_THREADS / 32; w++)
+        x += red[w];
+    return x;
+}
+
 template <int NC>
-__global__ void __launch_bounds__(PROBE_THREADS)
+__global__ void __launch_bounds__(MERGE_THREADS)
     probe_merge_kernel(const float *__restrict__ pv, const int *__restrict__ pi, int segs,
                        long long ld, int n, float margin, int32_t *__restrict__ probes)
 {
-    const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
-    if (j >= ld)
+    __shared__ float s_v[MERGE_CAP];
+    __shared__ int s_r[MERGE_CAP];
+    __shared__ unsigned s_hist[256];
+    __shared__ float s_fred[MERGE_THREADS / 32];
+    __shared__ int s_ired[MERGE_THREADS / 32];
+    __shared__ int s_at;
+    __shared__ unsigned s_pick[2];
+    const long long j = blockIdx.x;
+    const int tid = threadIdx.x;
+    const long long entries = (long long)segs * n;
+#define MERGE_AT(e) ((((e) / n) * ld + j) * n + (e) % n)
+    /* The column's best: the best of the segments' firsts. */
+    float best = -INFINITY;
+    for (int sg = tid; sg < segs; sg += MERGE_THREADS) {
+        const long long o = ((long long)sg * ld + j) * n;
+        if (pi[o] >= 0)
+            best = fmaxf(best, pv[o]);
+    }
+    best = block_max(best, s_fred);
+    /* Kept values are above -INFINITY, so none kept leaves every probe -1 (as before). */
+    float thr = best - margin;
+    int mine = 0;
+    for (long long e = tid; e < entries; e += MERGE_THREADS) {
+        const long long o = MERGE_AT(e);
+        mine += pi[o] >= 0 && pv[o] >= thr;
+    }
+    int total = block_count(mine, s_ired);
+    const int want = total < n ? total : n;
+    if (total > MERGE_CAP) {
+        /* The want-th best value among the survivors, 8 bits of its key at a time. */
+        unsigned prefix = 0, mask = 0;
+        int left = want;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += MERGE_THREADS)
+                s_hist[b] = 0;
+            __syncthreads();
+            for (long long e = tid; e < entries; e += MERGE_THREADS) {
+                const long long o = MERGE_AT(e);
+                if (pi[o] < 0 || !(pv[o] >= thr))
+                    continue;
+                const unsigned k = order_key(pv[o]);
+                if ((k & mask) == prefix)
+                    atomicAdd(&s_hist[(k >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                int acc = 0, b = 255;
+                while (b > 0 && acc + (int)s_hist[b] < left)
+                    acc += (int)s_hist[b--];
+                s_pick[0] = (unsigned)b;
+                s_pick[1] = (unsigned)(left - acc);
+            }
+            __syncthreads();
+            prefix |= s_pick[0] << shift;
+            mask |= 255u << shift;
+            left = (int)s_pick[1];
+            __syncthreads();
+        }
+        /* Every survivor at or above that value; more than fit only with many exact ties. */
+        thr = fmaxf(thr, key_value(prefix));
+        mine = 0;
+        for (long long e = tid; e < entries; e += MERGE_THREADS) {
+            const long long o = MERGE_AT(e);
+            mine += pi[o] >= 0 && pv[o] >= thr;
+        }
+        total = block_count(mine, s_ired);
+    }
+    if (total > MERGE_CAP) {
+        /* Ties beyond the shared list: the serial merge, by one thread. */
+        if (tid == 0) {
+            float v[NC];
+            int ix[NC];
+            for (int i = 0; i < NC; i++) {
+                v[i] = -INFINITY;
+                ix[i] = -1;
+            }
+            for (int sg = 0; sg < segs; sg++) {
+                const long long o = ((long long)sg * ld + j) * n;
+                for (int i = 0; i < n; i++)
+                    if (pi[o + i] >= 0)
+                        keep_best<NC>(v, ix, n, pv[o + i], pi[o + i]);
+            }
+            for (int i = 0; i < n; i++)
+                probes[j * n + i] = i == 0 || v[i] >= v[0] - margin ? ix[i] : -1;
+        }
         return;
-    float v[NC];
-    int ix[NC];
-    for (int i = 0; i < NC; i++) {
-        v[i] = -INFINITY;
-        ix[i] = -1;
     }
-    for (int s = 0; s < segs; s++) {
-        const long long o = ((long long)s * ld + j) * n;
-        for (int i = 0; i < n; i++)
-            if (pi[o + i] >= 0)
-                keep_best<NC>(v, ix, n, pv[o + i], pi[o + i]);
+    if (tid == 0)
+        s_at = 0;
+    __syncthreads();
+    for (long long e = tid; e < entries; e += MERGE_THREADS) {
+        const long long o = MERGE_AT(e);
+        if (pi[o] >= 0 && pv[o] >= thr) {
+            const int at = atomicAdd(&s_at, 1);
+            s_v[at] = pv[o];
+            s_r[at] = pi[o];
+        }
     }
-    /* Only the centroids within margin of the column's best (INFINITY: all n). */
-    for (int i = 0; i < n; i++)
-        probes[j * n + i] = i == 0 || v[i] >= v[0] - margin ? ix[i] : -1;
+    __syncthreads();
+    for (int x = tid; x < total; x += MERGE_THREADS) {
+        const float vx = s_v[x];
+        const int rx = s_r[x];
+        int rank = 0;
+        for (int y = 0; y < total && rank < want; y++)
+            rank += s_v[y] > vx || (s_v[y] == vx && s_r[y] < rx);
+        if (rank < want)
+            probes[j * n + rank] = rx;
+    }
+    for (int i = want + tid; i < n; i += MERGE_THREADS)
+        probes[j * n + i] = -1;
+#undef MERGE_AT
 }
 
 template <int NC>
@@ -115,7 +257,7 @@ int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int3
     probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
         ST, (long long)K, (long long)ld, n, seg_rows, pv, pi);
     probe_merge_kernel<NC>
-        <<<cols, PROBE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, margin, probes);
+        <<<(unsigned)ld, MERGE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, margin, probes);
     cudaError_t e = cudaGetLastError();
     rc = e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, "launch of probe kernels", __FILE__, __LINE__);
     kern_scratch_free(pv, part * (sizeof(float) + sizeof(int)));
@@ -365,13 +507,6 @@ template <typename T> __device__ T block_sum(T v)
     return t;
 }
 
-/* Floats as unsigned keys in the same order (NaN excluded by the callers). */
-__device__ __forceinline__ unsigned order_key(float x)
-{
-    const unsigned u = __float_as_uint(x);
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-
 /*
  * Block q: how far query q's exact scoring goes next (kernels.h, kern_cuda_adaptive_next).
  * E [nq, ldE] exact scores in order of approximate score, sorted [nq, lds] those approximate
@@ -496,8 +631,7 @@ extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncel
 {
     cudaGetLastError();
     if (!ST || !probes || K == 0 || ncells == 0 || ncells > KERN_CUDA_MAX_NCELLS ||
-        !(margin >= 0.f) || K > 0x7fffffff ||
-        (ld + PROBE_THREADS - 1) / PROBE_THREADS > 0x7fffffffu) {
+        !(margin >= 0.f) || K > 0x7fffffff || ld > 0x7fffffffu) {
         kern_set_error("probe (cuda): bad arguments (K %zu, ncells %zu, columns %zu)", K, ncells,
                        ld);
         return KERN_EINVAL;

@@ -1038,6 +1038,28 @@ static void run_probe(size_t K, size_t ld, size_t n, float margin)
     free(st), free(h), free(want);
 }
 
+/* Every value equal: the best n are the first n rows (ties to the lower row). */
+static void run_probe_equal(size_t K, size_t ld, size_t n)
+{
+    float *st = malloc(K * ld * sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    for (size_t i = 0; i < K * ld; i++)
+        st[i] = 0.25f;
+    float *d_st = dev_put(st, K * ld * sizeof *st);
+    int32_t *h = malloc(ld * n * sizeof *h);
+    for (size_t i = 0; i < ld * n; i++)
+        h[i] = -7;
+    int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
+    for (size_t j = 0; j < ld; j++)
+        for (size_t t = 0; t < n; t++)
+            ck_assert_msg(h[j * n + t] == (int32_t)t, "equal values: column %zu probe %zu: %d", j,
+                          t, h[j * n + t]);
+    kern_gpu_free(d_st), kern_gpu_free(d_pr);
+    free(st), free(h);
+}
+
 /* kern_cuda_take_columns, kern_cuda_scatter_columns and kern_cuda_adaptive_next against host
  * references of kernels.h's definitions: random approximate scores (a row of every candidate,
  * and the same in descending order), exact ones near them, random done counts, random
@@ -1174,6 +1196,11 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     run_probe(2000, 70, 16, 0.05f);
     run_probe(700, 33, 32, 0.2f);
     run_probe(5000, 9, 64, 0.f);
+    /* More survivors than the merge's shared list (radix select), and ties beyond it. */
+    run_probe(60000, 3, 16, INFINITY);
+    run_probe(40000, 2, 64, 0.5f);
+    run_probe_equal(3000, 4, 32);
+    run_probe_equal(60000, 2, 32);
     run_next(60, 300, 300, 10, 3.f, 300);
     run_next(40, 1000, 1000, 100, 2.5f, 640);
     run_next(25, 64, 64, 1, 4.f, 64);

@@ -758,8 +758,9 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
  * done[q] of them scored so far into exact_all [nq, cap] (NaN elsewhere); a round scores
  * columns [done[q], next[q]) of every query at once, then the stopping rule on the device
  * (kern_cuda_adaptive_next) gives the next round's next[q]; the rounds end when no query goes
- * on. The best *k of each query's scored documents go to docs4 / vals (*k lowered to what
- * fits). *n_exact: exact scores counted.
+ * on. The rounds are larger than the CPU's (ENG_GPU_FIRST_BATCH, ENG_GPU_BATCH_GROWTH: a round
+ * costs launches and a download here), the rule the same. The best *k of each query's scored
+ * documents go to docs4 / vals (*k lowered to what fits). *n_exact: exact scores counted.
  */
 static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
                            size_t width, size_t *n_exact, size_t *k, eng_stage_stats *st,
@@ -767,7 +768,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
 {
     const size_t K = g->K, nq = c->nq;
     const size_t cap = s->depth_cap < width ? s->depth_cap : width;
-    const size_t first = 2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH;
+    const size_t first = 2 * s->k > ENG_GPU_FIRST_BATCH ? 2 * s->k : ENG_GPU_FIRST_BATCH;
     int rc, krc = 0;
     if ((rc = dbuf_need(&g->done, nq * 8, 0, m)) || (rc = dbuf_need(&g->next, nq * 8, 0, m)) ||
         (rc = dbuf_need(&g->exact_all, nq * cap * 4, 0, m)) ||
@@ -825,7 +826,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
             (krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
             (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, dn, g->done.p,
                                            g->counts.p, g->approx1.p, width, nq, s->k, s->z,
-                                           ENG_BATCH_GROWTH, cap, g->next.p)))
+                                           ENG_GPU_BATCH_GROWTH, cap, g->next.p)))
             goto dev_fail;
         memcpy(done, next, nq * 8);
         if ((krc = kern_cuda_download(next, g->next.p, nq * 8)))

@@ -22,6 +22,9 @@ namespace
 /* ---- probes: each column's best ncells rows of ST ------------------------------------- */
 
 constexpr int PROBE_THREADS = 128;
+constexpr int PROBE_BATCH = 8;
+/* Fewest rows a segment scans: enough segments to fill the GPU for one query's 32 columns. */
+constexpr long long PROBE_SEG_ROWS = 32;
 
 /* Keeps the n best (value descending, row ascending) in v/ix, sorted; rows arrive ascending,
  * so a later row with an equal value never displaces an earlier one. */
@@ -57,8 +60,24 @@ __global__ void __launch_bounds__(PROBE_THREADS)
     }
     const long long r0 = (long long)blockIdx.y * seg_rows;
     const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
-    for (long long r = r0; r < r1; r++)
-        keep_best<NC>(v, ix, n, __ldg(ST + r * ld + j), (int)r);
+    float last = -INFINITY;
+    /* PROBE_BATCH loads in flight before they are kept: one at a time, each row waited for
+     * its load (a latency chain of seg_rows loads). Rows past r1 read as -INFINITY, never
+     * kept. */
+    for (long long r = r0; r < r1; r += PROBE_BATCH) {
+        float x[PROBE_BATCH];
+#pragma unroll
+        for (int u = 0; u < PROBE_BATCH; u++)
+            x[u] = r + u < r1 ? __ldg(ST + (r + u) * ld + j) : -INFINITY;
+            /* The list's last value in a register: most rows fall below it and cost no read of
+             * the (local-memory) list. */
+#pragma unroll
+        for (int u = 0; u < PROBE_BATCH; u++)
+            if (x[u] > last) {
+                keep_best<NC>(v, ix, n, x[u], (int)(r + u));
+                last = v[n - 1];
+            }
+    }
     const long long o = ((long long)blockIdx.y * ld + j) * n;
     for (int i = 0; i < n; i++) {
         pv[o + i] = v[i];
@@ -237,11 +256,12 @@ __global__ void __launch_bounds__(MERGE_THREADS)
 template <int NC>
 int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int32_t *probes)
 {
-    /* Enough segments to fill the GPU when there are few columns; each at least 256 rows. */
+    /* Enough segments to fill the GPU when there are few columns; each at least
+     * PROBE_SEG_ROWS rows (the merge takes one block a column whatever their number). */
     const long long colblocks = (long long)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
     long long segs = 4096 / colblocks;
-    if (segs > (long long)(K + 255) / 256)
-        segs = (long long)(K + 255) / 256;
+    if (segs > ((long long)K + PROBE_SEG_ROWS - 1) / PROBE_SEG_ROWS)
+        segs = ((long long)K + PROBE_SEG_ROWS - 1) / PROBE_SEG_ROWS;
     if (segs < 1)
         segs = 1;
     if (segs > 65535)
@@ -358,6 +378,7 @@ __global__ void __launch_bounds__(TAKE_THREADS)
 
 constexpr int INT_WARPS = 8;
 constexpr int INT_GROUPS = 8; /* query tokens held per pass: 8 x 32 */
+constexpr int INT_UNROLL = 4; /* document tokens whose rows are loaded together */
 
 __global__ void __launch_bounds__(INT_WARPS * 32)
     interaction_batch_kernel(const float *__restrict__ ST, long long ld,
@@ -400,16 +421,31 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
                 const bool kept = in && (!pr || ((__ldg(kq + (mycode >> 5)) >> (mycode & 31)) & 1));
                 unsigned left = __ballot_sync(0xffffffffu, kept);
                 any |= left != 0;
+                /* INT_UNROLL tokens' rows loaded before any is folded in: one at a time, the
+                 * warp waited for each row (a latency chain of a document's tokens). A
+                 * missing token repeats the first (max is idempotent); left is the same in
+                 * every lane, so the shuffles are uniform. */
                 while (left) {
-                    const int t = __ffs(left) - 1;
-                    left &= left - 1;
-                    const uint32_t c = __shfl_sync(0xffffffffu, mycode, t);
-                    const float *row = S + (long long)c * ld;
+                    uint32_t cs[INT_UNROLL];
+#pragma unroll
+                    for (int u = 0; u < INT_UNROLL; u++) {
+                        const int t = left ? __ffs(left) - 1 : -1;
+                        left &= left - 1;
+                        const uint32_t c = __shfl_sync(0xffffffffu, mycode, t < 0 ? 0 : t);
+                        cs[u] = t < 0 ? cs[0] : c;
+                    }
 #pragma unroll
                     for (int g = 0; g < INT_GROUPS; g++) {
                         const int j = g0 + g * 32 + lane;
-                        if (g0 + g * 32 < lq)
-                            m[g] = fmaxf(m[g], j < lq ? __ldg(row + j) : -INFINITY);
+                        if (g0 + g * 32 < lq && j < lq) {
+                            float x[INT_UNROLL];
+#pragma unroll
+                            for (int u = 0; u < INT_UNROLL; u++)
+                                x[u] = __ldg(S + (long long)cs[u] * ld + j);
+#pragma unroll
+                            for (int u = 0; u < INT_UNROLL; u++)
+                                m[g] = fmaxf(m[g], x[u]);
+                        }
                     }
                 }
             }

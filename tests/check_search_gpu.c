@@ -736,6 +736,8 @@ START_TEST(test_gpu_adaptive_families)
             }
             rec /= 60;
             agree /= 60;
+            printf("model %d k %zu: GPU recall %.4f against exhaustive, %.4f of the CPU's top k\n",
+                   model, k, rec, agree);
             ck_assert_msg(rec >= 0.95, "model %d k %zu: GPU recall %.4f", model, k, rec);
             ck_assert_msg(agree >= 0.95, "model %d k %zu: GPU and CPU agree on %.4f", model, k,
                           agree);

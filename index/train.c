@@ -13,6 +13,7 @@
 #include "kmeans.h"
 #include "model.h"
 #include "plan.h"
+#include "rand.h"
 #include "tartan.h"
 
 /* ColBERTv2's hold-out for the codec: 5% of the sample, at most 50,000 vectors. */
@@ -28,14 +29,6 @@
  * SciFact (bench/fidelity.sh); each is one pass over the held-out values (at most 50,000 x dim),
  * well under a second in all, negligible next to k-means. */
 #define CODEC_FIT_ITERS 30
-
-uint64_t idx_rand_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void idx_model_free(idx_model *mod)
 {

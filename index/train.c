@@ -22,7 +22,7 @@
 /* Training points per centroid, at most (a seeded subset beyond: idx_kmeans_device). FAISS's
  * cap is 256; 64 keeps k-means of a 1.45M-token corpus (K 16,384) on 1M points instead of all
  * 1.4M, and on the synthetic families and SciFact it left recall where it was (bench/RESULTS.md,
- * issue 19): a centroid's mean is settled well before 64 points. */
+ * "Codec fidelity"): a centroid's mean is settled well before 64 points. */
 #define MAX_PER_CENTROID 64
 /* Lloyd-Max steps fitting the codec's tables to the held-out residuals (idx_codec_fit). From
  * the quantile start the tables settle within about 30 steps on the synthetic families and

@@ -3,10 +3,11 @@
 # when BEFORE_BIN names the programs of an earlier commit, of that commit's format, on the same
 # generated corpora: issue 19's "search speed on CPU and GPU no worse than today".
 #
-#   [BIN=.device/bin] [BEFORE_BIN=.device-before/bin] bench/format2_gpu.sh OUTDIR
+#   [BIN=DIR] [BEFORE_BIN=DIR] bench/format2_gpu.sh OUTDIR
 #
-# BIN (and BEFORE_BIN) hold `tartan` and `bench/bench_search_gpu` built with CUDA, as
-# ../shared/device/pack lays them out (their libraries in ../lib beside bin). For each generator
+# BIN (and BEFORE_BIN) name the programs `tartan` and `bench_search_gpu` built with CUDA: a
+# build tree (default: this one, `./configure --enable-cuda && make`), or a folder holding a
+# copy of both (their libraries, if not installed, in ../lib beside it). For each generator
 # family (tartan gen --model 1 and --model 2; 20,000 documents of ~100 tokens, d 128, 200
 # queries) each set of programs builds its own index on the GPU (K 4,096, nbits 2), prints its
 # size (tartan info), and bench_search_gpu runs exhaustive search, PLAID at fixed settings (the
@@ -15,7 +16,15 @@
 # go to $WORK (default /tmp). A few minutes on one H100/H200.
 set -eu
 out=$1
-bin=${BIN:-.device/bin}
+bin=${BIN:-.}
+# The two programs of a set: a build tree keeps bench_search_gpu under bench/.
+bsg_of() { if [ -x "$1/bench_search_gpu" ]; then echo "$1/bench_search_gpu"; else echo "$1/bench/bench_search_gpu"; fi; }
+for b in "$bin" ${BEFORE_BIN:-}; do
+    if [ ! -x "$b/tartan" ] || [ ! -x "$(bsg_of "$b")" ]; then
+        echo "format2_gpu.sh: no tartan and bench_search_gpu in '$b': build with --enable-cuda, or set BIN" >&2
+        exit 2
+    fi
+done
 work=${WORK:-/tmp}/tartan-format2-gpu
 mkdir -p "$out" "$work"
 sets="$bin:after"
@@ -40,7 +49,7 @@ for model in 1 2; do
             --ids "$c/ids.txt" --centroids 4096 --device cuda >"$out/build-m$model-$tag.log" 2>&1
         echo "== model $model, $tag ($b)" | tee -a "$out/summary.txt"
         "$b/tartan" info "$ix" | grep -E "data file|free pages" | tee -a "$out/summary.txt"
-        "$b/bench_search_gpu" "$ix" --queries "$c/queries.npy" --nq 200 --ncells 1,2,4 \
+        "$(bsg_of "$b")" "$ix" --queries "$c/queries.npy" --nq 200 --ncells 1,2,4 \
             --ndocs 256,1024 --reps 3 --cpu-queries 100 --json "$out/m$model-$tag.json" \
             | tee "$out/m$model-$tag.txt"
     done

@@ -8,29 +8,38 @@
 # (which calibrates it), and runs bench/bench_search_gpu: exhaustive search as the reference,
 # the adaptive defaults and recall targets 0.8, 0.9, 0.99, and PLAID's fixed stages (ColBERT's
 # ncells 1 / threshold 0.5 / ndocs 256 among them). OUTDIR gets per family gpu-m<N>.json,
-# gpu-m<N>.dat (bench/plot_search.gp draws it) and the logs. Programs come from $BIN (default
-# .device/bin: a copy of the built tartan and bench/bench_search_gpu, since the GPU host may
-# not hold a build tree); corpora go to $WORK (default /tmp).
+# gpu-m<N>.dat (bench/plot_search.gp draws it) and the logs. Programs: tartan and
+# bench_search_gpu from $BIN, a folder holding both (a copy of the built programs, for a GPU
+# host without a build tree), else from this build tree (./configure --enable-cuda && make);
+# corpora go to $WORK (default /tmp).
 set -eu
 out=$1
 docs=${2:-200000}
 fams=${3:-1 2 3}
-bin=${BIN:-.device/bin}
+if [ -n "${BIN:-}" ]; then
+    tartan=$BIN/tartan bsg=$BIN/bench_search_gpu
+else
+    tartan=./tartan bsg=bench/bench_search_gpu
+fi
+if [ ! -x "$tartan" ] || [ ! -x "$bsg" ]; then
+    echo "gpu_search_families.sh: no $tartan or $bsg: build with --enable-cuda, or set BIN" >&2
+    exit 2
+fi
 work=${WORK:-/tmp}
 nq=${NQ:-1000}
 mkdir -p "$out"
 for m in $fams; do
     d=$work/fam$m-$docs
     if [ ! -f "$d/queries.npy" ]; then
-        "$bin/tartan" gen "$d" --docs "$docs" --queries "$nq" --doc-len 70 --seed $((7 + m)) \
+        "$tartan" gen "$d" --docs "$docs" --queries "$nq" --doc-len 70 --seed $((7 + m)) \
             --model "$m" --dtype f16 >"$out/gen-m$m.log" 2>&1
     fi
     if [ ! -d "$d/ix" ]; then
-        /usr/bin/time -v "$bin/tartan" build "$d/ix" --embeddings "$d/embeddings.npy" \
+        /usr/bin/time -v "$tartan" build "$d/ix" --embeddings "$d/embeddings.npy" \
             --doclens "$d/doclens.npy" --ids "$d/ids.txt" --device cuda >"$out/build-m$m.log" 2>&1
     fi
-    "$bin/tartan" info "$d/ix" >"$out/info-m$m.txt" 2>&1
-    "$bin/bench_search_gpu" "$d/ix" --queries "$d/queries.npy" --json "$out/gpu-m$m.json" \
+    "$tartan" info "$d/ix" >"$out/info-m$m.txt" 2>&1
+    "$bsg" "$d/ix" --queries "$d/queries.npy" --json "$out/gpu-m$m.json" \
         --dat "$out/gpu-m$m.dat" --targets 0.8,0.9,0.99 --ncells 1,2,4 --ndocs 256,1024 \
         --thresholds 0.5 --reps 2 >"$out/bench-m$m.txt" 2>&1
     tail -n 14 "$out/bench-m$m.txt"

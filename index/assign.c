@@ -13,7 +13,7 @@
 
 #include "assign.h"
 #include "kmeans.h"
-#include "model.h"
+#include "rand.h"
 #include "tartan.h"
 
 /* Points per GPU chunk: 256 MB of them (512K points at dim 128), beside the centroids. The

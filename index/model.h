@@ -36,7 +36,4 @@ int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_
 /* Writes a model into a transaction (centroids, codec) and sets h's centroid fields. */
 int idx_model_store(store_txn *txn, const idx_model *mod, store_header *h, store_msg *m);
 
-/* A deterministic stream of random numbers (splitmix64): sampling and shuffling. */
-uint64_t idx_rand_next(uint64_t *state);
-
 #endif

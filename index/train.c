@@ -13,6 +13,7 @@
 #include "kmeans.h"
 #include "model.h"
 #include "plan.h"
+#include "rand.h"
 #include "tartan.h"
 
 /* ColBERTv2's hold-out for the codec: 5% of the sample, at most 50,000 vectors. */
@@ -21,21 +22,13 @@
 /* Training points per centroid, at most (a seeded subset beyond: idx_kmeans_device). FAISS's
  * cap is 256; 64 keeps k-means of a 1.45M-token corpus (K 16,384) on 1M points instead of all
  * 1.4M, and on the synthetic families and SciFact it left recall where it was (bench/RESULTS.md,
- * issue 19): a centroid's mean is settled well before 64 points. */
+ * "Codec fidelity"): a centroid's mean is settled well before 64 points. */
 #define MAX_PER_CENTROID 64
 /* Lloyd-Max steps fitting the codec's tables to the held-out residuals (idx_codec_fit). From
  * the quantile start the tables settle within about 30 steps on the synthetic families and
  * SciFact (bench/fidelity.sh); each is one pass over the held-out values (at most 50,000 x dim),
  * well under a second in all, negligible next to k-means. */
 #define CODEC_FIT_ITERS 30
-
-uint64_t idx_rand_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void idx_model_free(idx_model *mod)
 {

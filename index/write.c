@@ -12,6 +12,7 @@
 
 #include "assign.h"
 #include "model.h"
+#include "rand.h"
 #include "tartan.h"
 
 /* Returned by a change whose model went stale: another writer trained the index between the

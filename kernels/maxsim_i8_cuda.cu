@@ -24,6 +24,15 @@
  * (m16n8k32, fp32 accumulators; sm_89 and later), for calls with few query rows, where
  * maxsim_cuda.cu sends them (dense or varlen; the many-row calls take the wgmma kernel). Dense
  * calls pass no offsets: query q is rows [q * lq, (q + 1) * lq), document n likewise with ld.
+ * That choice is a template flag, not a runtime branch: a branch on the offsets pointer in the
+ * shared document and query lookups cost the int8 kernel 12-18% on the H200. One FP8 query goes
+ * here rather than to the wgmma kernel because there a 64-token tile is a chain (barrier,
+ * copies, descriptors, one MMA group, its wait, the fold) of ~254 instructions a warp that more
+ * stages did not shorten: 198-202 us against 138-140 here for 1 x 10k (bf16: 180).
+ *
+ * What limits the int8 rerank (78% of copy, 1.63x bf16 rather than 2x): 64 bytes a lane in
+ * flight against bf16's 128, and twice the score elements per byte to fold (convert, two
+ * multiplies, select, max each); ncu showed DRAM 69% busy at 23% occupancy.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -409,7 +418,9 @@ int launch_i8_ng(const i8_args &a, int wm, unsigned qblocks)
     return KERN_OK;
 }
 
-/* NG: 8-token tiles per warp step; 2 by default (see bench/NOTES-gpu.md), 4 on request. */
+/* NG: 8-token tiles per warp step; 2 by default, 4 on request. Four keep twice the bytes in
+ * flight but measured slower on the H200 (rerank 1 x 10k 127.8 against 119.1 us, ragged 98.5
+ * against 84.5): more registers, fewer warps an SM, the same lesson as the 16-bit kernel's. */
 template <int MT, int NCH, bool FP8> int launch_i8(const i8_args &a, int wm, unsigned qblocks)
 {
     const bool dense = !a.q_off; /* FP8 dense calls: no offsets at all */

@@ -13,7 +13,18 @@
  * variant: A in shared memory (one copy a CTA), the residual decoded by byte permutes of the
  * four weights held in registers (no table: the L1's data pipe was the limit), 32-token steps
  * without a software pipeline, half steps at a document's end, the centroid term added after
- * the MMAs so that its gathers wait under them (bench/NOTES-gpu.md, seventh session).
+ * the MMAs so that its gathers wait under them. Measured on the H200 (PLAID 2-bit, 1 query x
+ * 10k ragged documents): the table's lookups and the A fragments' loads had the L1 data pipe 85%
+ * busy; the byte-permute decode took the kernel from 131 to 115 us, 4 tiles a step without a
+ * pipeline to 108 (L1 data pipe 73%), the late centroid term at 4 CTAs (128 registers) to 99. The permutes
+ * are PTX `prmt`, not `__byte_perm` (whose definition masks each selector with 0x7777 first: 64
+ * instructions a step), and a disabled term is a branch on the template flag, not `+ 0.0f`
+ * (which the compiler may not drop: -0 + 0 is +0). Tried and kept only as variants: 16-byte q.C
+ * loads of a permuted table (half the global wavefronts, yet 1-5% slower; not understood), the
+ * document prefetched into L2 (no change), quarter steps at a document's end (~2% slower).
+ * With A in registers the decode table is not the limit and the permute decode only adds
+ * instructions (141 against 134 us), so the batched path (GPU search's exact stage) keeps the
+ * table.
  * The centroid term qc[i, code] is gathered from a transposed copy [n_centroids, lq] so that a
  * token's lq scores are one contiguous run (4 sectors instead of 32).
  * Precision: the query and the bucket weights are rounded to fp16 (relative 2^-12) inside the
@@ -672,7 +683,8 @@ int launch_residual_k(const res_args &a)
 
 /* The one-query variants, by kern_gpu_tune.residual_one (0: the default, 18; 1 is the general
  * kernel and never comes here): tiles a step, pipelined, CTAs an SM, A in shared memory, mode
- * bits. The bench names them plaid_o<N>_10k; bench/RESULTS.md has their figures. */
+ * bits. The bench names them plaid_o<N>_10k (bench/bench_kernels_gpu); 18 measured fastest of
+ * all (98.8-102.0 us on the H200 against 100-132 for the others). */
 struct one_variant {
     int rng;
     bool pipe;
@@ -748,7 +760,10 @@ template <int NB, int KT> int launch_residual_kt(const res_args &a)
         return launch_residual_one<NB, KT>(a, a.one);
     /* dim 256: 2 tiles, one CTA's worth of registers. Otherwise the default is 2 tiles in
      * flight per warp, pipelined, registers fitted to 3 CTAs (12 warps) per SM: measured the
-     * fastest (bench/NOTES-gpu.md, "Residual kernel, third session"). The variants
+     * fastest: at 4 CTAs the loop spilled 112-574 bytes, and past that the step is bound by
+     * its own dependent chain (decode -> MMA -> max), so the pipeline gains 3-4% at most;
+     * claiming (query, document) pairs from a counter balances ragged documents (-12% against a
+     * grid stride on the 10k PLAID shape). The variants
      * (kern_gpu_tune, for benchmarks and tests) are no pipeline, 4 CTAs (128 registers, which
      * spills), and 4 tiles. */
     if (KT > 8)

@@ -76,7 +76,7 @@ static inline int store_lmdb_code(int rc)
 }
 
 /*
- * mdb_get and mdb_cursor_get that also check where the key and value they found lie: within
+ * bounds.c: mdb_get and mdb_cursor_get that also check where the key and value they found lie: within
  * the data file, and a value or key in a leaf page within that page. LMDB trusts the sizes in
  * its node headers, so a damaged one would hand out a value running past the end of the file
  * (a read there is SIGBUS); these give MDB_CORRUPTED instead. Values of a write transaction's

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "evaluate.h"
+#include "jsonl.h"
 #include "metrics.h"
 #include "qrels.h"
 #include "tartan.h"
@@ -40,28 +41,13 @@ static void usage(FILE *f)
                "  -c, --complete   average over every judged query; missing ones score 0\n");
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static int write_json(FILE *f, const char *qrels, const char *run, const tool_measure *m, size_t nm,
                       const tool_eval *e, const tool_eval_opts *o, int per_query)
 {
     fprintf(f, "{\n  \"qrels\": ");
-    json_string(f, qrels);
+    tool_json_string(f, qrels);
     fprintf(f, ",\n  \"run\": ");
-    json_string(f, run);
+    tool_json_string(f, run);
     fprintf(f,
             ",\n  \"relevance_level\": %ld,\n  \"complete\": %s,\n  \"num_q\": %zu,\n"
             "  \"run_queries_without_qrels\": %zu,\n  \"qrels_queries_without_run\": %zu,\n"
@@ -74,7 +60,7 @@ static int write_json(FILE *f, const char *qrels, const char *run, const tool_me
         fprintf(f, ",\n  \"per_query\": {");
         for (size_t q = 0; q < e->nq; q++) {
             fprintf(f, "%s\n    ", q ? "," : "");
-            json_string(f, e->qids[q]);
+            tool_json_string(f, e->qids[q]);
             fprintf(f, ": {");
             for (size_t i = 0; i < nm; i++)
                 fprintf(f, "%s\"%s\": %.17g", i ? ", " : "", m[i].name, e->values[q * nm + i]);

@@ -1,6 +1,7 @@
-/* jsonl.c: ids from BEIR JSON-lines files (see jsonl.h). */
+/* jsonl.c: ids from BEIR JSON-lines files, and JSON strings written (see jsonl.h). */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -356,4 +357,19 @@ fail:
     tool_textfile_free(&f);
     tool_idlist_free(l);
     return rc;
+}
+
+void tool_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
 }

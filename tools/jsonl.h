@@ -3,12 +3,14 @@
  * per line, whose top-level "_id" member names the document or query. Only ids are read;
  * the text is skipped (but checked to be well-formed JSON, so that a damaged line is
  * reported rather than misread). Row i of the embeddings that go with the file is the object
- * on the i-th non-blank line.
+ * on the i-th non-blank line. The tools' JSON output (search results, eval reports) writes its
+ * strings through tool_json_string.
  */
 #ifndef TARTAN_TOOLS_JSONL_H
 #define TARTAN_TOOLS_JSONL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "idlist.h"
 
@@ -22,5 +24,9 @@
  * TARTAN_EDUPID (an id seen on an earlier line), errno. On failure l is left empty.
  */
 int tool_jsonl_ids(tool_idlist *l, const char *path, char *err, size_t errlen);
+
+/* Writes s (UTF-8, NUL-terminated) to f as a JSON string literal: quotes, backslashes and
+ * control characters escaped, everything else as it is. */
+void tool_json_string(FILE *f, const char *s);
 
 #endif

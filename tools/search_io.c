@@ -5,33 +5,19 @@
 #include <string.h>
 
 #include "errbuf.h"
+#include "jsonl.h"
 #include "search_io.h"
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
 
 /* One query's results as one JSON line: {"qid": ..., "hits": [{"id":, "rank":, "score":}]}.
  * Scores in 9 significant digits: a float32 reads back exactly. */
 void tool_jsonl_write_hits(FILE *f, const char *qid, const tartan_hit *h, size_t n)
 {
     fputs("{\"qid\": ", f);
-    json_string(f, qid);
+    tool_json_string(f, qid);
     fputs(", \"hits\": [", f);
     for (size_t i = 0; i < n; i++) {
         fputs(i ? ", {\"id\": " : "{\"id\": ", f);
-        json_string(f, h[i].id);
+        tool_json_string(f, h[i].id);
         fprintf(f, ", \"rank\": %zu, \"score\": %.9g}", i + 1, (double)h[i].score);
     }
     fputs("]}\n", f);

@@ -21,32 +21,6 @@
 
 static const unsigned all_nbits[] = {1, 2, 4, 8};
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_uniform(uint64_t *s) /* (0, 1) */
-{
-    return ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double rng_gauss(uint64_t *s)
-{
-    double u = rng_uniform(s), v = rng_uniform(s);
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /*
  * Residual-like values of three shapes: 0 Gaussian; 1 a Gaussian per dimension with its own
  * scale (anisotropic: pooled, a heavy-tailed mixture); 2 skewed (a Gaussian plus a sparse

@@ -33,30 +33,6 @@ static void teardown(void)
     fixture_dir_remove();
 }
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double v = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 enum { DIM = 32, NQ = 9, LQ = 6, K = 10 };
 
 /* Adds n random documents named prefix0 .. prefixN-1 (4 to 20 tokens each, clustered). */

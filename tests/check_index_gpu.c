@@ -22,30 +22,6 @@
 #include "kernels.h"
 #include "tartan.h"
 
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_gauss(void)
-{
-    double u = ((double)(rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double v = ((double)(rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 static double dot_d(const float *a, const float *b, size_t dim)
 {
     double s = 0.0;
@@ -59,7 +35,7 @@ static void random_units(float *x, size_t n, size_t dim)
     for (size_t i = 0; i < n; i++) {
         double s = 0.0;
         for (size_t j = 0; j < dim; j++) {
-            x[i * dim + j] = (float)rng_gauss();
+            x[i * dim + j] = (float)gauss();
             s += (double)x[i * dim + j] * x[i * dim + j];
         }
         for (size_t j = 0; j < dim; j++)
@@ -74,10 +50,10 @@ static void clustered(float *x, size_t n, size_t dim, size_t ncl)
     float *cen = xmalloc(sizeof(float) * ncl * dim);
     random_units(cen, ncl, dim);
     for (size_t i = 0; i < n; i++) {
-        const float *c = cen + (rng_next() % ncl) * dim;
+        const float *c = cen + (rnd() % ncl) * dim;
         double s = 0.0;
         for (size_t j = 0; j < dim; j++) {
-            x[i * dim + j] = (float)(c[j] + 0.04 * rng_gauss());
+            x[i * dim + j] = (float)(c[j] + 0.04 * gauss());
             s += (double)x[i * dim + j] * x[i * dim + j];
         }
         for (size_t j = 0; j < dim; j++)
@@ -324,7 +300,7 @@ START_TEST(test_index_gpu_encode_identical)
     size_t *lens = xmalloc(sizeof(size_t) * DOCS), total = 0;
     char **ids = xmalloc(sizeof(char *) * DOCS);
     for (size_t d = 0; d < DOCS; d++) {
-        lens[d] = 20 + rng_next() % 90;
+        lens[d] = 20 + rnd() % 90;
         total += lens[d];
         ids[d] = xmalloc(32);
         snprintf(ids[d], 32, "d%zu", d);
@@ -399,7 +375,7 @@ START_TEST(test_index_gpu_build_trains_on_gpu)
     size_t *lens = xmalloc(sizeof(size_t) * DOCS), total = 0;
     char **ids = xmalloc(sizeof(char *) * DOCS);
     for (size_t d = 0; d < DOCS; d++) {
-        lens[d] = 30 + rng_next() % 50;
+        lens[d] = 30 + rnd() % 50;
         total += lens[d];
         ids[d] = xmalloc(32);
         snprintf(ids[d], 32, "d%zu", d);

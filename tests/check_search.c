@@ -39,33 +39,6 @@ static void teardown(void)
 
 /* ---- random clustered corpora ------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(void)
-{
-    return ((double)(rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double gauss(void)
-{
-    return sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif());
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 enum { DIM = 32, NTOPIC = 60, NDOC = 400, LQ = 8 };
 
 /*

@@ -35,33 +35,6 @@ static void teardown(void)
     fixture_dir_remove();
 }
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(void)
-{
-    return ((double)(rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double gauss(void)
-{
-    return sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif());
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* A clustered corpus of n documents of 1 to 60 tokens (topics shared between documents), and
  * queries that are noisy copies of tokens of random documents, 1 to 40 tokens each. */
 typedef struct corpus {

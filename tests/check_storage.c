@@ -46,27 +46,6 @@ static void teardown(void)
 
 /* ---- random, clustered embeddings ------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(void)
-{
-    return (double)(rnd() >> 11) / 9007199254740992.0;
-}
-
-static double gauss(void)
-{
-    double u = unif() + 1e-12, v = unif();
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
-
 /* A batch the tests own: ids "<prefix><n>", clustered tokens, lengths in [minlen, maxlen]. */
 typedef struct tbatch {
     size_t n_docs, n_rows, dim;

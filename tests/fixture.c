@@ -76,6 +76,11 @@ void fx_write_file(const char *path, const void *buf, size_t len)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+void fx_write_text(const char *path, const char *text)
+{
+    fx_write_file(path, text, strlen(text));
+}
+
 unsigned char *fx_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -42,6 +42,7 @@ size_t fx_count_dir_entries(void);
 
 /* Writes len bytes to path, or reads the whole file (*len its size, NUL after the end). */
 void fx_write_file(const char *path, const void *buf, size_t len);
+void fx_write_text(const char *path, const char *text);
 unsigned char *fx_read_file(const char *path, size_t *len);
 
 /* ---- random numbers --------------------------------------------------------------------- */

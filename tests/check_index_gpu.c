@@ -22,14 +22,6 @@
 #include "kernels.h"
 #include "tartan.h"
 
-static double dot_d(const float *a, const float *b, size_t dim)
-{
-    double s = 0.0;
-    for (size_t j = 0; j < dim; j++)
-        s += (double)a[j] * b[j];
-    return s;
-}
-
 static void random_units(float *x, size_t n, size_t dim)
 {
     for (size_t i = 0; i < n; i++) {

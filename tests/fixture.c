@@ -197,6 +197,58 @@ void normalise(float *x, size_t dim)
         x[j] = (float)(x[j] * inv);
 }
 
+/* ---- vectors in double ------------------------------------------------------------------ */
+
+double dot_d(const float *a, const float *b, size_t dim)
+{
+    double s = 0.0;
+    for (size_t j = 0; j < dim; j++)
+        s += (double)a[j] * b[j];
+    return s;
+}
+
+double cosine_d(const float *a, const float *b, size_t dim)
+{
+    return dot_d(a, b, dim) / sqrt(dot_d(a, a, dim) * dot_d(b, b, dim));
+}
+
+/*
+ * A clustered corpus: ncl random unit centers, n points normalise(center + sigma * g) with
+ * point i in cluster i % ncl. Per-dimension sigma gives a within-cluster cosine of about
+ * 1 / sqrt(1 + sigma^2 dim).
+ */
+void fx_clustered(uint64_t seed, size_t n, size_t dim, size_t ncl, double sigma, float *centers,
+                  float *x)
+{
+    uint64_t s = seed;
+    for (size_t c = 0; c < ncl; c++) {
+        for (size_t j = 0; j < dim; j++)
+            centers[c * dim + j] = (float)rng_gauss(&s);
+        normalise(centers + c * dim, dim);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const float *c = centers + (i % ncl) * dim;
+        for (size_t j = 0; j < dim; j++)
+            x[i * dim + j] = (float)(c[j] + sigma * rng_gauss(&s));
+        normalise(x + i * dim, dim);
+    }
+}
+
+/* Index of the row of c [k, dim] with the largest inner product with v, in double. */
+uint32_t nearest_d(const float *c, size_t k, size_t dim, const float *v)
+{
+    uint32_t best = 0;
+    double bs = -INFINITY;
+    for (size_t i = 0; i < k; i++) {
+        double d = dot_d(c + i * dim, v, dim);
+        if (d > bs) {
+            bs = d;
+            best = (uint32_t)i;
+        }
+    }
+    return best;
+}
+
 /* ---- a clustered random corpus ----------------------------------------------------------- */
 
 void fx_corpus_make(fx_corpus *c, const fx_corpus_spec *s)

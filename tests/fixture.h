@@ -85,6 +85,24 @@ void poison(float *x, size_t n);
 /* x /= |x| (in double). */
 void normalise(float *x, size_t dim);
 
+/* ---- vectors in double ------------------------------------------------------------------ */
+
+/* The inner product and the cosine of a and b, in double. */
+double dot_d(const float *a, const float *b, size_t dim);
+double cosine_d(const float *a, const float *b, size_t dim);
+
+/*
+ * A clustered set of unit vectors from its own stream (seed): ncl random unit centers, n points
+ * normalise(center + sigma * g) with point i in cluster i % ncl. Per-dimension sigma gives a
+ * within-cluster cosine of about 1 / sqrt(1 + sigma^2 dim).
+ */
+void fx_clustered(uint64_t seed, size_t n, size_t dim, size_t ncl, double sigma, float *centers,
+                  float *x);
+
+/* Index of the row of c [k, dim] with the largest inner product with v, in double (the first
+ * of equals). */
+uint32_t nearest_d(const float *c, size_t k, size_t dim, const float *v);
+
 /* ---- a clustered random corpus ----------------------------------------------------------- */
 
 /*

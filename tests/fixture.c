@@ -294,6 +294,19 @@ void fx_corpus_free(fx_corpus *c)
     free(c->topics);
 }
 
+void fx_corpus_default(fx_corpus *c, size_t n_docs, uint64_t seed)
+{
+    fx_corpus_spec s = {.dim = 32,
+                        .n_docs = n_docs,
+                        .n_topics = 60,
+                        .min_len = 4,
+                        .max_len = 40,
+                        .noise = 0.6,
+                        .id_fmt = "doc-%zu"};
+    rng_state = seed;
+    fx_corpus_make(c, &s);
+}
+
 float *fx_queries(const fx_corpus *c, size_t nq, size_t lq, const size_t *lens, double noise,
                   size_t *rows_out)
 {
@@ -346,6 +359,14 @@ void fx_add_range(tartan_db *db, const fx_corpus *c, size_t from, size_t n)
                       .dtype = TARTAN_FLOAT32};
     int rc = tartan_add(db, &b, 0);
     ck_assert_msg(rc == 0, "add: %s", tartan_errmsg(db));
+}
+
+tartan_db *fx_build(fx_corpus *c, size_t n_docs, uint64_t seed)
+{
+    fx_corpus_default(c, n_docs, seed);
+    tartan_db *db = fx_open(ixpath, TARTAN_CREATE, c->dim, 64);
+    fx_add_range(db, c, 0, n_docs);
+    return db;
 }
 
 tartan_queries fx_fixed_queries(const float *q, size_t nq, size_t lq, size_t dim)

@@ -131,6 +131,10 @@ typedef struct fx_corpus {
 void fx_corpus_make(fx_corpus *c, const fx_corpus_spec *spec);
 void fx_corpus_free(fx_corpus *c);
 
+/* The usual small corpus drawn from seed: 32 dimensions, 60 topics, n_docs documents of 4 to 40
+ * tokens with noise 0.6, ids "doc-<i>". */
+void fx_corpus_default(fx_corpus *c, size_t n_docs, uint64_t seed);
+
 /* nq queries of lq tokens each (lens NULL) or of lens[i] tokens; each copies random tokens of
  * one random document plus noise * a standard normal. *rows_out gets the row count. */
 float *fx_queries(const fx_corpus *c, size_t nq, size_t lq, const size_t *lens, double noise,
@@ -146,6 +150,10 @@ tartan_db *fx_open(const char *path, unsigned flags, size_t dim, size_t n_centro
 
 /* Adds documents from..from+n-1 of c in one batch (fp32), failing the test on an error. */
 void fx_add_range(tartan_db *db, const fx_corpus *c, size_t from, size_t n);
+
+/* fx_corpus_default(c, n_docs, seed) in an index created at ixpath with 64 centroids (lists of
+ * a few dozen documents each). */
+tartan_db *fx_build(fx_corpus *c, size_t n_docs, uint64_t seed);
 
 /* nq fp32 queries of lq rows each at q. */
 tartan_queries fx_fixed_queries(const float *q, size_t nq, size_t lq, size_t dim);

@@ -302,23 +302,13 @@ START_TEST(test_codec_fit_index_round_trip)
 }
 END_TEST
 
-static void add(Suite *s, const char *name, const TTest *t)
-{
-    TCase *tc = tcase_create(name);
-    tcase_add_test(tc, t);
-    suite_add_tcase(s, tc);
-}
-
 int main(void)
 {
-    Suite *s = suite_create("codec_fit");
-    add(s, "codec_fit_lowers_squared_error", test_codec_fit_lowers_squared_error);
-    add(s, "codec_fit_matches_double_lloyd", test_codec_fit_matches_double_lloyd);
-    add(s, "codec_fit_degenerate_and_refused", test_codec_fit_degenerate_and_refused);
-    add(s, "codec_fit_index_round_trip", test_codec_fit_index_round_trip);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const fx_case cases[] = {
+        {"codec_fit_lowers_squared_error", test_codec_fit_lowers_squared_error, 0},
+        {"codec_fit_matches_double_lloyd", test_codec_fit_matches_double_lloyd, 0},
+        {"codec_fit_degenerate_and_refused", test_codec_fit_degenerate_and_refused, 0},
+        {"codec_fit_index_round_trip", test_codec_fit_index_round_trip, 0},
+    };
+    return FX_RUN("codec_fit", cases, 0, 0);
 }

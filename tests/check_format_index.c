@@ -499,5 +499,5 @@ int main(void)
         {"v1_refused_then_converted", test_format_v1_refused_then_converted, 0},
         {"v1_damaged_not_converted", test_format_v1_damaged_not_converted, 0},
     };
-    return FX_RUN("format-index", cases, 1, 0);
+    return FX_RUN("format-index", cases, FX_DIR, 0);
 }

@@ -496,5 +496,5 @@ int main(void)
         {"segments_refuse", test_format_segments_refuse, 0},
         {"ivf_round_trip", test_format_ivf_round_trip, 0},
     };
-    return FX_RUN("format-records", cases, 1, 0);
+    return FX_RUN("format-records", cases, FX_DIR, 0);
 }

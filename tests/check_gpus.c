@@ -23,16 +23,6 @@
 #include "search.h"
 #include "tartan.h"
 
-static void setup(void)
-{
-    fixture_dir_create("check-gpus");
-}
-
-static void teardown(void)
-{
-    fixture_dir_remove();
-}
-
 enum { DIM = 32, NQ = 9, LQ = 6, K = 10 };
 
 /* Adds n random documents named prefix0 .. prefixN-1 (4 to 20 tokens each, clustered). */
@@ -401,34 +391,15 @@ START_TEST(test_gpus_plan)
 }
 END_TEST
 
-static Suite *gpus_suite(void)
-{
-    Suite *s = suite_create("gpus");
-    struct {
-        const char *name;
-        const TTest *t;
-    } cases[] = {
-        {"exhaustive_equals_one", test_gpus_exhaustive_equals_one},
-        {"follow_changes", test_gpus_follow_changes},
-        {"remade_under_lock", test_gpus_remade_under_lock},
-        {"subset", test_gpus_subset},
-        {"more_parts_than_docs", test_gpus_more_parts_than_docs},
-        {"plan", test_gpus_plan},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_add_test(tc, cases[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    SRunner *sr = srunner_create(gpus_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const fx_case cases[] = {
+        {"exhaustive_equals_one", test_gpus_exhaustive_equals_one, 0},
+        {"follow_changes", test_gpus_follow_changes, 0},
+        {"remade_under_lock", test_gpus_remade_under_lock, 0},
+        {"subset", test_gpus_subset, 0},
+        {"more_parts_than_docs", test_gpus_more_parts_than_docs, 0},
+        {"plan", test_gpus_plan, 0},
+    };
+    return FX_RUN("gpus", cases, FX_DIR, 0);
 }

@@ -410,20 +410,7 @@ END_TEST
 
 int main(void)
 {
-    if (kern_cuda_device_count() == 0) {
-        printf("no CUDA GPU: skipped\n");
-        return 77;
-    }
-    const char *seed = getenv("TARTAN_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-    printf("check_index_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
-           (unsigned long long)rng_state);
-    Suite *s = suite_create("index_gpu");
-    const struct {
-        const char *name;
-        const TTest *test;
-        int timeout;
-    } cases[] = {
+    const fx_case cases[] = {
         {"nearest_matches_double", test_index_gpu_nearest_matches_double, 300},
         {"nearest_ties_go_to_lower_index", test_index_gpu_nearest_ties_go_to_lower_index, 60},
         {"assign_matches_cpu", test_index_gpu_assign_matches_cpu, 300},
@@ -431,16 +418,5 @@ int main(void)
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_test(tc, cases[i].test);
-        tcase_set_timeout(tc, cases[i].timeout);
-        suite_add_tcase(s, tc);
-    }
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return FX_RUN("index_gpu", cases, FX_GPU, 0);
 }

@@ -315,5 +315,5 @@ int main(void)
         {"readonly_handle", test_search_readonly_handle, 0},
         {"device_choice", test_search_device_choice, 0},
     };
-    return FX_RUN("search-api", cases, 1, 60);
+    return FX_RUN("search-api", cases, FX_DIR, 60);
 }

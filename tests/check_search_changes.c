@@ -251,5 +251,5 @@ int main(void)
         {"empty_index", test_search_empty_index, 0},
         {"snapshot_during_writes", test_search_snapshot_during_writes, 0},
     };
-    return FX_RUN("search-changes", cases, 1, 60);
+    return FX_RUN("search-changes", cases, FX_DIR, 60);
 }

@@ -320,5 +320,5 @@ int main(void)
         {"subset_small_exact", test_search_subset_small_exact, 0},
         {"subset_empty", test_search_subset_empty, 0},
     };
-    return FX_RUN("search-exact", cases, 1, 60);
+    return FX_RUN("search-exact", cases, FX_DIR, 60);
 }

@@ -249,5 +249,5 @@ int main(void)
         {"snapshot_isolation", test_storage_snapshot_isolation, 0},
         {"errmsg_per_handle", test_storage_errmsg_per_handle, 0},
     };
-    return FX_RUN("storage-bytes", cases, 1, 30);
+    return FX_RUN("storage-bytes", cases, FX_DIR, 30);
 }

@@ -473,5 +473,5 @@ int main(void)
         {"readonly_directory", test_storage_readonly_directory, 0},
         {"map_growth", test_storage_map_growth, 0},
     };
-    return FX_RUN("storage-errors", cases, 1, 30);
+    return FX_RUN("storage-errors", cases, FX_DIR, 30);
 }

@@ -406,5 +406,5 @@ int main(void)
         {"train_then_add", test_storage_train_then_add, 0},
         {"tokens_normalised", test_storage_tokens_normalised, 0},
     };
-    return FX_RUN("storage-records", cases, 1, 30);
+    return FX_RUN("storage-records", cases, FX_DIR, 30);
 }

@@ -271,5 +271,5 @@ int main(void)
         {"bounded_memory_build", test_storage_bounded_memory_build, 60},
         {"tool_commands", test_storage_tool_commands, 60},
     };
-    return FX_RUN("storage-tool", cases, 1, 30);
+    return FX_RUN("storage-tool", cases, FX_DIR, 30);
 }

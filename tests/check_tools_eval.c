@@ -529,5 +529,5 @@ int main(void)
         {"eval_bad_files", test_tools_eval_rejects_bad_files, 0},
         {"run_write", test_tools_run_write_reads_back, 0},
     };
-    return FX_RUN("tools-eval", cases, 1, 60);
+    return FX_RUN("tools-eval", cases, FX_DIR, 60);
 }

@@ -261,5 +261,5 @@ int main(void)
         {"jsonl_errors", test_tools_jsonl_rejects_bad_lines, 0},
         {"jsonl_scifact", test_tools_jsonl_scifact, 0},
     };
-    return FX_RUN("tools-ids", cases, 1, 60);
+    return FX_RUN("tools-ids", cases, FX_DIR, 60);
 }

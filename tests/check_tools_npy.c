@@ -693,5 +693,5 @@ int main(void)
         {"npy_corruption", test_tools_npy_survives_corruption, 0},
         {"npy_parse_bounds", test_tools_npy_parse_stays_in_buffer, 0},
     };
-    return FX_RUN("tools-npy", cases, 1, 60);
+    return FX_RUN("tools-npy", cases, FX_DIR, 60);
 }

@@ -418,5 +418,5 @@ int main(void)
         {"synth_v3_statistics", test_tools_synth_v3_statistics, 0},
         {"synth_bad_params", test_tools_synth_rejects_bad_params, 0},
     };
-    return FX_RUN("tools-synth", cases, 1, 60);
+    return FX_RUN("tools-synth", cases, FX_DIR, 60);
 }

@@ -104,7 +104,7 @@ uint64_t rng_seed;
 void rng_init_random(void)
 {
     const char *s = getenv("TARTAN_TEST_SEED");
-    rng_seed = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    rng_seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     rng_state = rng_seed;
     fprintf(stderr, "seed %llu (TARTAN_TEST_SEED replays it)\n", (unsigned long long)rng_seed);
 }
@@ -543,27 +543,48 @@ int fx_has_id(const tartan_results *r, size_t qi, const char *id)
 
 /* ---- the suite --------------------------------------------------------------------------- */
 
-static const char *suite_name;
+void (*fx_after_each)(void);
 
-static void dir_setup(void)
+static const char *suite_name;
+static unsigned suite_flags;
+
+static void case_setup(void)
 {
-    fixture_dir_create(suite_name);
+    if (suite_flags & FX_DIR)
+        fixture_dir_create(suite_name);
 }
 
-int fx_run(const char *suite, const fx_case *cases, size_t n, int with_dir, int timeout)
+static void case_teardown(void)
 {
+    if (fx_after_each)
+        fx_after_each();
+    if (suite_flags & FX_DIR)
+        fixture_dir_remove();
+}
+
+int fx_run(const char *suite, const fx_case *cases, size_t n, unsigned flags, int timeout)
+{
+    if ((flags & FX_GPU) && kern_cuda_device_count() == 0) {
+        printf("no CUDA GPU: skipped\n");
+        return 77;
+    }
+    if (flags & FX_GPU)
+        rng_init_random();
     suite_name = suite;
+    suite_flags = flags;
     Suite *s = suite_create(suite);
     for (size_t i = 0; i < n; i++) {
         TCase *tc = tcase_create(cases[i].name);
-        if (with_dir)
-            tcase_add_checked_fixture(tc, dir_setup, fixture_dir_remove);
+        if ((flags & FX_DIR) || fx_after_each)
+            tcase_add_checked_fixture(tc, case_setup, case_teardown);
         if (cases[i].timeout || timeout)
             tcase_set_timeout(tc, cases[i].timeout ? cases[i].timeout : timeout);
         tcase_add_test(tc, cases[i].test);
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);
+    if (flags & FX_GPU)
+        srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -208,11 +208,20 @@ typedef struct fx_case {
     int timeout;
 } fx_case;
 
-/* Runs cases as suite `suite`, one TCase each; with_dir: each in a fresh directory
- * (fixture_dir_create(suite)); timeout: seconds per case (0: Check's default, which make check
- * sets through CK_DEFAULT_TIMEOUT). Returns the program's exit status. */
-int fx_run(const char *suite, const fx_case *cases, size_t n, int with_dir, int timeout);
-#define FX_RUN(suite, cases, with_dir, timeout)                                                    \
-    fx_run(suite, cases, sizeof cases / sizeof cases[0], with_dir, timeout)
+/* fx_run's flags: each case in a fresh directory (fixture_dir_create(suite)); a GPU program
+ * (skipped, 77, without a CUDA GPU; one seed for the run, from rng_init_random; no fork, since
+ * a CUDA context does not survive one). */
+enum { FX_DIR = 1, FX_GPU = 2 };
+
+/* Runs cases as suite `suite`, one TCase each, with flags (FX_*); timeout: seconds per case
+ * (0: Check's default, which make check sets through CK_DEFAULT_TIMEOUT). Returns the
+ * program's exit status. */
+/* When set, called after each case (before its directory is removed): state a case may leave
+ * behind in a program that does not fork, such as environment variables. */
+extern void (*fx_after_each)(void);
+
+int fx_run(const char *suite, const fx_case *cases, size_t n, unsigned flags, int timeout);
+#define FX_RUN(suite, cases, flags, timeout)                                                       \
+    fx_run(suite, cases, sizeof cases / sizeof cases[0], flags, timeout)
 
 #endif

@@ -277,8 +277,11 @@ void fx_corpus_make(fx_corpus *c, const fx_corpus_spec *s)
         size_t t3[3] = {rnd() % s->n_topics, rnd() % s->n_topics, rnd() % s->n_topics};
         for (size_t t = 0; t < c->doclens[i]; t++, row++) {
             const float *ctr = c->topics + t3[rnd() % 3] * dim;
-            for (size_t j = 0; j < dim; j++)
+            for (size_t j = 0; j < dim; j++) {
+                if (s->topic_per_value && j)
+                    ctr = c->topics + t3[rnd() % 3] * dim;
                 c->emb[row * dim + j] = (float)(ctr[j] + s->noise * gauss());
+            }
         }
     }
 }

@@ -116,6 +116,7 @@ typedef struct fx_corpus_spec {
     double noise;
     const char *id_fmt;
     size_t first_id;
+    int topic_per_value; /* each value (not each token) picks one of its document's 3 topics */
 } fx_corpus_spec;
 
 typedef struct fx_corpus {

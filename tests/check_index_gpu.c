@@ -116,7 +116,7 @@ START_TEST(test_index_gpu_nearest_matches_double)
         ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, cb, cs), KERN_OK);
         size_t ties = 0;
         /* The big shape's double reference would take minutes: the CPU kernel stands in for it
-         * there (it is checked against double in check_index). */
+         * there (it is checked against double in check_index_train). */
         int full = k * n <= (size_t)4 << 20;
         for (size_t i = 0; i < n; i++) {
             ck_assert_msg(gb[i] >= 0 && (size_t)gb[i] < k, "shape %zu point %zu: %d", t, i, gb[i]);

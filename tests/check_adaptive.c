@@ -31,13 +31,6 @@ static void teardown(void)
     fixture_dir_remove();
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* A corpus of one generator family, in memory, with its queries. */
 typedef struct corpus {
     size_t n_docs, n_rows, dim, nq, qlen;

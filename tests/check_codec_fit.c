@@ -21,32 +21,6 @@
 
 static const unsigned all_nbits[] = {1, 2, 4, 8};
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_uniform(uint64_t *s) /* (0, 1) */
-{
-    return ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double rng_gauss(uint64_t *s)
-{
-    double u = rng_uniform(s), v = rng_uniform(s);
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /*
  * Residual-like values of three shapes: 0 Gaussian; 1 a Gaussian per dimension with its own
  * scale (anisotropic: pooled, a heavy-tailed mixture); 2 skewed (a Gaussian plus a sparse
@@ -328,23 +302,13 @@ START_TEST(test_codec_fit_index_round_trip)
 }
 END_TEST
 
-static void add(Suite *s, const char *name, const TTest *t)
-{
-    TCase *tc = tcase_create(name);
-    tcase_add_test(tc, t);
-    suite_add_tcase(s, tc);
-}
-
 int main(void)
 {
-    Suite *s = suite_create("codec_fit");
-    add(s, "codec_fit_lowers_squared_error", test_codec_fit_lowers_squared_error);
-    add(s, "codec_fit_matches_double_lloyd", test_codec_fit_matches_double_lloyd);
-    add(s, "codec_fit_degenerate_and_refused", test_codec_fit_degenerate_and_refused);
-    add(s, "codec_fit_index_round_trip", test_codec_fit_index_round_trip);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const fx_case cases[] = {
+        {"codec_fit_lowers_squared_error", test_codec_fit_lowers_squared_error, 0},
+        {"codec_fit_matches_double_lloyd", test_codec_fit_matches_double_lloyd, 0},
+        {"codec_fit_degenerate_and_refused", test_codec_fit_degenerate_and_refused, 0},
+        {"codec_fit_index_round_trip", test_codec_fit_index_round_trip, 0},
+    };
+    return FX_RUN("codec_fit", cases, 0, 0);
 }

@@ -27,33 +27,6 @@
 #include "store_internal.h"
 #include "tartan.h"
 
-static void setup(void)
-{
-    fixture_dir_create("check-compact");
-}
-
-static void teardown(void)
-{
-    fixture_dir_remove();
-}
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 1) / 9007199254740993.0;
-    double v = (double)(rnd() >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
-
 #define DIM 32
 #define K 32
 #define NQ 6
@@ -660,35 +633,16 @@ START_TEST(test_search_skip_damaged)
 }
 END_TEST
 
-static Suite *compact_suite(void)
-{
-    Suite *s = suite_create("compact");
-    struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"gives_space_back", test_compact_gives_space_back},
-        {"beside_searches", test_compact_beside_searches},
-        {"other_process", test_compact_other_process},
-        {"repair_salvages", test_repair_salvages},
-        {"repair_segment_directory", test_repair_segment_directory},
-        {"repair_refuses_model_damage", test_repair_refuses_model_damage},
-        {"search_skip_damaged", test_search_skip_damaged},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_add_test(tc, tests[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    SRunner *sr = srunner_create(compact_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const fx_case cases[] = {
+        {"gives_space_back", test_compact_gives_space_back, 0},
+        {"beside_searches", test_compact_beside_searches, 0},
+        {"other_process", test_compact_other_process, 0},
+        {"repair_salvages", test_repair_salvages, 0},
+        {"repair_segment_directory", test_repair_segment_directory, 0},
+        {"repair_refuses_model_damage", test_repair_refuses_model_damage, 0},
+        {"search_skip_damaged", test_search_skip_damaged, 0},
+    };
+    return FX_RUN("compact", cases, FX_DIR, 0);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_eval_cli.sh: `tartan eval` as a command: exit codes (0 done, 1 bad input, 2 usage),
 # messages that name the file and line, the trec_eval-shaped table, per-query rows, JSON,
-# standard input, and the hand-computed values of tests/check_tools.c's first eval case.
+# standard input, and the hand-computed values of tests/check_tools_eval.c's first case.
 set -euo pipefail
 tartan="${top_builddir:-.}/tartan"
 work=$(mktemp -d "${TMPDIR:-/tmp}/tartan-eval-cli-XXXXXX")

@@ -23,40 +23,6 @@
 #include "search.h"
 #include "tartan.h"
 
-static void setup(void)
-{
-    fixture_dir_create("check-gpus");
-}
-
-static void teardown(void)
-{
-    fixture_dir_remove();
-}
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double v = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 enum { DIM = 32, NQ = 9, LQ = 6, K = 10 };
 
 /* Adds n random documents named prefix0 .. prefixN-1 (4 to 20 tokens each, clustered). */
@@ -425,34 +391,15 @@ START_TEST(test_gpus_plan)
 }
 END_TEST
 
-static Suite *gpus_suite(void)
-{
-    Suite *s = suite_create("gpus");
-    struct {
-        const char *name;
-        const TTest *t;
-    } cases[] = {
-        {"exhaustive_equals_one", test_gpus_exhaustive_equals_one},
-        {"follow_changes", test_gpus_follow_changes},
-        {"remade_under_lock", test_gpus_remade_under_lock},
-        {"subset", test_gpus_subset},
-        {"more_parts_than_docs", test_gpus_more_parts_than_docs},
-        {"plan", test_gpus_plan},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_add_test(tc, cases[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    SRunner *sr = srunner_create(gpus_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const fx_case cases[] = {
+        {"exhaustive_equals_one", test_gpus_exhaustive_equals_one, 0},
+        {"follow_changes", test_gpus_follow_changes, 0},
+        {"remade_under_lock", test_gpus_remade_under_lock, 0},
+        {"subset", test_gpus_subset, 0},
+        {"more_parts_than_docs", test_gpus_more_parts_than_docs, 0},
+        {"plan", test_gpus_plan, 0},
+    };
+    return FX_RUN("gpus", cases, FX_DIR, 0);
 }

@@ -21,41 +21,6 @@
 #include "kernels.h"
 #include "tartan.h"
 
-static void setup(void)
-{
-    fixture_dir_create("check-gpus-gpu");
-}
-
-static void teardown(void)
-{
-    unsetenv("TARTAN_GPU_PARTITIONS");
-    fixture_dir_remove();
-}
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    double v = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 enum { DIM = 64, NTOPIC = 50, NQ = 24, LQ = 16 };
 
 typedef struct corpus {
@@ -338,43 +303,20 @@ START_TEST(test_gpus_all_devices)
 }
 END_TEST
 
-static Suite *suite(void)
+static void unset_partitions(void)
 {
-    Suite *s = suite_create("gpus_gpu");
-    struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"exhaustive_equals_cpu", test_gpus_exhaustive_equals_cpu},
-        {"plaid_recall", test_gpus_plaid_recall},
-        {"follow_changes", test_gpus_follow_changes},
-        {"subset_and_streaming", test_gpus_subset_and_streaming},
-        {"all_devices", test_gpus_all_devices},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, tests[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
+    unsetenv("TARTAN_GPU_PARTITIONS");
 }
 
 int main(void)
 {
-    if (kern_cuda_device_count() == 0) {
-        printf("no CUDA GPU: skipped\n");
-        return 77;
-    }
-    const char *seed = getenv("TARTAN_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-    printf("check_gpus_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
-           (unsigned long long)rng_state);
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    fx_after_each = unset_partitions;
+    const fx_case cases[] = {
+        {"exhaustive_equals_cpu", test_gpus_exhaustive_equals_cpu, 0},
+        {"plaid_recall", test_gpus_plaid_recall, 0},
+        {"follow_changes", test_gpus_follow_changes, 0},
+        {"subset_and_streaming", test_gpus_subset_and_streaming, 0},
+        {"all_devices", test_gpus_all_devices, 0},
+    };
+    return FX_RUN("gpus_gpu", cases, FX_DIR | FX_GPU, 300);
 }

@@ -22,44 +22,12 @@
 #include "kernels.h"
 #include "tartan.h"
 
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_gauss(void)
-{
-    double u = ((double)(rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double v = ((double)(rng_next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
-static double dot_d(const float *a, const float *b, size_t dim)
-{
-    double s = 0.0;
-    for (size_t j = 0; j < dim; j++)
-        s += (double)a[j] * b[j];
-    return s;
-}
-
 static void random_units(float *x, size_t n, size_t dim)
 {
     for (size_t i = 0; i < n; i++) {
         double s = 0.0;
         for (size_t j = 0; j < dim; j++) {
-            x[i * dim + j] = (float)rng_gauss();
+            x[i * dim + j] = (float)gauss();
             s += (double)x[i * dim + j] * x[i * dim + j];
         }
         for (size_t j = 0; j < dim; j++)
@@ -74,10 +42,10 @@ static void clustered(float *x, size_t n, size_t dim, size_t ncl)
     float *cen = xmalloc(sizeof(float) * ncl * dim);
     random_units(cen, ncl, dim);
     for (size_t i = 0; i < n; i++) {
-        const float *c = cen + (rng_next() % ncl) * dim;
+        const float *c = cen + (rnd() % ncl) * dim;
         double s = 0.0;
         for (size_t j = 0; j < dim; j++) {
-            x[i * dim + j] = (float)(c[j] + 0.04 * rng_gauss());
+            x[i * dim + j] = (float)(c[j] + 0.04 * gauss());
             s += (double)x[i * dim + j] * x[i * dim + j];
         }
         for (size_t j = 0; j < dim; j++)
@@ -148,7 +116,7 @@ START_TEST(test_index_gpu_nearest_matches_double)
         ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, cb, cs), KERN_OK);
         size_t ties = 0;
         /* The big shape's double reference would take minutes: the CPU kernel stands in for it
-         * there (it is checked against double in check_index). */
+         * there (it is checked against double in check_index_train). */
         int full = k * n <= (size_t)4 << 20;
         for (size_t i = 0; i < n; i++) {
             ck_assert_msg(gb[i] >= 0 && (size_t)gb[i] < k, "shape %zu point %zu: %d", t, i, gb[i]);
@@ -324,7 +292,7 @@ START_TEST(test_index_gpu_encode_identical)
     size_t *lens = xmalloc(sizeof(size_t) * DOCS), total = 0;
     char **ids = xmalloc(sizeof(char *) * DOCS);
     for (size_t d = 0; d < DOCS; d++) {
-        lens[d] = 20 + rng_next() % 90;
+        lens[d] = 20 + rnd() % 90;
         total += lens[d];
         ids[d] = xmalloc(32);
         snprintf(ids[d], 32, "d%zu", d);
@@ -399,7 +367,7 @@ START_TEST(test_index_gpu_build_trains_on_gpu)
     size_t *lens = xmalloc(sizeof(size_t) * DOCS), total = 0;
     char **ids = xmalloc(sizeof(char *) * DOCS);
     for (size_t d = 0; d < DOCS; d++) {
-        lens[d] = 30 + rng_next() % 50;
+        lens[d] = 30 + rnd() % 50;
         total += lens[d];
         ids[d] = xmalloc(32);
         snprintf(ids[d], 32, "d%zu", d);
@@ -442,20 +410,7 @@ END_TEST
 
 int main(void)
 {
-    if (kern_cuda_device_count() == 0) {
-        printf("no CUDA GPU: skipped\n");
-        return 77;
-    }
-    const char *seed = getenv("TARTAN_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-    printf("check_index_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
-           (unsigned long long)rng_state);
-    Suite *s = suite_create("index_gpu");
-    const struct {
-        const char *name;
-        const TTest *test;
-        int timeout;
-    } cases[] = {
+    const fx_case cases[] = {
         {"nearest_matches_double", test_index_gpu_nearest_matches_double, 300},
         {"nearest_ties_go_to_lower_index", test_index_gpu_nearest_ties_go_to_lower_index, 60},
         {"assign_matches_cpu", test_index_gpu_assign_matches_cpu, 300},
@@ -463,16 +418,5 @@ int main(void)
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_test(tc, cases[i].test);
-        tcase_set_timeout(tc, cases[i].timeout);
-        suite_add_tcase(s, tc);
-    }
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return FX_RUN("index_gpu", cases, FX_GPU, 0);
 }

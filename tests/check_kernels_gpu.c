@@ -19,36 +19,10 @@
 
 #include <cuda_runtime.h>
 
+#include "fixture.h"
 #include "kernels_impl.h"
 #include "scratch_cuda.h"
 #include "tune_cuda.h"
-
-/* ---- random numbers (splitmix64), seeded per run ---------------------------------------- */
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) /* [0, 1) */
-{
-    return (double)(rng_next() >> 11) / 9007199254740992.0;
-}
-
-static int rng_int(int lo, int hi) /* [lo, hi] */
-{
-    return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-
-static float rng_normal(void)
-{
-    double u = rng_unit() + 1e-12, v = rng_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 /* ---- device helpers: every status checked ----------------------------------------------- */
 static void *dev_put(const void *src, size_t bytes)
@@ -98,7 +72,7 @@ static void *make_emb(kern_dtype t, size_t n, double *vals)
     uint8_t *buf = malloc(n * es + 1);
     ck_assert_ptr_nonnull(buf);
     for (size_t i = 0; i < n; i++) {
-        float f = rng_normal() * 0.125f;
+        float f = (float)gauss() * 0.125f;
         if (t == KERN_F32) {
             memcpy(buf + 4 * i, &f, 4);
             vals[i] = f;
@@ -275,9 +249,9 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
         qm = malloc(nq * lq);
         dm = malloc(nd * ld);
         for (size_t i = 0; i < nq * lq; i++)
-            qm[i] = rng_unit() < 0.8;
+            qm[i] = unif() < 0.8;
         for (size_t i = 0; i < nd * ld; i++)
-            dm[i] = rng_unit() < 0.7;
+            dm[i] = unif() < 0.7;
         memset(dm, 0, ld); /* document 0: no valid token */
         if (nq > 1)
             memset(qm + lq, 0, lq); /* query 1: no valid token */
@@ -286,7 +260,7 @@ static void run_dense(kern_dtype t, size_t dim, size_t nq, size_t lq, size_t nd,
             dm[ld + ld / 2] = 1;
         }
         for (size_t n = 2; n < nd; n++) /* a few more empty ones among the rest */
-            if (rng_unit() < 0.05)
+            if (unif() < 0.05)
                 memset(dm + n * ld, 0, ld);
         if (masks == 2)
             free(dm), dm = NULL;
@@ -333,10 +307,9 @@ START_TEST(test_kernels_gpu_dense_matches_reference)
     for (int t = 0; t < 4; t++) /* f32, f16, bf16, e4m3 */
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
             size_t dim = dims[i];
-            size_t lq = (size_t)rng_int(1, dim >= 1024 ? 40 : 70);
-            size_t ld = (size_t)rng_int(1, dim >= 1024 ? 60 : 200);
-            run_dense((kern_dtype)t, dim, (size_t)rng_int(1, 5), lq, (size_t)rng_int(2, 9), ld,
-                      (int)(rng_next() & 1));
+            size_t lq = urnd(1, dim >= 1024 ? 40 : 70);
+            size_t ld = urnd(1, dim >= 1024 ? 60 : 200);
+            run_dense((kern_dtype)t, dim, urnd(1, 5), lq, urnd(2, 9), ld, (int)(rnd() & 1));
         }
     /* Lq 1, Ld 1, and masks on a fixed small case of each dtype. */
     for (int t = 0; t < 4; t++) {
@@ -477,9 +450,9 @@ static void run_varlen(kern_dtype t, size_t dim, size_t nq, size_t nd, int maxq,
     int64_t *qo = malloc((nq + 1) * sizeof(int64_t)), *dof = malloc((nd + 1) * sizeof(int64_t));
     qo[0] = dof[0] = 0;
     for (size_t i = 0; i < nq; i++)
-        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
+        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : (int)urnd(0, maxq));
     for (size_t i = 0; i < nd; i++) {
-        int len = i == 0 ? 0 : i == 1 ? 1 : rng_int(0, maxd);
+        int len = i == 0 ? 0 : i == 1 ? 1 : (int)urnd(0, maxd);
         if (with_long && i == nd - 1)
             len = 8192;
         dof[i + 1] = dof[i] + len;
@@ -533,8 +506,8 @@ START_TEST(test_kernels_gpu_varlen_matches_reference)
     static const size_t dims[] = {64, 96, 128, 256, 1024};
     for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-            run_varlen((kern_dtype)t, dims[i], (size_t)rng_int(1, 6), (size_t)rng_int(3, 40),
-                       dims[i] >= 1024 ? 20 : 60, dims[i] >= 1024 ? 40 : 300, 0);
+            run_varlen((kern_dtype)t, dims[i], urnd(1, 6), urnd(3, 40), dims[i] >= 1024 ? 20 : 60,
+                       dims[i] >= 1024 ? 40 : 300, 0);
     run_varlen(KERN_BF16, 128, 3, 5, 32, 100, 1); /* one document of 8192 tokens */
     run_varlen(KERN_E4M3, 128, 3, 5, 32, 100, 1);
     run_varlen(KERN_E4M3, 64, 70, 40, 30, 50, 0); /* more queries than a CTA's chunk */
@@ -583,7 +556,7 @@ static float *rand_floats(size_t n, float scale)
 {
     float *f = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++)
-        f[i] = rng_normal() * scale;
+        f[i] = (float)gauss() * scale;
     return f;
 }
 
@@ -603,7 +576,7 @@ START_TEST(test_kernels_gpu_centroid_scores_match_reference)
     static const size_t dims[] = {64, 96, 128, 256, 1024, 5};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         /* Up to 300 rows: several tiles of the tensor-core kernel, ragged at both edges. */
-        size_t dim = dims[di], lq = (size_t)rng_int(1, 300), nc = (size_t)rng_int(1, 3000);
+        size_t dim = dims[di], lq = urnd(1, 300), nc = urnd(1, 3000);
         float *q = rand_floats(lq * dim, 1), *c = rand_floats(nc * dim, 1);
         float *qd = dev_put(q, lq * dim * 4), *cd = dev_put(c, nc * dim * 4);
         float *sd = dev_poisoned(lq * nc);
@@ -661,7 +634,7 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
 {
     memset(p, 0, sizeof *p);
     p->dim = dim, p->nbits = nbits, p->code_bytes = code_bytes, p->nd = nd, p->lq = lq;
-    p->nc = (size_t)rng_int(16, 600);
+    p->nc = urnd(16, 600);
     p->q = rand_floats(lq * dim + 1, 1);
     normalise_rows(p->q, lq, dim);
     p->cent = rand_floats(p->nc * dim, 1);
@@ -669,7 +642,7 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
     unsigned nb = 1u << nbits;
     p->w = malloc(nb * sizeof(float));
     for (unsigned b = 0; b < nb; b++) /* ascending, like the codec's quantiles */
-        p->w[b] = (float)(-0.06 + 0.12 * (b + 0.5) / nb + 0.002 * rng_normal());
+        p->w[b] = (float)(-0.06 + 0.12 * (b + 0.5) / nb + 0.002 * (float)gauss());
     p->qc = malloc((lq ? lq : 1) * p->nc * sizeof(float));
     for (size_t i = 0; i < lq; i++)
         for (size_t k = 0; k < p->nc; k++) {
@@ -688,18 +661,18 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
     kern_pdoc *hd = calloc(nd, sizeof *hd);
     size_t rb = dim * nbits / 8;
     for (size_t n = 0; n < nd; n++) {
-        uint32_t nt = n == 0 ? 0 : n == 1 ? 1 : (uint32_t)rng_int(0, maxtok);
+        uint32_t nt = n == 0 ? 0 : n == 1 ? 1 : (uint32_t)urnd(0, maxtok);
         p->ntok[n] = nt;
         p->codes[n] = malloc((nt + 1) * 4);
         p->res[n] = malloc(nt * rb + 1);
         p->inv[n] = malloc((nt + 1) * 4);
         uint16_t *c16 = malloc((nt + 1) * 2);
         for (uint32_t t = 0; t < nt; t++) {
-            uint32_t c = (uint32_t)rng_int(0, (int)p->nc - 1);
+            uint32_t c = (uint32_t)urnd(0, (int)p->nc - 1);
             p->codes[n][t] = c;
             c16[t] = (uint16_t)c;
             for (size_t b = 0; b < rb; b++)
-                p->res[n][t * rb + b] = (uint8_t)rng_next();
+                p->res[n][t * rb + b] = (uint8_t)rnd();
             double s = 0;
             for (size_t j = 0; j < dim; j++) {
                 double v = p->cent[c * dim + j] + p->w[bucket_of(p->res[n] + t * rb, j, nbits)];
@@ -708,7 +681,7 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
             p->inv[n][t] = (float)(1.0 / sqrt(s));
         }
         /* Residuals at an odd offset for some documents: the kernel must not assume alignment. */
-        int odd = (int)(rng_next() & 1);
+        int odd = (int)(rnd() & 1);
         uint8_t *rbuf = malloc(nt * rb + 2);
         memcpy(rbuf + odd, p->res[n], nt * rb);
         uint8_t *rdev = dev_put(rbuf, nt * rb + 2);
@@ -809,8 +782,7 @@ START_TEST(test_kernels_gpu_residual_matches_reference)
     static const unsigned nbits[] = {1, 2, 4, 8};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (size_t bi = 0; bi < sizeof nbits / sizeof nbits[0]; bi++)
-            run_residual(dims[di], nbits[bi], (rng_next() & 1) ? 2 : 4, (size_t)rng_int(3, 60),
-                         (size_t)rng_int(1, 40), 120);
+            run_residual(dims[di], nbits[bi], (rnd() & 1) ? 2 : 4, urnd(3, 60), urnd(1, 40), 120);
     run_residual(128, 2, 2, 50, 1, 300);  /* Lq 1 */
     run_residual(128, 2, 4, 20, 32, 300); /* ColBERT's shape */
     run_residual(128, 2, 2, 10, 70, 200); /* rows over several units */
@@ -866,14 +838,14 @@ END_TEST
 START_TEST(test_kernels_gpu_centroid_interaction_matches_reference)
 {
     for (int rep = 0; rep < 6; rep++) {
-        size_t lq = rep == 0 ? 1 : (size_t)rng_int(2, 70);
+        size_t lq = rep == 0 ? 1 : urnd(2, 70);
         plaid_set p;
-        plaid_make(&p, 32, 2, (rng_next() & 1) ? 2 : 4, (size_t)rng_int(3, 200), lq, 100);
+        plaid_make(&p, 32, 2, (rnd() & 1) ? 2 : 4, urnd(3, 200), lq, 100);
         uint8_t *keep = NULL, *keepd = NULL;
         if (rep % 2) {
             keep = malloc(p.nc);
             for (size_t k = 0; k < p.nc; k++)
-                keep[k] = rng_unit() < 0.3;
+                keep[k] = unif() < 0.3;
             keepd = dev_put(keep, p.nc);
         }
         float *Sd = dev_put(p.qc, lq * p.nc * 4), *ad = dev_poisoned(p.nd);
@@ -933,14 +905,14 @@ static void run_topk(size_t rows, size_t n, size_t k, int ties)
 {
     float *x = malloc((rows * n + 1) * sizeof(float));
     for (size_t i = 0; i < rows * n; i++) {
-        double u = rng_unit();
-        x[i] = ties ? (float)rng_int(-20, 20) * 0.25f : rng_normal();
+        double u = unif();
+        x[i] = ties ? (float)(int)urnd(-20, 20) * 0.25f : (float)gauss();
         if (u < 0.01)
             x[i] = -INFINITY;
         else if (u < 0.02)
             x[i] = NAN;
         else if (u < 0.025)
-            x[i] = (rng_next() & 1) ? 0.f : -0.f;
+            x[i] = (rnd() & 1) ? 0.f : -0.f;
     }
     float *xd = dev_put(x, rows * n * 4 + 4);
     int64_t *idd = NULL;
@@ -1006,7 +978,7 @@ static void run_probe(size_t K, size_t ld, size_t n, float margin)
     float *st = malloc(K * ld * sizeof *st);
     ck_assert_ptr_nonnull(st);
     for (size_t i = 0; i < K * ld; i++) /* coarse values: ties happen */
-        st[i] = (float)rng_int(-400, 400) / 400.f;
+        st[i] = (float)(int)urnd(-400, 400) / 400.f;
     float *d_st = dev_put(st, K * ld * sizeof *st);
     int32_t *h = malloc(ld * n * sizeof *h), *want = malloc(n * sizeof *want);
     for (size_t i = 0; i < ld * n; i++)
@@ -1071,23 +1043,23 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
     int64_t *done = malloc(nq * 8), *cnt = malloc(nq * 8), *next = malloc(nq * 8);
     ck_assert(ap && sorted && E && done && cnt && next);
     for (size_t q = 0; q < nq; q++) {
-        int kind = rng_int(0, 3);
-        size_t v = kind == 0 ? (size_t)rng_int(0, (int)k) : (size_t)rng_int(1, (int)width);
+        int kind = (int)urnd(0, 3);
+        size_t v = kind == 0 ? urnd(0, (int)k) : urnd(1, (int)width);
         cnt[q] = (int64_t)v;
         size_t lim = v < ldE ? v : ldE;
-        done[q] = kind == 1 ? (int64_t)lim : (int64_t)rng_int(0, (int)lim);
-        double a = 20.0, step = 0.002 + 0.05 * rng_unit(), noise = 0.02 + 0.5 * rng_unit();
+        done[q] = kind == 1 ? (int64_t)lim : (int64_t)(int)urnd(0, (int)lim);
+        double a = 20.0, step = 0.002 + 0.05 * unif(), noise = 0.02 + 0.5 * unif();
         for (size_t j = 0; j < width; j++) {
-            a -= step * rng_unit();
+            a -= step * unif();
             sorted[q * width + j] = j < v ? (float)a : NAN;
         }
         /* The row in another order: a random rotation of the sorted values. */
-        size_t rot = v ? (size_t)rng_int(0, (int)v - 1) : 0;
+        size_t rot = v ? urnd(0, (int)v - 1) : 0;
         for (size_t j = 0; j < width; j++)
             ap[q * width + j] = j < v ? sorted[q * width + (j + rot) % v] : NAN;
         for (size_t j = 0; j < ldE; j++)
             E[q * ldE + j] = j < (size_t)done[q]
-                                 ? (float)(sorted[q * width + j] + 0.3 + noise * rng_normal())
+                                 ? (float)(sorted[q * width + j] + 0.3 + noise * (float)gauss())
                                  : NAN;
     }
     float *d_ap = dev_put(ap, nq * width * 4), *d_so = dev_put(sorted, nq * width * 4);
@@ -1147,10 +1119,9 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
     /* take_columns and scatter_columns over [lo, hi) = [done, next). */
     uint32_t *docs = malloc(nq * width * 4), *cols = malloc(nq * width * 4);
     for (size_t i = 0; i < nq * width; i++)
-        docs[i] = (uint32_t)rng_next();
+        docs[i] = (uint32_t)rnd();
     uint32_t *d_docs = dev_put(docs, nq * width * 4);
-    size_t c0 = (size_t)rng_int(0, (int)(width / 2)),
-           c1 = c0 + (size_t)rng_int(1, (int)(width - c0));
+    size_t c0 = urnd(0, (int)(width / 2)), c1 = c0 + urnd(1, (int)(width - c0));
     size_t w = c1 - c0;
     for (int bounded = 0; bounded < 2; bounded++) {
         for (size_t i = 0; i < nq * w; i++)
@@ -1223,9 +1194,9 @@ START_TEST(test_kernels_gpu_memory_stays_within_inputs)
     const size_t qn = lq * dim, dn = nd * ld * dim;
     uint16_t *qh = malloc(qn * 2), *dh = malloc(dn * 2);
     for (size_t i = 0; i < qn; i++)
-        qh[i] = kern_f32_to_bf16(rng_normal() * 0.1f);
+        qh[i] = kern_f32_to_bf16((float)gauss() * 0.1f);
     for (size_t i = 0; i < dn; i++) /* uniform values: cheap for a third of a billion */
-        dh[i] = kern_f32_to_bf16((float)((int)(rng_next() % 2001) - 1000) * 1e-4f);
+        dh[i] = kern_f32_to_bf16((float)((int)(rnd() % 2001) - 1000) * 1e-4f);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     size_t free0 = 0, total = 0;
     ck_assert_int_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
@@ -1279,9 +1250,9 @@ static void run_i8(size_t dim, size_t nq, size_t nd, int maxq, int maxd, int wit
     int64_t *qo = malloc((nq + 1) * sizeof(int64_t)), *dof = malloc((nd + 1) * sizeof(int64_t));
     qo[0] = dof[0] = 0;
     for (size_t i = 0; i < nq; i++)
-        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : rng_int(0, maxq));
+        qo[i + 1] = qo[i] + (i == 0 ? varlen_q0_len : i == 1 && nq > 2 ? 0 : (int)urnd(0, maxq));
     for (size_t i = 0; i < nd; i++) {
-        int len = i == 0 ? 0 : i == 1 ? 1 : rng_int(0, maxd);
+        int len = i == 0 ? 0 : i == 1 ? 1 : (int)urnd(0, maxd);
         if (with_long && i == nd - 1)
             len = 8192;
         dof[i + 1] = dof[i] + len;
@@ -1290,13 +1261,13 @@ static void run_i8(size_t dim, size_t nq, size_t nd, int maxq, int maxd, int wit
     int8_t *qh = malloc(tq * dim + 1), *dh = malloc(td * dim + doff_bytes + 1);
     float *qs = malloc((tq + 1) * sizeof(float)), *ds = malloc((td + 1) * sizeof(float));
     for (size_t i = 0; i < tq * dim; i++)
-        qh[i] = (int8_t)rng_int(-127, 127);
+        qh[i] = (int8_t)(int)urnd(-127, 127);
     for (size_t i = 0; i < td * dim; i++)
-        dh[doff_bytes + i] = (int8_t)rng_int(-127, 127);
+        dh[doff_bytes + i] = (int8_t)(int)urnd(-127, 127);
     for (size_t i = 0; i < tq; i++)
-        qs[i] = (float)(rng_unit() * 0.02);
+        qs[i] = (float)(unif() * 0.02);
     for (size_t i = 0; i < td; i++)
-        ds[i] = (float)((rng_unit() - 0.25) * 0.02); /* a quarter negative: any sign works */
+        ds[i] = (float)((unif() - 0.25) * 0.02); /* a quarter negative: any sign works */
     int8_t *dbase = dev_put(dh, td * dim + doff_bytes + 1);
     kern_varlen_i8 a = {dim,
                         dev_put(qh, tq * dim + 1),
@@ -1358,7 +1329,7 @@ START_TEST(test_kernels_gpu_i8_matches_reference)
 {
     static const size_t dims[] = {64, 128, 256, 96, 1024};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        run_i8(dims[i], (size_t)rng_int(1, 6), (size_t)rng_int(3, 40), dims[i] >= 1024 ? 20 : 60,
+        run_i8(dims[i], urnd(1, 6), urnd(3, 40), dims[i] >= 1024 ? 20 : 60,
                dims[i] >= 1024 ? 40 : 300, 0, 0);
     run_i8(128, 3, 5, 32, 100, 1, 0);   /* one document of 8192 tokens */
     run_i8(128, 9, 300, 40, 20, 0, 0);  /* 9 queries: units over several rounds */
@@ -1382,7 +1353,7 @@ START_TEST(test_kernels_gpu_i8_quantize_matches_cpu)
         const size_t n = 1001, dim = dims[di];
         float *x = malloc(n * dim * sizeof(float));
         for (size_t i = 0; i < n * dim; i++)
-            x[i] = rng_normal() * (float)(1 + (i / dim) % 7);
+            x[i] = (float)gauss() * (float)(1 + (i / dim) % 7);
         for (size_t k = 0; k < dim; k++) {
             x[k] = 0.f;
             x[dim + k] = k == 3 ? INFINITY : 1.f;
@@ -1419,14 +1390,9 @@ START_TEST(test_kernels_gpu_errors_become_codes)
 }
 END_TEST
 
-static Suite *suite(void)
+int main(void)
 {
-    Suite *s = suite_create("kernels_gpu");
-    struct {
-        const char *name;
-        const TTest *test;
-        int timeout;
-    } cases[] = {
+    const fx_case cases[] = {
         {"dense", test_kernels_gpu_dense_matches_reference, 120},
         {"dense_wgmma", test_kernels_gpu_dense_wgmma, 120},
         {"long_documents", test_kernels_gpu_long_documents, 120},
@@ -1443,29 +1409,5 @@ static Suite *suite(void)
         {"i8", test_kernels_gpu_i8_matches_reference, 120},
         {"i8_quantize", test_kernels_gpu_i8_quantize_matches_cpu, 60},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_test(tc, cases[i].test);
-        tcase_set_timeout(tc, cases[i].timeout);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
-int main(void)
-{
-    if (kern_gpu_device_count() == 0) {
-        printf("no CUDA GPU: skipped\n");
-        return 77;
-    }
-    const char *seed = getenv("TARTAN_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-    printf("check_kernels_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
-           (unsigned long long)rng_state);
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return FX_RUN("kernels_gpu", cases, FX_GPU, 0);
 }

@@ -31,34 +31,7 @@
 
 /* ---- fixture: a fresh directory per test (tests/fixture.c) ------------------------------ */
 
-static void setup(void)
-{
-    fixture_dir_create("check-reliability");
-}
-
-static void teardown(void)
-{
-    fixture_dir_remove();
-}
-
 /* ---- random index ----------------------------------------------------------------------- */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 1) / 9007199254740993.0;
-    double v = (double)(rnd() >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
 
 #define DIM 32
 #define NDOCS 60
@@ -395,8 +368,8 @@ START_TEST(test_reliability_id_mapping)
     ck_assert_int_eq(f.n, 2);
 
     /* A document whose name is gone. */
-    teardown();
-    setup();
+    fixture_dir_remove();
+    fixture_dir_create("reliability");
     build_index(17);
     damage_write(ixpath, drop_name, NULL);
     ck_assert_int_eq(check_index(&f), TARTAN_ECORRUPT);
@@ -404,8 +377,8 @@ START_TEST(test_reliability_id_mapping)
     ck_assert_msg(has_kind(&f, "id-map"), "%s", f.last); /* ids' doc-8 finds no name */
 
     /* An id with a control byte, bound both ways to a document that does not exist. */
-    teardown();
-    setup();
+    fixture_dir_remove();
+    fixture_dir_create("reliability");
     build_index(18);
     damage_write(ixpath, bind_ghost, NULL);
     ck_assert_int_eq(check_index(&f), TARTAN_ECORRUPT);
@@ -820,43 +793,23 @@ START_TEST(test_reliability_concurrent_search)
 }
 END_TEST
 
-static Suite *reliability_suite(void)
-{
-    Suite *s = suite_create("reliability");
-    struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"sound", test_reliability_sound_index},
-        {"flipped_byte", test_reliability_flipped_byte},
-        {"every_byte_flip", test_reliability_every_byte_flip},
-        {"ivf_missing", test_reliability_ivf_missing},
-        {"ivf_stale", test_reliability_ivf_stale},
-        {"id_mapping", test_reliability_id_mapping},
-        {"counts", test_reliability_counts},
-        {"code_range_and_size", test_reliability_code_range_and_size},
-        {"report_stops", test_reliability_report_stops},
-        {"header_damage", test_reliability_header_damage},
-        {"tiny_token", test_reliability_tiny_token},
-        {"map_grows", test_reliability_map_grows},
-        {"search_damaged", test_reliability_search_damaged},
-        {"concurrent_search", test_reliability_concurrent_search},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, tests[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    SRunner *sr = srunner_create(reliability_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const fx_case cases[] = {
+        {"sound", test_reliability_sound_index, 0},
+        {"flipped_byte", test_reliability_flipped_byte, 0},
+        {"every_byte_flip", test_reliability_every_byte_flip, 0},
+        {"ivf_missing", test_reliability_ivf_missing, 0},
+        {"ivf_stale", test_reliability_ivf_stale, 0},
+        {"id_mapping", test_reliability_id_mapping, 0},
+        {"counts", test_reliability_counts, 0},
+        {"code_range_and_size", test_reliability_code_range_and_size, 0},
+        {"report_stops", test_reliability_report_stops, 0},
+        {"header_damage", test_reliability_header_damage, 0},
+        {"tiny_token", test_reliability_tiny_token, 0},
+        {"map_grows", test_reliability_map_grows, 0},
+        {"search_damaged", test_reliability_search_damaged, 0},
+        {"concurrent_search", test_reliability_concurrent_search, 0},
+    };
+    return FX_RUN("reliability", cases, FX_DIR, 60);
 }

@@ -25,43 +25,6 @@
 #include "tartan.h"
 #include "tune_cuda.h"
 
-static void setup(void)
-{
-    fixture_dir_create("check-search-gpu");
-}
-
-static void teardown(void)
-{
-    fixture_dir_remove();
-}
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(void)
-{
-    return ((double)(rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double gauss(void)
-{
-    return sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif());
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* A clustered corpus of n documents of 1 to 60 tokens (topics shared between documents), and
  * queries that are noisy copies of tokens of random documents, 1 to 40 tokens each. */
 typedef struct corpus {
@@ -757,47 +720,18 @@ START_TEST(test_gpu_adaptive_families)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("search_gpu");
-    struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"plaid_equals_cpu", test_gpu_plaid_equals_cpu},
-        {"exhaustive_matches_bruteforce", test_gpu_exhaustive_matches_bruteforce},
-        {"follows_changes", test_gpu_follows_changes},
-        {"subset", test_gpu_subset},
-        {"streaming_equals_resident", test_gpu_streaming_equals_resident},
-        {"threads", test_gpu_threads},
-        {"dims_nbits", test_gpu_dims_nbits},
-        {"device_env", test_gpu_device_env},
-        {"adaptive_families", test_gpu_adaptive_families},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        TCase *tc = tcase_create(tests[i].name);
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, tests[i].t);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    if (kern_cuda_device_count() == 0) {
-        printf("no CUDA GPU: skipped\n");
-        return 77;
-    }
-    const char *seed = getenv("TARTAN_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-    printf("check_search_gpu: seed %llu (TARTAN_TEST_SEED reproduces)\n",
-           (unsigned long long)rng_state);
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const fx_case cases[] = {
+        {"plaid_equals_cpu", test_gpu_plaid_equals_cpu, 0},
+        {"exhaustive_matches_bruteforce", test_gpu_exhaustive_matches_bruteforce, 0},
+        {"follows_changes", test_gpu_follows_changes, 0},
+        {"subset", test_gpu_subset, 0},
+        {"streaming_equals_resident", test_gpu_streaming_equals_resident, 0},
+        {"threads", test_gpu_threads, 0},
+        {"dims_nbits", test_gpu_dims_nbits, 0},
+        {"device_env", test_gpu_device_env, 0},
+        {"adaptive_families", test_gpu_adaptive_families, 0},
+    };
+    return FX_RUN("search_gpu", cases, FX_DIR | FX_GPU, 300);
 }

@@ -34,93 +34,21 @@ static void teardown(void)
 
 /* ---- random clustered corpora ------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(void)
-{
-    return ((double)(rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double gauss(void)
-{
-    return sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif());
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 enum { DIM = 32, NTOPIC = 40, NDOC = 300, LQ = 8, NQ = 12 };
 
-typedef struct corpus {
-    size_t n_docs, n_rows;
-    size_t *doclens, *offs;
-    float *emb;
-    char **ids;
-} corpus;
-
-static void corpus_make(corpus *c, size_t n_docs, uint64_t seed)
+/* NTOPIC topics, n_docs documents of 4 to 33 tokens (each value from one of the document's 3
+ * topics) with noise 0.6, ids "d<i>". */
+static void corpus_make(fx_corpus *c, size_t n_docs, uint64_t seed)
 {
+    fx_corpus_spec s = {DIM, n_docs, NTOPIC, 4, 33, 0.6, "d%zu", 0, 1};
     rng_state = seed;
-    float *topics = xmalloc(NTOPIC * DIM * sizeof(float));
-    for (size_t i = 0; i < NTOPIC * DIM; i++)
-        topics[i] = (float)gauss();
-    c->n_docs = n_docs;
-    c->doclens = xmalloc(n_docs * sizeof(size_t));
-    c->offs = xmalloc((n_docs + 1) * sizeof(size_t));
-    c->ids = xmalloc(n_docs * sizeof(char *));
-    c->n_rows = 0;
-    for (size_t i = 0; i < n_docs; i++) {
-        c->doclens[i] = 4 + rnd() % 30;
-        c->offs[i] = c->n_rows;
-        c->n_rows += c->doclens[i];
-        c->ids[i] = xmalloc(32);
-        snprintf(c->ids[i], 32, "d%zu", i);
-    }
-    c->offs[n_docs] = c->n_rows;
-    c->emb = xmalloc(c->n_rows * DIM * sizeof(float));
-    for (size_t i = 0, row = 0; i < n_docs; i++) {
-        size_t t3[3] = {rnd() % NTOPIC, rnd() % NTOPIC, rnd() % NTOPIC};
-        for (size_t t = 0; t < c->doclens[i]; t++, row++)
-            for (size_t j = 0; j < DIM; j++)
-                c->emb[row * DIM + j] = (float)(topics[t3[rnd() % 3] * DIM + j] + 0.6 * gauss());
-    }
-    free(topics);
+    fx_corpus_make(c, &s);
 }
 
-static void corpus_free(corpus *c)
+/* nq queries of LQ tokens, each copying tokens of one random document plus noise 0.8. */
+static float *make_queries(const fx_corpus *c, size_t nq)
 {
-    for (size_t i = 0; i < c->n_docs; i++)
-        free(c->ids[i]);
-    free(c->ids);
-    free(c->doclens);
-    free(c->offs);
-    free(c->emb);
-}
-
-static float *make_queries(const corpus *c, size_t nq)
-{
-    float *q = xmalloc(nq * LQ * DIM * sizeof(float));
-    for (size_t i = 0; i < nq; i++) {
-        size_t d = rnd() % c->n_docs;
-        for (size_t t = 0; t < LQ; t++) {
-            size_t src = c->offs[d] + rnd() % c->doclens[d];
-            for (size_t j = 0; j < DIM; j++)
-                q[(i * LQ + t) * DIM + j] = (float)(c->emb[src * DIM + j] + 0.8 * gauss());
-        }
-    }
-    return q;
+    return fx_queries(c, nq, LQ, NULL, 0.8, NULL);
 }
 
 static tartan_db *open_at(const char *path, unsigned flags)
@@ -144,7 +72,7 @@ static char *sub(const char *name)
 }
 
 /* Adds the documents i of c with pick(i) true (pick NULL: all), in one batch. */
-static void add_some(tartan_db *db, const corpus *c, int (*pick)(size_t, void *), void *ctx)
+static void add_some(tartan_db *db, const fx_corpus *c, int (*pick)(size_t, void *), void *ctx)
 {
     size_t n = 0, rows = 0;
     const char **ids = xmalloc(c->n_docs * sizeof *ids);
@@ -169,7 +97,7 @@ static void add_some(tartan_db *db, const corpus *c, int (*pick)(size_t, void *)
     free(emb);
 }
 
-static void train_on_all(tartan_db *db, const corpus *c)
+static void train_on_all(tartan_db *db, const fx_corpus *c)
 {
     tartan_batch b = {c->n_docs, NULL, c->doclens, c->emb, c->n_rows, DIM, TARTAN_FLOAT32};
     int rc = tartan_train(db, &b, c->n_rows);
@@ -191,7 +119,7 @@ static tartan_results *search_ok(tartan_db *db, const float *q, size_t nq, size_
 static uint32_t n_shards_of_test;
 static int in_shard(size_t i, void *ctx)
 {
-    const corpus *c = ((void **)ctx)[0];
+    const fx_corpus *c = ((void **)ctx)[0];
     uint32_t s = *(uint32_t *)((void **)ctx)[1];
     return tartan_shard_of(c->ids[i], n_shards_of_test) == s;
 }
@@ -202,7 +130,7 @@ static int in_shard(size_t i, void *ctx)
  * same ids, bit-identical scores, in PLAID and exhaustive search. */
 START_TEST(test_shards_model_import_same_scores)
 {
-    corpus c;
+    fx_corpus c;
     corpus_make(&c, NDOC, 11);
     char *pa = sub("a"), *pb = sub("b");
     tartan_db *a = open_at(pa, TARTAN_CREATE);
@@ -258,7 +186,7 @@ START_TEST(test_shards_model_import_same_scores)
     tartan_close(b);
     free(pa);
     free(pb);
-    corpus_free(&c);
+    fx_corpus_free(&c);
 }
 END_TEST
 
@@ -304,7 +232,7 @@ static int get_meta(store_env *env, const char *name, char *out, size_t cap)
 
 START_TEST(test_shards_model_records_generic)
 {
-    corpus c;
+    fx_corpus c;
     corpus_make(&c, 120, 5);
     char *pa = sub("a"), *pb = sub("b");
     tartan_db *a = open_at(pa, TARTAN_CREATE);
@@ -332,14 +260,14 @@ START_TEST(test_shards_model_records_generic)
     tartan_close(b);
     free(pa);
     free(pb);
-    corpus_free(&c);
+    fx_corpus_free(&c);
 }
 END_TEST
 
 /* Each bad string gets its own code, and the index stays untrained and usable. */
 START_TEST(test_shards_model_import_refused)
 {
-    corpus c;
+    fx_corpus c;
     corpus_make(&c, 120, 9);
     char *pa = sub("a"), *pb = sub("b"), *pc = sub("c"), *pd = sub("d");
     tartan_db *a = open_at(pa, TARTAN_CREATE);
@@ -434,7 +362,7 @@ START_TEST(test_shards_model_import_refused)
     free(pb);
     free(pc);
     free(pd);
-    corpus_free(&c);
+    fx_corpus_free(&c);
 }
 END_TEST
 
@@ -446,7 +374,7 @@ END_TEST
 START_TEST(test_shards_merge_equals_single_index)
 {
     enum { P = 3, K = 10 };
-    corpus c;
+    fx_corpus c;
     corpus_make(&c, NDOC, 21);
     char *pa = sub("all");
     tartan_db *all = open_at(pa, TARTAN_CREATE);
@@ -517,7 +445,7 @@ START_TEST(test_shards_merge_equals_single_index)
     free(q);
     tartan_close(all);
     free(pa);
-    corpus_free(&c);
+    fx_corpus_free(&c);
 }
 END_TEST
 

@@ -1,0 +1,608 @@
+/*
+ * check_index_train.c: the index layer's training: spherical k-means (clusters recovered,
+ * centroids normalised, reproducible, silent, bad arguments refused; on the kernels' device
+ * path too), flat inner-product search, the sizing plan, and nearest-centroid assignment, each
+ * against a plain double-precision reference computed here; outputs are poisoned first.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "assign.h"
+#include "codec.h"
+#include "fixture.h"
+#include "kernels.h"
+#include "kmeans.h"
+#include "plan.h"
+#include "tartan.h"
+
+/* ---- k-means ------------------------------------------------------------------------ */
+
+enum { KM_DIM = 32, KM_CL = 8, KM_K = 64, KM_N = 12000 };
+
+START_TEST(test_index_kmeans_recovers_clusters)
+{
+    float *centers = xmalloc(sizeof(float) * KM_CL * KM_DIM);
+    float *x = xmalloc(sizeof(float) * KM_N * KM_DIM);
+    float *cen = xmalloc(sizeof(float) * KM_K * KM_DIM);
+    /* sigma 0.03 at dim 32: points at cosine ~0.985 to their center, clusters far apart. k is
+     * 8 x the true count so that random initialisation puts a centroid in every cluster. */
+    fx_clustered(11, KM_N, KM_DIM, KM_CL, 0.03, centers, x);
+    poison(cen, KM_K * KM_DIM);
+    char err[256] = "";
+    ck_assert_int_eq(idx_kmeans_spherical(x, KM_N, KM_DIM, KM_K, 4, 256, 7, cen, err, sizeof err),
+                     0);
+    for (size_t c = 0; c < KM_CL; c++) {
+        double best = -2.0;
+        for (size_t i = 0; i < KM_K; i++) {
+            double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+            if (cs > best)
+                best = cs;
+        }
+        ck_assert_msg(best > 0.99, "true center %zu: best centroid cosine %.4f", c, best);
+    }
+    /* And no centroid is off in empty space: each lies near some true center. */
+    for (size_t i = 0; i < KM_K; i++) {
+        double best = -2.0;
+        for (size_t c = 0; c < KM_CL; c++) {
+            double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+            if (cs > best)
+                best = cs;
+        }
+        ck_assert_msg(best > 0.95, "centroid %zu: nearest true center cosine %.4f", i, best);
+    }
+    free(centers);
+    free(x);
+    free(cen);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_centroids_normalised)
+{
+    /* Realistic spread (cosine ~0.8 within clusters), and the n == k case, where FAISS copies
+     * the points instead of iterating. Unnormalised inputs test that the bridge normalises. */
+    enum { N = 3000, D = 48, K = 40 };
+    float *centers = xmalloc(sizeof(float) * 10 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    fx_clustered(21, N, D, 10, 0.1, centers, x);
+    for (size_t i = 0; i < (size_t)N * D; i++)
+        x[i] *= 3.0f;
+    char err[256] = "";
+    size_t ks[2] = {K, K};
+    size_t ns[2] = {N, K};
+    for (int t = 0; t < 2; t++) {
+        poison(cen, K * D);
+        ck_assert_int_eq(idx_kmeans_spherical(x, ns[t], D, ks[t], 4, 256, 3, cen, err, sizeof err),
+                         0);
+        for (size_t i = 0; i < ks[t]; i++) {
+            double nrm = sqrt(dot_d(cen + i * D, cen + i * D, D));
+            ck_assert_msg(fabs(nrm - 1.0) < 1e-5, "centroid %zu norm %.8f", i, nrm);
+        }
+    }
+    free(centers);
+    free(x);
+    free(cen);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_reproducible)
+{
+    enum { N = 4000, D = 32, K = 32 };
+    float *centers = xmalloc(sizeof(float) * 16 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *a = xmalloc(sizeof(float) * K * D);
+    float *b = xmalloc(sizeof(float) * K * D);
+    float *c = xmalloc(sizeof(float) * K * D);
+    fx_clustered(31, N, D, 16, 0.1, centers, x);
+    char err[256] = "";
+    poison(a, K * D);
+    poison(b, K * D);
+    poison(c, K * D);
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, K, 4, 256, 1234, a, err, sizeof err), 0);
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, K, 4, 256, 1234, b, err, sizeof err), 0);
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, K, 4, 256, 99, c, err, sizeof err), 0);
+    ck_assert_msg(memcmp(a, b, sizeof(float) * K * D) == 0, "same seed, different centroids");
+    ck_assert_msg(memcmp(a, c, sizeof(float) * K * D) != 0, "seed has no effect");
+    free(centers);
+    free(x);
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_rejects_bad_arguments)
+{
+    enum { N = 10, D = 8 };
+    float x[N * D], cen[(N + 1) * D];
+    uint64_t s = 5;
+    for (size_t i = 0; i < N * D; i++)
+        x[i] = (float)rng_gauss(&s);
+    char err[256];
+    /* k > n is an error (documented in faiss_bridge.cpp), with a message naming both. */
+    err[0] = '\0';
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 1, cen, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "11") && strstr(err, "10"), "message: %s", err);
+    err[0] = '\0';
+    ck_assert_int_eq(idx_kmeans_spherical(x, 0, D, 1, 4, 256, 1, cen, err, sizeof err), -1);
+    ck_assert_int_gt(strlen(err), 0);
+    err[0] = '\0';
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, 0, 4, 256, 1, cen, err, sizeof err), -1);
+    ck_assert_int_gt(strlen(err), 0);
+    ck_assert_int_eq(idx_kmeans_spherical(NULL, N, D, 2, 4, 256, 1, cen, err, sizeof err), -1);
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, 2, 0, 256, 1, cen, err, sizeof err), -1);
+    /* A NULL or empty err buffer is allowed. */
+    ck_assert_int_eq(idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 1, cen, NULL, 0), -1);
+    ck_assert_int_eq(idx_flat_ip_search(x, N, D, x, 1, 0, NULL, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(idx_flat_ip_search(x, 0, D, x, 1, 1, NULL, NULL, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_prints_nothing)
+{
+    /* FAISS warns on stderr below 39 points per centroid and reports progress on stdout when
+     * verbose; the library must print nothing. 2 points per centroid, and a cap of 1 point per
+     * centroid so that the subsampling path runs too. */
+    enum { N = 256, D = 16, K = 128 };
+    float *centers = xmalloc(sizeof(float) * 8 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    fx_clustered(131, N, D, 8, 0.1, centers, x);
+    char path[] = "/tmp/check_index_outXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stdout);
+    fflush(stderr);
+    int save1 = dup(1), save2 = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    char err[256] = "";
+    int rc1 = idx_kmeans_spherical(x, N, D, K, 4, 256, 5, cen, err, sizeof err);
+    int rc2 = idx_kmeans_spherical(x, N, D, K / 2, 4, 1, 5, cen, err, sizeof err);
+    int rc3 = idx_kmeans_spherical(x, N, D, N + 1, 4, 256, 5, cen, err, sizeof err);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(save1, 1);
+    dup2(save2, 2);
+    close(save1);
+    close(save2);
+    off_t size = lseek(fd, 0, SEEK_END);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(rc1, 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_int_eq(rc3, -1);
+    ck_assert_msg(size == 0, "k-means wrote %lld bytes to stdout/stderr", (long long)size);
+    free(centers);
+    free(x);
+    free(cen);
+}
+END_TEST
+
+/* ---- flat search -------------------------------------------------------------------- */
+
+static int cmp_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+START_TEST(test_index_flat_search_matches_bruteforce)
+{
+    enum { K = 500, D = 64, N = 60, TOP = 12 };
+    float *c = xmalloc(sizeof(float) * K * D);
+    float *q = xmalloc(sizeof(float) * N * D);
+    int64_t *lab = xmalloc(sizeof(int64_t) * N * TOP);
+    float *sc = xmalloc(sizeof(float) * N * TOP);
+    double *ref = xmalloc(sizeof(double) * K);
+    uint64_t s = 41;
+    for (size_t i = 0; i < (size_t)K * D; i++)
+        c[i] = (float)rng_gauss(&s);
+    for (size_t i = 0; i < (size_t)N * D; i++)
+        q[i] = (float)rng_gauss(&s);
+    poison(sc, N * TOP);
+    memset(lab, 0xab, sizeof(int64_t) * N * TOP);
+    char err[256] = "";
+    ck_assert_int_eq(idx_flat_ip_search(c, K, D, q, N, TOP, lab, sc, err, sizeof err), 0);
+    for (size_t i = 0; i < N; i++) {
+        for (size_t k = 0; k < K; k++)
+            ref[k] = dot_d(q + i * D, c + k * D, D);
+        double *sorted = xmalloc(sizeof(double) * K);
+        memcpy(sorted, ref, sizeof(double) * K);
+        qsort(sorted, K, sizeof(double), cmp_desc);
+        for (size_t r = 0; r < TOP; r++) {
+            int64_t l = lab[i * TOP + r];
+            ck_assert(l >= 0 && l < K);
+            /* Rank r holds a centroid whose true score is the r-th best (ties aside), and the
+             * reported score is that score. */
+            ck_assert_msg(fabs(ref[l] - sorted[r]) < 1e-4, "query %zu rank %zu", i, r);
+            ck_assert_msg(fabs(sc[i * TOP + r] - ref[l]) < 1e-4, "query %zu rank %zu", i, r);
+            for (size_t r2 = 0; r2 < r; r2++)
+                ck_assert(lab[i * TOP + r2] != l);
+        }
+        free(sorted);
+    }
+    /* Labels only, scores only. */
+    int64_t *lab2 = xmalloc(sizeof(int64_t) * N * TOP);
+    float *sc2 = xmalloc(sizeof(float) * N * TOP);
+    ck_assert_int_eq(idx_flat_ip_search(c, K, D, q, N, TOP, lab2, NULL, err, sizeof err), 0);
+    ck_assert(memcmp(lab, lab2, sizeof(int64_t) * N * TOP) == 0);
+    poison(sc2, N * TOP);
+    ck_assert_int_eq(idx_flat_ip_search(c, K, D, q, N, TOP, NULL, sc2, err, sizeof err), 0);
+    ck_assert(memcmp(sc, sc2, sizeof(float) * N * TOP) == 0);
+    free(lab2);
+    free(sc2);
+    free(c);
+    free(q);
+    free(lab);
+    free(sc);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_index_flat_search_pads_beyond_k)
+{
+    enum { K = 3, D = 16, TOP = 5 };
+    float c[K * D], q[D];
+    uint64_t s = 43;
+    for (size_t i = 0; i < K * D; i++)
+        c[i] = (float)rng_gauss(&s);
+    for (size_t i = 0; i < D; i++)
+        q[i] = (float)rng_gauss(&s);
+    int64_t lab[TOP];
+    float sc[TOP];
+    poison(sc, TOP);
+    char err[256] = "";
+    ck_assert_int_eq(idx_flat_ip_search(c, K, D, q, 1, TOP, lab, sc, err, sizeof err), 0);
+    for (size_t r = 0; r < K; r++) {
+        ck_assert(lab[r] >= 0 && lab[r] < K);
+        ck_assert(fabs(sc[r] - dot_d(q, c + lab[r] * D, D)) < 1e-4);
+    }
+    for (size_t r = K; r < TOP; r++) {
+        ck_assert_int_eq(lab[r], -1);
+        ck_assert(isinf(sc[r]) && sc[r] < 0);
+    }
+}
+END_TEST
+
+/* ---- plan --------------------------------------------------------------------------- */
+
+START_TEST(test_index_plan_sample_docs)
+{
+    const size_t ns[] = {0, 1, 2, 100, 1000, 30720, 30721, 123457, 1000000, 8841823, 100000000};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        size_t n = ns[i];
+        double want = 1.0 + floor(16.0 * sqrt(120.0 * (double)n));
+        size_t ref = want < (double)n ? (size_t)want : n;
+        ck_assert_msg(idx_plan_sample_docs(n) == ref, "N %zu: %zu, want %zu", n,
+                      idx_plan_sample_docs(n), ref);
+        ck_assert(idx_plan_sample_docs(n) <= n);
+    }
+    /* Worked by hand: 16 sqrt(120 * 10^6) = 175271.2..., so 175272 documents. */
+    ck_assert_uint_eq(idx_plan_sample_docs(1000000), 175272);
+}
+END_TEST
+
+START_TEST(test_index_plan_centroids)
+{
+    const size_t ns[] = {
+        1, 2, 3, 63, 64, 65, 1000, 4096, 65535, 65536, 1000000, 6400000, 8841823ull * 64};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        size_t n = ns[i];
+        double x = 16.0 * sqrt((double)n);
+        double ref = pow(2.0, floor(log2(x)));
+        size_t k = idx_plan_centroids(n);
+        ck_assert_msg((double)k == ref, "n %zu: %zu, want %.0f", n, k, ref);
+        ck_assert(k <= x && 2.0 * k > x);
+    }
+    /* Powers of two land exactly: 16 sqrt(64) = 128 and 16 sqrt(65536) = 4096. By hand,
+     * 16 sqrt(10^6) = 16000 -> 8192 (ColBERTv2's figure for a million tokens). */
+    ck_assert_uint_eq(idx_plan_centroids(64), 128);
+    ck_assert_uint_eq(idx_plan_centroids(63), 64);
+    ck_assert_uint_eq(idx_plan_centroids(65536), 4096);
+    ck_assert_uint_eq(idx_plan_centroids(1000000), 8192);
+    ck_assert_uint_eq(idx_plan_centroids(0), 1);
+}
+END_TEST
+
+/* ---- nearest centroid and device k-means (assign.h) ------------------------------------ */
+
+static void random_units(uint64_t *s, float *x, size_t n, size_t dim)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < dim; j++)
+            x[i * dim + j] = (float)rng_gauss(s);
+        normalise(x + i * dim, dim);
+    }
+}
+
+/*
+ * A chosen centroid agrees with the double-precision argmax: it is the argmax, or its true
+ * score is within fp32 rounding (1e-5 at unit norm) of the best, a near-tie either device may
+ * break either way. Its reported score is its true score within fp32 rounding.
+ */
+static void check_choice(const float *c, size_t k, size_t dim, const float *v, long long chosen,
+                         double reported, size_t point)
+{
+    ck_assert_msg(chosen >= 0 && (size_t)chosen < k, "point %zu: centroid %lld", point, chosen);
+    uint32_t ref = nearest_d(c, k, dim, v);
+    double best = dot_d(c + (size_t)ref * dim, v, dim);
+    double got = dot_d(c + (size_t)chosen * dim, v, dim);
+    ck_assert_msg((size_t)chosen == ref || best - got < 1e-5,
+                  "point %zu: centroid %lld (%.9f), the best is %u (%.9f)", point, chosen, got, ref,
+                  best);
+    if (!isnan(reported))
+        ck_assert_msg(fabs(reported - got) < 1e-5, "point %zu: score %.9f, true %.9f", point,
+                      reported, got);
+}
+
+START_TEST(test_index_assign_matches_double)
+{
+    /* Ragged n (not multiples of any tile), K not a power of two, d 64 / 128 / 256. */
+    static const struct {
+        size_t n, k, dim;
+    } shapes[] = {{1, 1, 64}, {517, 1023, 128}, {1000, 300, 64}, {129, 77, 256}, {70, 4097, 128}};
+    uint64_t s = 2024;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        size_t n = shapes[t].n, k = shapes[t].k, dim = shapes[t].dim;
+        float *x = xmalloc(sizeof(float) * n * dim);
+        float *c = xmalloc(sizeof(float) * k * dim);
+        int32_t *best = xmalloc(sizeof(int32_t) * n);
+        uint32_t *codes = xmalloc(sizeof(uint32_t) * n);
+        float *sc = xmalloc(sizeof(float) * n);
+        float *sc2 = xmalloc(sizeof(float) * n);
+        random_units(&s, x, n, dim);
+        random_units(&s, c, k, dim);
+        /* The kernel (what the GPU path mirrors) on the CPU. */
+        memset(best, 0xab, sizeof(int32_t) * n);
+        poison(sc, n);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best, sc), KERN_OK);
+        /* The index layer's CPU path (FAISS). */
+        memset(codes, 0xab, sizeof(uint32_t) * n);
+        poison(sc2, n);
+        store_msg m = {{0}};
+        ck_assert_int_eq(idx_assign(KERN_DEV_CPU, c, k, dim, x, n, codes, sc2, &m), 0);
+        for (size_t i = 0; i < n; i++) {
+            check_choice(c, k, dim, x + i * dim, best[i], sc[i], i);
+            check_choice(c, k, dim, x + i * dim, codes[i], sc2[i], i);
+        }
+        /* Without scores: the same choices. */
+        int32_t *best2 = xmalloc(sizeof(int32_t) * n);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best2, NULL),
+                         KERN_OK);
+        ck_assert(memcmp(best, best2, sizeof(int32_t) * n) == 0);
+        free(best2);
+        free(x);
+        free(c);
+        free(best);
+        free(codes);
+        free(sc);
+        free(sc2);
+    }
+}
+END_TEST
+
+START_TEST(test_index_assign_ties_go_to_lower_index)
+{
+    /* Centroids 3, 9 and 20 are the same vector; points equal to it score exactly the same
+     * against all three and must take 3. */
+    enum { K = 33, D = 64, N = 200 };
+    float *c = xmalloc(sizeof(float) * K * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    int32_t *best = xmalloc(sizeof(int32_t) * N);
+    uint64_t s = 99;
+    random_units(&s, c, K, D);
+    memcpy(c + 9 * D, c + 3 * D, sizeof(float) * D);
+    memcpy(c + 20 * D, c + 3 * D, sizeof(float) * D);
+    random_units(&s, x, N, D);
+    for (size_t i = 0; i < N; i += 2)
+        memcpy(x + i * D, c + 3 * D, sizeof(float) * D);
+    memset(best, 0xab, sizeof(int32_t) * N);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, D, best, NULL), KERN_OK);
+    for (size_t i = 0; i < N; i++) {
+        ck_assert(best[i] != 9 && best[i] != 20);
+        if (i % 2 == 0)
+            ck_assert_int_eq(best[i], 3);
+        else
+            check_choice(c, K, D, x + i * D, best[i], NAN, i);
+    }
+    free(c);
+    free(x);
+    free(best);
+}
+END_TEST
+
+START_TEST(test_index_assign_rejects_bad_arguments)
+{
+    enum { K = 8, D = 16, N = 4 };
+    float c[K * D] = {0}, x[N * D] = {0};
+    int32_t best[N];
+    uint32_t codes[N];
+    for (size_t i = 0; i < K; i++)
+        c[i * D] = 1.0f;
+    for (size_t i = 0; i < N; i++)
+        x[i * D + 1] = 1.0f;
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, 0, D, best, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, 0, best, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, NULL, N, c, K, D, best, NULL),
+                     KERN_EINVAL);
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, 0, c, K, D, best, NULL), KERN_OK);
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_assign(KERN_DEV_CPU, c, 0, D, x, N, codes, NULL, &m), TARTAN_EINVAL);
+    float cen[K * D];
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 1, cen, &m),
+                     TARTAN_EINVAL); /* k > n */
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, 2, 0, 256, 1, cen, &m),
+                     TARTAN_EINVAL);
+    /* The GPU where there is none: a clear code, not a crash. */
+    if (kern_cuda_device_count() == 0) {
+        int rc = idx_assign(KERN_DEV_CUDA, c, K, D, x, N, codes, NULL, &m);
+        ck_assert_msg(rc == TARTAN_ENODEV || rc == TARTAN_EDEVICE, "rc %d", rc);
+        ck_assert(m.text[0] != '\0');
+    }
+}
+END_TEST
+
+START_TEST(test_index_kmeans_device_recovers_clusters)
+{
+    float *centers = xmalloc(sizeof(float) * KM_CL * KM_DIM);
+    float *x = xmalloc(sizeof(float) * KM_N * KM_DIM);
+    float *cen = xmalloc(sizeof(float) * KM_K * KM_DIM);
+    float *cen2 = xmalloc(sizeof(float) * KM_K * KM_DIM);
+    fx_clustered(11, KM_N, KM_DIM, KM_CL, 0.03, centers, x);
+    /* max_per_centroid 100 < KM_N / KM_K: the subsampling path runs too. */
+    for (int per = 100; per <= 256; per += 156) {
+        store_msg m = {{0}};
+        poison(cen, KM_K * KM_DIM);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, KM_N, KM_DIM, KM_K, 4, per, 7, cen, &m),
+                         0);
+        for (size_t i = 0; i < KM_K; i++) {
+            double nn = dot_d(cen + i * KM_DIM, cen + i * KM_DIM, KM_DIM);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "centroid %zu: squared norm %.7f", i, nn);
+        }
+        for (size_t c = 0; c < KM_CL; c++) {
+            double best = -2.0;
+            for (size_t i = 0; i < KM_K; i++) {
+                double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+                if (cs > best)
+                    best = cs;
+            }
+            ck_assert_msg(best > 0.99, "true center %zu: best centroid cosine %.4f", c, best);
+        }
+        for (size_t i = 0; i < KM_K; i++) {
+            double best = -2.0;
+            for (size_t c = 0; c < KM_CL; c++) {
+                double cs = cosine_d(centers + c * KM_DIM, cen + i * KM_DIM, KM_DIM);
+                if (cs > best)
+                    best = cs;
+            }
+            ck_assert_msg(best > 0.95, "centroid %zu: nearest true center cosine %.4f", i, best);
+        }
+        /* Reproducible: the same inputs and seed give the same centroids. */
+        poison(cen2, KM_K * KM_DIM);
+        ck_assert_int_eq(
+            idx_kmeans_device(KERN_DEV_CPU, x, KM_N, KM_DIM, KM_K, 4, per, 7, cen2, &m), 0);
+        ck_assert(memcmp(cen, cen2, sizeof(float) * KM_K * KM_DIM) == 0);
+    }
+    free(centers);
+    free(x);
+    free(cen);
+    free(cen2);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_device_refills_empty_clusters)
+{
+    /* 190 copies of one point and 10 others: with k 20 the initial centroids repeat the copy,
+     * all copies go to the lowest of the equal centroids and the others' clusters are empty.
+     * Each empty cluster takes a worst-served point, so every distinct point ends up with a
+     * centroid of its own, and no centroid is NaN or zero. */
+    enum { N = 200, D = 24, K = 20, DISTINCT = 10 };
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * K * D);
+    uint64_t s = 5;
+    random_units(&s, x, DISTINCT + 1, D);
+    for (size_t i = DISTINCT + 1; i < N; i++)
+        memcpy(x + i * D, x + DISTINCT * D, sizeof(float) * D);
+    for (int seed = 1; seed <= 3; seed++) {
+        store_msg m = {{0}};
+        poison(cen, K * D);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, seed, cen, &m), 0);
+        for (size_t i = 0; i < K; i++) {
+            double nn = dot_d(cen + i * D, cen + i * D, D);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "seed %d centroid %zu: squared norm %f", seed, i,
+                          nn);
+        }
+        for (size_t p = 0; p <= DISTINCT; p++) {
+            uint32_t c = nearest_d(cen, K, D, x + p * D);
+            double cs = cosine_d(cen + c * D, x + p * D, D);
+            ck_assert_msg(cs > 0.9999, "seed %d point %zu: best centroid cosine %.6f", seed, p, cs);
+        }
+    }
+    free(x);
+    free(cen);
+}
+END_TEST
+
+START_TEST(test_index_device_option_reaches_build)
+{
+    /* The handle's device reaches training and encoding: asking for CUDA where there is none
+     * fails with TARTAN_ENODEV and leaves the index as it was; the CPU (or a present GPU)
+     * builds it. */
+    enum { DOCS = 60, LEN = 12, D = 64 };
+    char dir[] = "/tmp/tartan-index-device-XXXXXX", path[64], cmd[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ix", dir);
+    float *emb = xmalloc(sizeof(float) * DOCS * LEN * D);
+    size_t lens[DOCS];
+    char idbuf[DOCS][16];
+    const char *ids[DOCS];
+    uint64_t s = 17;
+    random_units(&s, emb, DOCS * LEN, D);
+    for (size_t i = 0; i < DOCS; i++) {
+        lens[i] = LEN;
+        snprintf(idbuf[i], sizeof idbuf[i], "doc%zu", i);
+        ids[i] = idbuf[i];
+    }
+    tartan_batch b = {DOCS, ids, lens, emb, DOCS * LEN, D, TARTAN_FLOAT32};
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE | TARTAN_EXCL;
+    o.dim = D;
+    o.n_centroids = 32;
+    int gpu = kern_cuda_device_count() > 0;
+    o.device = TARTAN_DEVICE_CUDA;
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    tartan_index_info info;
+    if (!gpu) {
+        ck_assert_int_eq(tartan_add(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_train(db, &b, 0), TARTAN_ENODEV);
+        ck_assert_int_eq(tartan_info(db, &info), 0);
+        ck_assert_uint_eq(info.n_docs, 0);
+        ck_assert_uint_eq(info.n_centroids, 0);
+        tartan_close(db);
+        o.flags = 0;
+        o.device = TARTAN_DEVICE_CPU;
+        ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    }
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    ck_assert_int_eq(tartan_info(db, &info), 0);
+    ck_assert_uint_eq(info.n_docs, DOCS);
+    ck_assert_uint_eq(info.n_centroids, 32);
+    tartan_close(db);
+    free(emb);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    const fx_case cases[] = {
+        {"kmeans_recovers_clusters", test_index_kmeans_recovers_clusters, 0},
+        {"kmeans_centroids_normalised", test_index_kmeans_centroids_normalised, 0},
+        {"kmeans_reproducible", test_index_kmeans_reproducible, 0},
+        {"kmeans_rejects_bad_arguments", test_index_kmeans_rejects_bad_arguments, 0},
+        {"kmeans_prints_nothing", test_index_kmeans_prints_nothing, 0},
+        {"flat_search_matches_bruteforce", test_index_flat_search_matches_bruteforce, 0},
+        {"flat_search_pads_beyond_k", test_index_flat_search_pads_beyond_k, 0},
+        {"plan_sample_docs", test_index_plan_sample_docs, 0},
+        {"plan_centroids", test_index_plan_centroids, 0},
+        {"assign_matches_double", test_index_assign_matches_double, 0},
+        {"assign_ties_go_to_lower_index", test_index_assign_ties_go_to_lower_index, 0},
+        {"assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments, 0},
+        {"kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters, 0},
+        {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
+         0},
+        {"device_option_reaches_build", test_index_device_option_reaches_build, 0},
+    };
+    return FX_RUN("index-train", cases, 0, 0);
+}

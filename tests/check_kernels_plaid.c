@@ -1,0 +1,434 @@
+/*
+ * check_kernels_plaid.c: PLAID's kernels on the CPU: centroid scores, residual-fused scoring of
+ * compressed documents against a double-precision decompression written from the spec (every
+ * nbits, code width, long and unaligned documents), and the centroid-interaction bound.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "fixture_kernels.h"
+#include "kernels.h"
+#include "microkernel_cpu.h"
+
+/* ---- centroid scores ------------------------------------------------------------------- */
+
+START_TEST(test_kernels_centroid_scores)
+{
+    rng_init_random();
+    static const size_t shapes[][3] = {{32, 1000, 128}, {1, 37, 64}, {45, 513, 96}, {3, 5, 1024}};
+    for (size_t s = 0; s < 4; s++) {
+        size_t lq = shapes[s][0], K = shapes[s][1], dim = shapes[s][2];
+        emb q, c;
+        emb_rand(&q, KERN_F32, lq, dim);
+        emb_rand(&c, KERN_F32, K, dim);
+        float *S = xcalloc(lq * K, sizeof(float));
+        FOR_EACH_ISA(isa)
+        {
+            poison(S, lq * K);
+            ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, c.val, K, dim, S),
+                             KERN_OK);
+            for (size_t i = 0; i < lq; i++)
+                for (size_t k = 0; k < K; k++) {
+                    double dot = 0.0, b = 0.0;
+                    for (size_t j = 0; j < dim; j++) {
+                        dot += (double)q.val[i * dim + j] * c.val[k * dim + j];
+                        b += fabs((double)q.val[i * dim + j] * c.val[k * dim + j]);
+                    }
+                    assert_close(S[i * K + k], dot, b, isa, i, k);
+                }
+        }
+        kern_cpu_force_isa(NULL);
+        emb_free(&q);
+        emb_free(&c);
+        free(S);
+    }
+}
+END_TEST
+
+/* ---- residual-fused PLAID scoring ------------------------------------------------------- */
+
+/*
+ * The reference packer, written from the spec: each dim's bucket as nbits bits, least
+ * significant first, dims in order; the bit stream into bytes, most significant bit first.
+ */
+static void ref_pack(const uint8_t *buckets, size_t dim, unsigned nbits, uint8_t *out)
+{
+    memset(out, 0, dim * nbits / 8);
+    size_t bit = 0;
+    for (size_t j = 0; j < dim; j++)
+        for (unsigned u = 0; u < nbits; u++, bit++)
+            if ((buckets[j] >> u) & 1)
+                out[bit / 8] |= (uint8_t)(0x80u >> (bit % 8));
+}
+
+/* A PLAID corpus: centroids, codebook weights, documents decompressed in double. */
+typedef struct plaid {
+    size_t dim, K, nd;
+    unsigned nbits, code_bytes;
+    float *C, w[256];
+    int64_t *off;
+    void *codes;
+    uint8_t *buckets, *packed;
+    float *inv;
+    double *dec; /* decompressed, normalised tokens [T, dim] */
+    kern_pdoc *docs;
+} plaid;
+
+static void plaid_make(plaid *p, size_t dim, size_t K, size_t nd, size_t maxlen, unsigned nbits,
+                       unsigned code_bytes)
+{
+    memset(p, 0, sizeof *p);
+    p->dim = dim;
+    p->K = K;
+    p->nd = nd;
+    p->nbits = nbits;
+    p->code_bytes = code_bytes;
+    p->C = xcalloc(K * dim, sizeof(float));
+    for (size_t i = 0; i < K * dim; i++)
+        p->C[i] = frnd() * 0.2f;
+    unsigned B = 1u << nbits;
+    for (unsigned b = 0; b < B; b++) /* ascending, like trained quantiles */
+        p->w[b] = -0.1f + 0.2f * ((float)b + 0.5f) / (float)B + 0.01f * frnd() / (float)B;
+    p->off = ragged_offsets(nd, maxlen);
+    size_t T = (size_t)p->off[nd], tb = dim * nbits / 8;
+    p->codes = xcalloc(T, code_bytes);
+    p->buckets = xcalloc(T * dim, 1);
+    p->packed = xcalloc(T * tb, 1);
+    p->inv = xcalloc(T, sizeof(float));
+    p->dec = xcalloc(T * dim, sizeof(double));
+    p->docs = xcalloc(nd, sizeof(kern_pdoc));
+    for (size_t t = 0; t < T; t++) {
+        uint32_t code = (uint32_t)(rnd() % K);
+        if (code_bytes == 2)
+            ((uint16_t *)p->codes)[t] = (uint16_t)code;
+        else
+            ((uint32_t *)p->codes)[t] = code;
+        double nrm = 0.0;
+        for (size_t j = 0; j < dim; j++) {
+            p->buckets[t * dim + j] = (uint8_t)(rnd() % B);
+            double v = (double)p->C[code * dim + j] + p->w[p->buckets[t * dim + j]];
+            p->dec[t * dim + j] = v;
+            nrm += v * v;
+        }
+        p->inv[t] = (float)(1.0 / sqrt(nrm));
+        for (size_t j = 0; j < dim; j++)
+            p->dec[t * dim + j] /= sqrt(nrm);
+        ref_pack(p->buckets + t * dim, dim, nbits, p->packed + t * tb);
+    }
+    for (size_t n = 0; n < nd; n++) {
+        size_t f = (size_t)p->off[n];
+        p->docs[n] = (kern_pdoc){(const char *)p->codes + f * code_bytes, p->packed + f * tb,
+                                 p->inv + f, (uint32_t)(p->off[n + 1] - p->off[n])};
+    }
+}
+
+static void plaid_free(plaid *p)
+{
+    free(p->C);
+    free(p->off);
+    free(p->codes);
+    free(p->buckets);
+    free(p->packed);
+    free(p->inv);
+    free(p->dec);
+    free(p->docs);
+}
+
+/* MaxSim in double of q [lq, dim] against the decompressed document n. */
+static double plaid_ref(const plaid *p, const float *q, size_t lq, size_t n, double *bound)
+{
+    size_t f = (size_t)p->off[n], ld = (size_t)(p->off[n + 1] - p->off[n]), dim = p->dim;
+    *bound = 0.0;
+    if (ld == 0)
+        return -INFINITY;
+    double s = 0.0;
+    for (size_t i = 0; i < lq; i++) {
+        double mx = -INFINITY, mb = 0.0;
+        for (size_t t = f; t < f + ld; t++) {
+            double dot = 0.0, ab = 0.0;
+            for (size_t j = 0; j < dim; j++) {
+                dot += q[i * dim + j] * p->dec[t * dim + j];
+                ab += fabs(q[i * dim + j] * p->dec[t * dim + j]);
+            }
+            mx = dot > mx ? dot : mx;
+            mb = ab > mb ? ab : mb;
+        }
+        s += mx;
+        *bound += mb;
+    }
+    return s;
+}
+
+static void check_residual(size_t dim, size_t K, size_t nd, size_t maxlen, size_t lq,
+                           unsigned nbits, unsigned code_bytes)
+{
+    plaid p;
+    plaid_make(&p, dim, K, nd, maxlen, nbits, code_bytes);
+    emb q;
+    emb_rand(&q, KERN_F32, lq, dim);
+    float *qc = xcalloc(lq * K, sizeof(float)), *scores = xcalloc(nd, sizeof(float));
+    ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
+    kern_residual a = {dim, nbits, code_bytes, q.val, lq, qc, K, p.w, p.docs, nd};
+    FOR_EACH_ISA(isa)
+    {
+        poison(scores, nd);
+        ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, scores), KERN_OK);
+        for (size_t n = 0; n < nd; n++) {
+            double bound, ref = plaid_ref(&p, q.val, lq, n, &bound);
+            /* Inverse norms are stored in fp32: allow their rounding too. */
+            assert_close(scores[n], ref, bound * 2.0, isa, nbits, n);
+        }
+    }
+    kern_cpu_force_isa(NULL);
+    emb_free(&q);
+    free(qc);
+    free(scores);
+    plaid_free(&p);
+}
+
+START_TEST(test_kernels_residual_bit_order)
+{
+    /*
+     * dim 8, nbits 2, buckets 0 1 2 3 3 2 1 0. LSB first per dim gives the bit stream
+     * 00 10 01 11 | 11 01 10 00, packed MSB first: 0x27 0xd8. With nbits 1 and buckets
+     * 1 0 0 0 0 0 1 1 the stream is the byte 0x83.
+     */
+    const uint8_t b2[8] = {0, 1, 2, 3, 3, 2, 1, 0}, b1[8] = {1, 0, 0, 0, 0, 0, 1, 1};
+    uint8_t out[2];
+    ref_pack(b2, 8, 2, out);
+    ck_assert_uint_eq(out[0], 0x27);
+    ck_assert_uint_eq(out[1], 0xd8);
+    ref_pack(b1, 8, 1, out);
+    ck_assert_uint_eq(out[0], 0x83);
+
+    /* The kernel on those bytes: centroid 0 is zero, so <q, d> = (q . w[b]) * inv_norm. With
+     * q = e_j the score picks out w[bucket_j] * inv_norm: each dim's bucket, read back. */
+    float w[4] = {1.0f, 10.0f, 100.0f, 1000.0f}, C[8] = {0}, q[64] = {0}, qc[8] = {0};
+    for (int j = 0; j < 8; j++)
+        q[j * 8 + j] = 1.0f;
+    const uint8_t packed2[2] = {0x27, 0xd8}, packed1[1] = {0x83};
+    uint16_t code = 0;
+    float inv = 1.0f, s = NAN;
+    kern_pdoc doc = {&code, packed2, &inv, 1};
+    for (int j = 0; j < 8; j++) {
+        kern_residual a = {8, 2, 2, q + j * 8, 1, qc, 1, w, &doc, 1};
+        s = NAN;
+        ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
+        ck_assert_msg(s == w[b2[j]], "nbits 2 dim %d: %g != %g", j, s, w[b2[j]]);
+    }
+    doc.residuals = packed1;
+    for (int j = 0; j < 8; j++) {
+        kern_residual a = {8, 1, 2, q + j * 8, 1, qc, 1, w, &doc, 1};
+        s = NAN;
+        ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
+        ck_assert_msg(s == w[b1[j]], "nbits 1 dim %d: %g != %g", j, s, w[b1[j]]);
+    }
+    (void)C;
+}
+END_TEST
+
+START_TEST(test_kernels_residual_nbits)
+{
+    rng_init_random();
+    static const unsigned nb[] = {1, 2, 4, 8};
+    for (size_t i = 0; i < 4; i++) {
+        check_residual(128, 64, 20, 40, 32, nb[i], 2);
+        check_residual(64, 300, 12, 30, 7, nb[i], 4);
+    }
+}
+END_TEST
+
+START_TEST(test_kernels_residual_strided_table)
+{
+    /* Few tokens, many centroids: the kernel reads the score table without transposing. */
+    rng_init_random();
+    check_residual(96, 5000, 6, 20, 32, 2, 2);
+    check_residual(128, 70000, 3, 10, 5, 4, 4);
+}
+END_TEST
+
+START_TEST(test_kernels_residual_long_docs)
+{
+    /* Documents longer than one chunk, and more query tokens than one panel. */
+    rng_init_random();
+    check_residual(128, 32, 3, 900, 40, 2, 2);
+}
+END_TEST
+
+START_TEST(test_kernels_residual_unaligned)
+{
+    /* Codes and inverse norms read from memory aligned to 2 bytes only (as in LMDB's map)
+     * give the same scores as aligned copies. */
+    rng_init_random();
+    plaid p;
+    size_t dim = 64, K = 50, nd = 9, lq = 8;
+    plaid_make(&p, dim, K, nd, 30, 2, 4);
+    size_t T = (size_t)p.off[nd];
+    char *cbuf = xcalloc(T * 4 + 8, 1), *ibuf = xcalloc(T * 4 + 8, 1);
+    memcpy(cbuf + 2, p.codes, T * 4);
+    memcpy(ibuf + 2, p.inv, T * 4);
+    kern_pdoc *ud = xcalloc(nd, sizeof *ud);
+    for (size_t n = 0; n < nd; n++) {
+        ud[n] = p.docs[n];
+        ud[n].codes = cbuf + 2 + 4 * p.off[n];
+        ud[n].inv_norms = (const float *)(ibuf + 2 + 4 * p.off[n]);
+    }
+    emb q;
+    emb_rand(&q, KERN_F32, lq, dim);
+    float *qc = xcalloc(lq * K, sizeof(float)), s1[9], s2[9], a1[9], a2[9];
+    ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
+    kern_residual a = {dim, 2, 4, q.val, lq, qc, K, p.w, p.docs, nd};
+    poison(s1, nd);
+    poison(s2, nd);
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s1), KERN_OK);
+    a.docs = ud;
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s2), KERN_OK);
+    poison(a1, nd);
+    poison(a2, nd);
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, qc, lq, K, 4, p.docs, nd, NULL, a1),
+                     KERN_OK);
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, qc, lq, K, 4, ud, nd, NULL, a2),
+                     KERN_OK);
+    for (size_t n = 0; n < nd; n++) {
+        ck_assert(memcmp(&s1[n], &s2[n], 4) == 0 && !isnan(s1[n]));
+        ck_assert(memcmp(&a1[n], &a2[n], 4) == 0 && !isnan(a1[n]));
+    }
+    emb_free(&q);
+    free(qc);
+    free(ud);
+    free(cbuf);
+    free(ibuf);
+    plaid_free(&p);
+}
+END_TEST
+
+START_TEST(test_kernels_residual_bad_input)
+{
+    float w[4] = {0}, q[8] = {0}, qc[2] = {0}, inv[2] = {1, 1}, s[2];
+    uint16_t codes[2] = {0, 2};
+    uint8_t res[4] = {0};
+    kern_pdoc doc = {codes, res, inv, 2};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1};
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL); /* code 2 >= K */
+    ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
+    codes[1] = 1;
+    poison(s, 1);
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_OK);
+    ck_assert(!isnan(s[0]));
+    a.nbits = 3;
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL);
+    a.nbits = 1;
+    a.dim = 12; /* 12 bits: not whole bytes */
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL);
+    a.dim = 8;
+    a.code_bytes = 3;
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL);
+    a.code_bytes = 2;
+    doc.residuals = NULL;
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL);
+    doc.ntok = 0; /* an empty document needs no arrays and scores -inf */
+    poison(s, 1);
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_OK);
+    ck_assert(isinf(s[0]) && s[0] < 0);
+}
+END_TEST
+
+/* ---- centroid interaction ------------------------------------------------------------------ */
+
+static void check_interaction(size_t K, size_t nd, size_t maxlen, size_t lq, unsigned cb,
+                              double keep_p)
+{
+    plaid p;
+    plaid_make(&p, 8, K, nd, maxlen, 8, cb);
+    float *S = xcalloc(lq * K, sizeof(float)), *approx = xcalloc(nd, sizeof(float));
+    for (size_t i = 0; i < lq * K; i++)
+        S[i] = frnd();
+    uint8_t *keep = keep_p < 1.0 ? mask_rand(K, keep_p) : NULL;
+    for (size_t n = 0; n < nd; n++)
+        p.docs[n].residuals = NULL, p.docs[n].inv_norms = NULL; /* codes only */
+    poison(approx, nd);
+    ck_assert_int_eq(
+        kern_centroid_interaction(KERN_DEV_CPU, S, lq, K, cb, p.docs, nd, keep, approx), KERN_OK);
+    for (size_t n = 0; n < nd; n++) {
+        double s = 0.0;
+        size_t kept = 0;
+        for (size_t i = 0; i < lq; i++) {
+            double mx = -INFINITY;
+            for (int64_t t = p.off[n]; t < p.off[n + 1]; t++) {
+                uint32_t c = cb == 2 ? ((uint16_t *)p.codes)[t] : ((uint32_t *)p.codes)[t];
+                if (keep && !keep[c])
+                    continue;
+                kept += i == 0;
+                mx = S[i * K + c] > mx ? S[i * K + c] : mx;
+            }
+            s += mx;
+        }
+        if (!kept)
+            ck_assert_msg(isinf(approx[n]) && approx[n] < 0, "doc %zu: %g", n, approx[n]);
+        else
+            ck_assert_msg(fabs(approx[n] - s) <= 1e-5 * lq, "doc %zu: %g != %g (seed %llu)", n,
+                          approx[n], s, (unsigned long long)rng_seed);
+    }
+    free(S);
+    free(approx);
+    free(keep);
+    plaid_free(&p);
+}
+
+START_TEST(test_kernels_interaction_all_kept)
+{
+    rng_init_random();
+    check_interaction(256, 50, 40, 32, 2, 1.0);
+    check_interaction(100000, 5, 8, 3, 4, 1.0); /* strided table reads */
+}
+END_TEST
+
+START_TEST(test_kernels_interaction_keep_mask)
+{
+    rng_init_random();
+    check_interaction(64, 60, 12, 32, 2, 0.3);
+    check_interaction(50000, 8, 10, 9, 4, 0.5);
+    check_interaction(16, 40, 3, 5, 2, 0.1); /* many documents with no kept token */
+}
+END_TEST
+
+START_TEST(test_kernels_interaction_bad_code)
+{
+    float S[4] = {1, 2, 3, 4}, approx[1];
+    uint32_t codes[2] = {1, 4};
+    kern_pdoc doc = {codes, NULL, NULL, 2};
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, S, 1, 4, 4, &doc, 1, NULL, approx),
+                     KERN_EINVAL);
+    codes[1] = 3;
+    approx[0] = NAN;
+    ck_assert_int_eq(kern_centroid_interaction(KERN_DEV_CPU, S, 1, 4, 4, &doc, 1, NULL, approx),
+                     KERN_OK);
+    ck_assert(approx[0] == 4.0f);
+}
+END_TEST
+
+int main(void)
+{
+    const fx_case cases[] = {
+        {"centroid_scores", test_kernels_centroid_scores, 0},
+        {"residual_bit_order", test_kernels_residual_bit_order, 0},
+        {"residual_nbits", test_kernels_residual_nbits, 0},
+        {"residual_strided_table", test_kernels_residual_strided_table, 0},
+        {"residual_long_docs", test_kernels_residual_long_docs, 0},
+        {"residual_unaligned", test_kernels_residual_unaligned, 0},
+        {"residual_bad_input", test_kernels_residual_bad_input, 0},
+        {"interaction_all_kept", test_kernels_interaction_all_kept, 0},
+        {"interaction_keep_mask", test_kernels_interaction_keep_mask, 0},
+        {"interaction_bad_code", test_kernels_interaction_bad_code, 0},
+    };
+    return FX_RUN("kernels-plaid", cases, 0, 60);
+}

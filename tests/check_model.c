@@ -39,7 +39,8 @@
  * PLAID's approximate stages are not modelled: a PLAID search must return live documents of
  * one version with their exact scores, in order, and is exact (the model's top k) where the
  * API says it is: a subset of at most ndocs live documents (256 with the adaptive default
- * ndocs 0), or every centroid probed, no threshold and ndocs above four times the documents.
+ * ndocs 0), or every centroid probed, no threshold and ndocs above four times the documents
+ * (of the version searched: an add that lands during the call may take it past that).
  *
  * Reproducing. The writer's sequence depends on the seed only: a killed write that had not
  * landed, and a write failed on purpose, are redone afterwards, so every run of a seed makes
@@ -95,6 +96,8 @@ extern char **environ;
 #define TOL_PER_TOKEN_GPU 5e-4
 
 #define NEVER UINT64_MAX
+/* The most documents one add makes (gen_change). */
+#define ADD_MAX 149
 /* Slots of the versions in use: 0 the writer, 1 the second process, 2.. the readers. */
 #define SLOT_WRITER 0
 #define SLOT_PROC 1
@@ -880,6 +883,9 @@ typedef struct call {
     qbatch qb;
     tartan_search_params p;
     int mode;
+    /* PLAID with nothing pruned (ndocs set): exact only for a version of at most this many
+     * live documents (0: no such limit). */
+    size_t exact_upto;
     char **subset; /* owned copies */
     size_t n_subset;
     idmap subset_ids;
@@ -923,7 +929,8 @@ static int check_hits(const view *w, const call *c, size_t qi, const tartan_hit 
      * documents"; engine/search.c scores it so up to 256 with ndocs 0 (adaptive) but only up
      * to ndocs with ndocs set. The model holds the engine to what both say. */
     size_t small = c->p.ndocs ? c->p.ndocs : 256;
-    int exact = c->mode == MODE_EXACT || (c->has_subset && nel <= small);
+    int exact = (c->mode == MODE_EXACT && (!c->exact_upto || n <= c->exact_upto)) ||
+                (c->has_subset && nel <= small);
     int bad = 1;
     if (cnt > c->p.k) {
         snprintf(why, wl, "%zu hits for k %zu", cnt, c->p.k);
@@ -1045,6 +1052,62 @@ static void check_call(const call *c, uint64_t lo, uint64_t hi, const hitlist *h
             (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)hi, first);
 }
 
+/*
+ * check_hits' reading of the PLAID all-in promise, on made-up documents (dim 2, one query token
+ * (1, 0)): a, b, c score 0.5, 0.8 and 0.9. A search with ndocs 8 and k 1 keeps max(8 / 4, 1) =
+ * 2 documents for exact scoring; on a version of three documents whose approximate scores tie
+ * it may keep a and b and answer b: allowed there (this is what made the soak of seed
+ * 599546791755 fail: an add landed during the call), a difference on a version of a and b
+ * only, or where the promise covers three documents.
+ */
+static void selftest_exactness(void)
+{
+    float ta[2] = {0.5f, 0.8660254f}, tb[2] = {0.8f, 0.6f}, tc[2] = {0.9f, 0.4358899f};
+    rdoc da = {"a", 1, ta, 1, NEVER, 1}, dbb = {"b", 1, tb, 1, NEVER, 2},
+         dc = {"c", 1, tc, 2, NEVER, 3};
+    rdoc *docs[3] = {&da, &dbb, &dc};
+    size_t off[2] = {0, 1};
+    double qn[2] = {1.0, 0.0};
+    call c;
+    memset(&c, 0, sizeof c);
+    c.qb.nq = 1;
+    c.qb.off = off;
+    c.qb.rows = 1;
+    c.qb.dim = 2;
+    c.qb.qn = qn;
+    tartan_search_params_init(&c.p, 1);
+    c.p.ndocs = 8;
+    c.mode = MODE_EXACT;
+    tartan_hit hit = {"b", 0.8f};
+    char why[512];
+    for (int n = 2; n <= 3; n++) {
+        view w = {.v = (uint64_t)n - 1, .d = docs, .n = (size_t)n};
+        idmap_init(&w.ids, 3);
+        for (size_t i = 0; i < w.n; i++)
+            idmap_put(&w.ids, docs[i]->id, (void *)(uintptr_t)(i + 1));
+        c.exact_upto = 2;
+        if (check_hits(&w, &c, 0, &hit, 1, why, sizeof why))
+            die("self-test: %zu documents, exact up to 2: %s", w.n, why);
+        c.exact_upto = 0; /* exhaustive: always exact */
+        if (check_hits(&w, &c, 0, &hit, 1, why, sizeof why) != (n == 3))
+            die("self-test: exhaustive search over %zu documents answering b: %s", w.n,
+                n == 3 ? "not caught" : why);
+        c.exact_upto = 3;
+        if (check_hits(&w, &c, 0, &hit, 1, why, sizeof why) != (n == 3))
+            die("self-test: %zu documents, exact up to 3: %s", w.n, n == 3 ? "not caught" : why);
+        idmap_free(&w.ids);
+    }
+    tartan_hit wrong = {"a", 0.5f};
+    view w2 = {.v = 1, .d = docs, .n = 2};
+    idmap_init(&w2.ids, 2);
+    for (size_t i = 0; i < 2; i++)
+        idmap_put(&w2.ids, docs[i]->id, (void *)(uintptr_t)(i + 1));
+    c.exact_upto = 2;
+    if (!check_hits(&w2, &c, 0, &wrong, 1, why, sizeof why))
+        die("self-test: a answered over a and b, exact up to 2: not caught");
+    idmap_free(&w2.ids);
+}
+
 /* tartan_info against version v: counts and the byte formulas. NULL when right. */
 static const char *info_diff(const view *w, const tartan_index_info *in, char *buf, size_t bl)
 {
@@ -1115,9 +1178,17 @@ static void call_make(call *c, rng *r, const pool *p, int kind, int plain)
         c->p.exhaustive = 1;
         c->mode = MODE_EXACT;
     } else if (kind == 6) {
+        /* Every centroid probed and nothing pruned: every live document is a candidate, and
+         * the result is exhaustive search's where stage 3 keeps them all, i.e. while the
+         * version searched has at most max(ndocs / 4, k) live documents (tartan.h). nrec
+         * counts the records of the versions in use now; the call may see a later version,
+         * grown by adds meanwhile (up to 149 documents each; a 1-centroid index ties every
+         * approximate score, so stage 3 then drops the newest documents): room for one such
+         * add, and check_hits holds each version to the promise only where it applies. */
         c->p.ncells = (size_t)1 << 20; /* more than the index has: all */
         c->p.centroid_score_threshold = -1000.0f;
-        c->p.ndocs = 4 * (nrec + k) + 4;
+        c->p.ndocs = 4 * (nrec + k + ADD_MAX) + 4;
+        c->exact_upto = c->p.ndocs / 4;
         c->mode = MODE_EXACT;
     } else if (kind == 7) {
         c->p.ncells = 1 + rbelow(r, 8);
@@ -2425,7 +2496,7 @@ static void gen_change(wop *op)
     int below = M.nlive < E.target;
     size_t r = rbelow(&W, 100);
     if (!M.trained || r < (below ? 55u : 30u)) {
-        size_t n = rbelow(&W, 8) == 0 ? 30 + rbelow(&W, 120) : 1 + rbelow(&W, 20);
+        size_t n = rbelow(&W, 8) == 0 ? 30 + rbelow(&W, ADD_MAX - 29) : 1 + rbelow(&W, 20);
         if (!M.trained && n < 8)
             n = 8;
         gen_add(op, n, 0);
@@ -2564,6 +2635,7 @@ int main(int argc, char **argv)
     if (argc == 6 && !strcmp(argv[1], "--child-op"))
         return child_main(argv[2], argv[3], argv[4], argv[5]);
     configure();
+    selftest_exactness();
     printf("check_model: seed %llu (TARTAN_MODEL_SEED=%llu replays it), %.0f s, %d readers, "
            "kills %s, write failures %s, second process %s\n",
            (unsigned long long)cfg.seed, (unsigned long long)cfg.seed, cfg.seconds, cfg.readers,

@@ -10,10 +10,16 @@
  *
  *   bench/bench_assign [--device cpu|cuda] [--tokens N] [--centroids K] [--dim D]
  *                      [--kmeans-points M] [--iters I] [--check N] [--seed X] [--json FILE]
+ *                      [--embeddings E.npy] [--per-centroid P]
  *
  * On the GPU host, 1M-document (70M-token) sizes: --device cuda --tokens 4194304
  * --centroids 131072 --kmeans-points 11700000 (the 95% of a 175,000-document sample that
  * k-means gets); the build's assignment time then scales by 70M / tokens.
+ *
+ * --embeddings takes the points from a real corpus (its first --tokens rows, L2-normalised)
+ * instead of random clustered vectors: k-means runs on all of them (at most --per-centroid points
+ * a centroid, default 64 as in a build), and the assignment step uses the centroids it found,
+ * rounded to fp16 as the index stores them.
  */
 #include "config.h"
 
@@ -30,6 +36,7 @@
 #include "assign.h"
 #include "codec.h"
 #include "kernels.h"
+#include "npy.h"
 #include "store.h"
 
 static uint64_t mix(uint64_t z)
@@ -124,7 +131,8 @@ int main(int argc, char **argv)
     size_t n = (size_t)1 << 20, k = 131072, dim = 128, km_n = (size_t)1 << 20, iters = 4;
     size_t check = 2000;
     uint64_t seed = 42;
-    const char *json = "bench_assign.json";
+    const char *json = "bench_assign.json", *emb_path = NULL;
+    size_t per = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--device") && v) {
@@ -152,10 +160,14 @@ int main(int argc, char **argv)
             seed = arg_size(v, a);
         else if (!strcmp(a, "--json") && v)
             json = v;
+        else if (!strcmp(a, "--embeddings") && v)
+            emb_path = v;
+        else if (!strcmp(a, "--per-centroid"))
+            per = arg_size(v, a);
         else {
             fprintf(stderr, "usage: bench_assign [--device cpu|cuda] [--tokens N] [--centroids K]"
                             " [--dim D] [--kmeans-points M] [--iters I] [--check N] [--seed X]"
-                            " [--json FILE]\n");
+                            " [--json FILE] [--embeddings E.npy] [--per-centroid P]\n");
             return 2;
         }
         i++;
@@ -186,13 +198,48 @@ int main(int argc, char **argv)
 
     size_t ncl = k * 2;
     float *centers = xmalloc(ncl * dim * sizeof(float));
-    make_units(centers, ncl, dim, seed);
-    float *x = xmalloc(n * dim * sizeof(float));
-    make_rows(x, n, dim, centers, ncl, seed + 1);
-    float *cen = xmalloc(k * dim * sizeof(float));
-    make_rows(cen, k, dim, centers, ncl, seed + 2); /* centroids near the data, as trained */
-    uint32_t *codes = xmalloc(n * sizeof(uint32_t));
+    float *x, *cen = xmalloc(k * dim * sizeof(float));
     store_msg m = {{0}};
+    double t_kmeans = NAN;
+    if (emb_path) {
+        /* A real corpus: its first n rows, and centroids trained on them as a build does. */
+        tool_npy e;
+        char err[512];
+        if (tool_npy_open(&e, emb_path, TOOL_DT(TOOL_F32) | TOOL_DT(TOOL_F16), 2, 2, err,
+                          sizeof err)) {
+            fprintf(stderr, "bench_assign: %s\n", err);
+            return 1;
+        }
+        dim = e.shape[1];
+        if (n > e.shape[0])
+            n = e.shape[0];
+        x = xmalloc(n * dim * sizeof(float));
+        for (size_t i = 0; i < n * dim; i++)
+            x[i] = e.dtype == TOOL_F16 ? kern_f16_to_f32(((const uint16_t *)e.data)[i])
+                                       : ((const float *)e.data)[i];
+        tool_npy_close(&e);
+        for (size_t i = 0; i < n; i++)
+            unit_row(x + i * dim, dim);
+        /* Centroids for the assignment step: k-means as a build trains them (timed here; at
+         * most per points a centroid, a seeded subset), stored as fp16. */
+        km_n = n;
+        double t0 = now();
+        if (idx_kmeans_device(dev, x, n, dim, k, (int)iters, (int)per, seed, cen, &m)) {
+            fprintf(stderr, "bench_assign: k-means: %s\n", m.text);
+            return 1;
+        }
+        t_kmeans = now() - t0;
+        for (size_t i = 0; i < k * dim; i++)
+            cen[i] = kern_f16_to_f32(kern_f32_to_f16(cen[i]));
+        printf("corpus %s: %zu tokens, dim %zu; k-means on %zu of them\n", emb_path, n, dim,
+               n < k * per ? n : k * per);
+    } else {
+        make_units(centers, ncl, dim, seed);
+        x = xmalloc(n * dim * sizeof(float));
+        make_rows(x, n, dim, centers, ncl, seed + 1);
+        make_rows(cen, k, dim, centers, ncl, seed + 2); /* centroids near the data, as trained */
+    }
+    uint32_t *codes = xmalloc(n * sizeof(uint32_t));
     const double flop = 2.0 * (double)n * (double)k * (double)dim;
 
     /* Kernel alone, on device-resident points (CUDA), or the CPU kernel. */
@@ -267,21 +314,22 @@ int main(int argc, char **argv)
         free(inv);
     }
     free(res);
+
+    /* k-means as training runs it (a real corpus: timed above). */
     free(x);
-
-    /* k-means as training runs it. */
-    float *kx = xmalloc(km_n * dim * sizeof(float));
-    make_rows(kx, km_n, dim, centers, ncl, seed + 3);
-    t0 = now();
-    if (idx_kmeans_device(dev, kx, km_n, dim, k, (int)iters, 256, seed, cen, &m)) {
-        fprintf(stderr, "bench_assign: k-means: %s\n", m.text);
-        return 1;
+    if (!emb_path) {
+        float *kx = xmalloc(km_n * dim * sizeof(float));
+        make_rows(kx, km_n, dim, centers, ncl, seed + 3);
+        t0 = now();
+        if (idx_kmeans_device(dev, kx, km_n, dim, k, (int)iters, (int)per, seed, cen, &m)) {
+            fprintf(stderr, "bench_assign: k-means: %s\n", m.text);
+            return 1;
+        }
+        t_kmeans = now() - t0;
+        free(kx);
     }
-    double t_kmeans = now() - t0;
     double km_flop =
-        2.0 * (double)(km_n < k * 256 ? km_n : k * 256) * (double)k * (double)dim * (double)iters;
-    free(kx);
-
+        2.0 * (double)(km_n < k * per ? km_n : k * per) * (double)k * (double)dim * (double)iters;
     printf("\n%-28s %12s %14s %12s\n", "step", "seconds", "TFLOP", "TFLOP/s");
     if (!isnan(t_kernel))
         printf("%-28s %12.3f %14.2f %12.2f\n", "kernel (device-resident)", t_kernel, flop / 1e12,
@@ -304,10 +352,10 @@ int main(int argc, char **argv)
                 "\"kernel_s\": %.6g, \"assign_s\": %.6g, \"kmeans_points\": %zu, "
                 "\"kmeans_iters\": %zu, \"kmeans_flop\": %.6g, \"kmeans_s\": %.6g, "
                 "\"compress_s\": %.6g, \"check_points\": %zu, \"check_differ\": %zu, "
-                "\"check_beyond_tie\": %zu}\n",
+                "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu}\n",
                 dev == KERN_DEV_CUDA ? "cuda" : "cpu", cpu, threads, n, k, dim, flop,
                 isnan(t_kernel) ? -1.0 : t_kernel, t_assign, km_n, iters, km_flop, t_kmeans,
-                t_compress, check, differ, bad);
+                t_compress, check, differ, bad, per);
         fclose(f);
     }
     free(centers);

@@ -153,7 +153,8 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
  * (the devices' summation orders differ, so they may pick differently only where two scores are
  * within fp32 rounding of each other); equal scores go to the lower index; a NaN score never
  * wins (a point whose every score is NaN gets -1 and -inf). Nothing of size n * n_centroids is
- * allocated on the GPU (scores and argmax are fused); the CPU scores chunks of about 64 MB.
+ * allocated on either device: scores and argmax are fused. The answer does not depend on the
+ * thread count.
  * n_centroids must be 1 to INT32_MAX.
  * ------------------------------------------------------------------------------------- */
 int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,

@@ -63,6 +63,19 @@ static void gen_tile(const float *qt, size_t dim, const float *const *rows, unsi
     gen_block(qt, dim, rows, out);
 }
 
+static void gen_argmax(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                       int32_t first, float *best, int32_t *bidx)
+{
+    float acc[GEN_J * GEN_P];
+    gen_block(qt, dim, rows, acc);
+    for (unsigned j = 0; j < GEN_J; j++)
+        for (unsigned l = 0; l < GEN_P; l++)
+            if (acc[j * GEN_P + l] > best[l]) {
+                best[l] = acc[j * GEN_P + l];
+                bidx[l] = first + (int32_t)j;
+            }
+}
+
 static void gen_max_affine(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
                            float *mx, const float *const *add, const float *scale)
 {
@@ -94,6 +107,7 @@ static const kern_mk mk_generic = {
     .max = gen_max,
     .max_affine = gen_max_affine,
     .tile = gen_tile,
+    .argmax = gen_argmax,
     .f16 = gen_f16,
     .bf16 = gen_bf16,
 };
@@ -173,6 +187,49 @@ T512 static void tile512(const float *qt, size_t dim, const float *const *rows, 
         R8(A512_FMA2)
     }
     R8(A512_ST2)
+}
+
+#define A512_ARG1(j)                                                                               \
+    {                                                                                              \
+        __mmask16 g = _mm512_cmp_ps_mask(a##j##0, b0, _CMP_GT_OQ);                                 \
+        b0 = _mm512_mask_mov_ps(b0, g, a##j##0);                                                   \
+        i0 = _mm512_mask_mov_epi32(i0, g, _mm512_set1_epi32(first + j));                           \
+    }
+#define A512_ARG2(j)                                                                               \
+    {                                                                                              \
+        __mmask16 g = _mm512_cmp_ps_mask(a##j##1, b1, _CMP_GT_OQ);                                 \
+        b1 = _mm512_mask_mov_ps(b1, g, a##j##1);                                                   \
+        i1 = _mm512_mask_mov_epi32(i1, g, _mm512_set1_epi32(first + j));                           \
+    }
+
+T512 static void argmax512(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                           int32_t first, float *best, int32_t *bidx)
+{
+    R8(A512_DECL)
+    __m512 b0 = _mm512_load_ps(best);
+    __m512i i0 = _mm512_load_si512(bidx);
+    if (lanes <= 16) {
+        for (size_t k = 0; k < dim; k++) {
+            __m512 q0 = _mm512_load_ps(qt + 32 * k);
+            R8(A512_FMA1)
+        }
+        R8(A512_ARG1)
+        _mm512_store_ps(best, b0);
+        _mm512_store_si512(bidx, i0);
+        return;
+    }
+    for (size_t k = 0; k < dim; k++) {
+        __m512 q0 = _mm512_load_ps(qt + 32 * k), q1 = _mm512_load_ps(qt + 32 * k + 16);
+        R8(A512_FMA2)
+    }
+    __m512 b1 = _mm512_load_ps(best + 16);
+    __m512i i1 = _mm512_load_si512(bidx + 16);
+    R8(A512_ARG1)
+    R8(A512_ARG2)
+    _mm512_store_ps(best, b0);
+    _mm512_store_si512(bidx, i0);
+    _mm512_store_ps(best + 16, b1);
+    _mm512_store_si512(bidx + 16, i1);
 }
 
 #define A512_AFF1(j)                                                                               \
@@ -295,6 +352,7 @@ static const kern_mk mk_avx512 = {
     .max = max512,
     .max_affine = max_affine512,
     .tile = tile512,
+    .argmax = argmax512,
     .f16 = f16_512,
     .bf16 = bf16_512,
 };
@@ -307,6 +365,7 @@ static const kern_mk mk_avx512bf16 = {
     .max = max512,
     .max_affine = max_affine512,
     .tile = tile512,
+    .argmax = argmax512,
     .max_bf16 = max_bf16_512,
     .f16 = f16_512,
     .bf16 = bf16_512,
@@ -384,6 +443,48 @@ T256 static void tile256(const float *qt, size_t dim, const float *const *rows, 
     R6(A256_ST2)
 }
 
+#define A256_ARG1(j)                                                                               \
+    {                                                                                              \
+        __m256 g = _mm256_cmp_ps(a##j##0, b0, _CMP_GT_OQ);                                         \
+        b0 = _mm256_blendv_ps(b0, a##j##0, g);                                                     \
+        i0 = _mm256_blendv_ps(i0, _mm256_castsi256_ps(_mm256_set1_epi32(first + j)), g);           \
+    }
+#define A256_ARG2(j)                                                                               \
+    {                                                                                              \
+        __m256 g = _mm256_cmp_ps(a##j##1, b1, _CMP_GT_OQ);                                         \
+        b1 = _mm256_blendv_ps(b1, a##j##1, g);                                                     \
+        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(_mm256_set1_epi32(first + j)), g);           \
+    }
+
+/* The indices ride in float registers (blendv moves bits, whatever they mean). */
+T256 static void argmax256(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                           int32_t first, float *best, int32_t *bidx)
+{
+    R6(A256_DECL)
+    __m256 b0 = _mm256_load_ps(best), i0 = _mm256_load_ps((const float *)bidx);
+    if (lanes <= 8) {
+        for (size_t k = 0; k < dim; k++) {
+            __m256 q0 = _mm256_load_ps(qt + 16 * k);
+            R6(A256_FMA1)
+        }
+        R6(A256_ARG1)
+        _mm256_store_ps(best, b0);
+        _mm256_store_ps((float *)bidx, i0);
+        return;
+    }
+    for (size_t k = 0; k < dim; k++) {
+        __m256 q0 = _mm256_load_ps(qt + 16 * k), q1 = _mm256_load_ps(qt + 16 * k + 8);
+        R6(A256_FMA2)
+    }
+    __m256 b1 = _mm256_load_ps(best + 8), i1 = _mm256_load_ps((const float *)bidx + 8);
+    R6(A256_ARG1)
+    R6(A256_ARG2)
+    _mm256_store_ps(best, b0);
+    _mm256_store_ps((float *)bidx, i0);
+    _mm256_store_ps(best + 8, b1);
+    _mm256_store_ps((float *)bidx + 8, i1);
+}
+
 #define A256_AFF1(j)                                                                               \
     m0 = _mm256_max_ps(m0, _mm256_mul_ps(_mm256_add_ps(a##j##0, _mm256_loadu_ps(add[j])),          \
                                          _mm256_set1_ps(scale[j])));
@@ -447,6 +548,7 @@ static const kern_mk mk_avx2 = {
     .max = max256,
     .max_affine = max_affine256,
     .tile = tile256,
+    .argmax = argmax256,
     .f16 = f16_256,
     .bf16 = bf16_256,
 };

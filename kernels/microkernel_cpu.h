@@ -9,7 +9,8 @@
  * products in registers. The max variant folds the J rows into a per-lane running maximum (the
  * MaxSim inner step, no horizontal reduction needed); the tile variant writes the J x P block
  * for kernels that transform each product before the max (residual scoring) or keep it
- * (centroid scores).
+ * (centroid scores); the argmax variant folds the block into a per-lane running best and its
+ * row number (nearest-centroid assignment).
  *
  * Rows are passed as J pointers so that masks, ragged tails and converted 16-bit inputs cost
  * nothing: callers list valid rows only and repeat the last row to fill a group of J
@@ -49,6 +50,13 @@ typedef struct kern_mk {
                        float *mx, const float *const *add, const float *scale);
     /* out[j * P + l] = <qt lane l, rows[j]> for j < J, l < P (lanes as for max). */
     void (*tile)(const float *qt, size_t dim, const float *const *rows, unsigned lanes, float *out);
+    /* The running argmax of nearest-centroid assignment: for j = 0 .. J - 1 in turn, lane l
+     * takes (<qt lane l, rows[j]>, first + j) into (best[l], bidx[l]) where the product is
+     * strictly greater than best[l] (ties keep the earlier, lower index; NaN never wins).
+     * The products are tile's, bit for bit. best, bidx: P entries, 64-byte aligned; callers
+     * filling a group with repeats of the last row lose nothing (a repeat never wins). */
+    void (*argmax)(const float *qt, size_t dim, const float *const *rows, unsigned lanes,
+                   int32_t first, float *best, int32_t *bidx);
     /* max for bf16 documents read as they are, two dims per step with AVX512_BF16's dot
      * product (exact products, fp32 accumulation; bf16 subnormals count as zero): qt is a
      * panel of bf16 pairs (kern_pack_panels_bf16), rows point at bf16 rows, dim is even.

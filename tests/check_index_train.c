@@ -13,12 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "assign.h"
 #include "codec.h"
 #include "fixture.h"
 #include "kernels.h"
 #include "kmeans.h"
+#include "microkernel_cpu.h"
 #include "plan.h"
 #include "tartan.h"
 
@@ -360,10 +364,20 @@ START_TEST(test_index_assign_matches_double)
         float *sc2 = xmalloc(sizeof(float) * n);
         random_units(&s, x, n, dim);
         random_units(&s, c, k, dim);
-        /* The kernel (what the GPU path mirrors) on the CPU. */
-        memset(best, 0xab, sizeof(int32_t) * n);
-        poison(sc, n);
-        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best, sc), KERN_OK);
+        /* The kernel (what the GPU path mirrors) on the CPU, with every micro-kernel variant
+         * this CPU runs: each the same answer as the double reference. */
+        static const char *const isas[] = {"generic", "avx2", "avx512", NULL};
+        for (size_t v = 0; v < 4; v++) {
+            if (isas[v] && !kern_cpu_has_isa(isas[v]))
+                continue;
+            ck_assert_int_eq(kern_cpu_force_isa(isas[v]), KERN_OK);
+            memset(best, 0xab, sizeof(int32_t) * n);
+            poison(sc, n);
+            ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, best, sc),
+                             KERN_OK);
+            for (size_t i = 0; i < n; i++)
+                check_choice(c, k, dim, x + i * dim, best[i], sc[i], i);
+        }
         /* The index layer's CPU path (FAISS). */
         memset(codes, 0xab, sizeof(uint32_t) * n);
         poison(sc2, n);
@@ -416,6 +430,72 @@ START_TEST(test_index_assign_ties_go_to_lower_index)
     free(c);
     free(x);
     free(best);
+    /* Equal centroids in different blocks of the CPU kernel (it scores 512 at a time) and in
+     * one group of rows of the micro-kernel: still the lowest index, with every variant. */
+    enum { K2 = 1500 };
+    static const size_t same[] = {700, 1101, 1499, 1102, 1103};
+    float *c2 = xmalloc(sizeof(float) * K2 * D);
+    float *x2 = xmalloc(sizeof(float) * N * D);
+    int32_t *b2 = xmalloc(sizeof(int32_t) * N);
+    random_units(&s, c2, K2, D);
+    random_units(&s, x2, N, D);
+    for (size_t t = 0; t < sizeof same / sizeof same[0]; t++)
+        memcpy(c2 + same[t] * D, c2 + 1100 * D, sizeof(float) * D);
+    for (size_t i = 0; i < N; i += 3)
+        memcpy(x2 + i * D, c2 + 1100 * D, sizeof(float) * D);
+    static const char *const isas[] = {"generic", "avx2", "avx512", NULL};
+    for (size_t v = 0; v < 4; v++) {
+        if (isas[v] && !kern_cpu_has_isa(isas[v]))
+            continue;
+        ck_assert_int_eq(kern_cpu_force_isa(isas[v]), KERN_OK);
+        memset(b2, 0xab, sizeof(int32_t) * N);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x2, N, c2, K2, D, b2, NULL), KERN_OK);
+        for (size_t i = 0; i < N; i++) {
+            if (i % 3 == 0)
+                ck_assert_int_eq(b2[i], 700);
+            else
+                check_choice(c2, K2, D, x2 + i * D, b2[i], NAN, i);
+        }
+    }
+    free(c2);
+    free(x2);
+    free(b2);
+}
+END_TEST
+
+START_TEST(test_index_assign_same_any_threads)
+{
+    /* The CPU kernel splits the points over threads in work items sized by the thread count:
+     * the same choices and scores, bit for bit, whatever that count. */
+    enum { N = 3001, K = 2000, D = 96 };
+    float *x = xmalloc(sizeof(float) * N * D), *c = xmalloc(sizeof(float) * K * D);
+    int32_t *b1 = xmalloc(sizeof(int32_t) * N), *b2 = xmalloc(sizeof(int32_t) * N);
+    float *s1 = xmalloc(sizeof(float) * N), *s2 = xmalloc(sizeof(float) * N);
+    uint64_t s = 4711;
+    random_units(&s, x, N, D);
+    random_units(&s, c, K, D);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, D, b1, s1), KERN_OK);
+    for (int t = 2; t <= 5; t += 3) {
+#ifdef _OPENMP
+        omp_set_num_threads(t);
+#endif
+        memset(b2, 0xab, sizeof(int32_t) * N);
+        poison(s2, N);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, N, c, K, D, b2, s2), KERN_OK);
+        ck_assert_msg(memcmp(b1, b2, sizeof(int32_t) * N) == 0, "1 and %d threads differ", t);
+        ck_assert_msg(memcmp(s1, s2, sizeof(float) * N) == 0, "1 and %d threads differ", t);
+    }
+    for (size_t i = 0; i < N; i += 97)
+        check_choice(c, K, D, x + i * D, b1[i], s1[i], i);
+    free(x);
+    free(c);
+    free(b1);
+    free(b2);
+    free(s1);
+    free(s2);
 }
 END_TEST
 
@@ -598,6 +678,7 @@ int main(void)
         {"plan_centroids", test_index_plan_centroids, 0},
         {"assign_matches_double", test_index_assign_matches_double, 0},
         {"assign_ties_go_to_lower_index", test_index_assign_ties_go_to_lower_index, 0},
+        {"assign_same_any_threads", test_index_assign_same_any_threads, 0},
         {"assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments, 0},
         {"kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters, 0},
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,

@@ -10,7 +10,8 @@
 # when the run is cut short. Settings (environment; defaults in brackets): DOCS [20000] a
 # corpus, MODELS [2 1] (`tartan gen --model`, in that order), NQ [100] queries, DEADLINE [470]
 # seconds after which no new run starts, and everything peers_run.sh reads (ENGINES, THREADS,
-# PARALLEL [1], VOY_BG [1], LAT_NQ [20], REPEATS [1], MAX_S [40], ...). SCIFACT=DIR adds a
+# THREADS [1 16: the issue's goals], TARTAN_NBITS [2 4], PARALLEL [1], VOY_BG [1], LAT_NQ [20],
+# REPEATS [1], MAX_S [40], ...). SCIFACT=DIR adds a
 # corpus directory already on the host (not carried: 1.9 GB).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +48,7 @@ done
 used=$(( $(date +%s) - t0 ))
 echo "setup: $used s" | tee -a "$res/env.txt"
 TARTAN=$T PY=python3 NQ=$NQ DEADLINE=$(( ${DEADLINE:-470} - used )) PARALLEL=${PARALLEL:-1} \
+  THREADS=${THREADS:-1 16} TARTAN_NBITS=${TARTAN_NBITS:-2 4} \
   VOY_BG=${VOY_BG:-1} LAT_NQ=${LAT_NQ:-20} REPEATS=${REPEATS:-1} MAX_S=${MAX_S:-40} \
   WORK=/tmp/peers-work bash bench/peers_run.sh "$res" "${corpora[@]}" 2>&1 | tee "$res/run.log"
 cp "$res"/peers-table.md "$res"/peers-*.png "$res"/peers-results.tar.gz "$res"/run.log \

@@ -20,8 +20,9 @@ import math
 import os
 import sys
 
-ENGINE_ORDER = ["tartan", "warp", "fast-plaid", "voyager"]
-COLOURS = {"tartan": "#1f77b4", "warp": "#d62728", "fast-plaid": "#2ca02c", "voyager": "#9467bd"}
+ENGINE_ORDER = ["tartan", "tartan-nb4", "warp", "fast-plaid", "voyager"]
+COLOURS = {"tartan": "#1f77b4", "tartan-nb4": "#17becf", "warp": "#d62728",
+           "fast-plaid": "#2ca02c", "voyager": "#9467bd"}
 MARKERS = {1: "o", 4: "s", 16: "^"}
 LEVELS = [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99]
 
@@ -102,27 +103,30 @@ def table(corpus, recs):
     groups = sorted({(kind_of(r), r["threads"]) for r in searches})
     top = max((r.get("recall_exact") or 0) for r in searches) if searches else 0
     levels = [x for x in LEVELS if x <= top + 1e-9]
+    engines = [e for e in ENGINE_ORDER if any(r["engine"] == e for r in searches)]
+    engines += sorted({r["engine"] for r in searches} - set(engines))
     if levels:
         out.append("At equal recall: the best queries/s per core (GPU: queries/s) among an "
                    "engine's settings whose recall@10 vs exact reaches the level; ratio = "
-                   "tartan / the best peer.\n")
+                   "tartan's best (any nbits) / the best peer's.\n")
         out.append("| device | threads | recall@10 vs exact >= | "
-                   + " | ".join(e for e in ENGINE_ORDER) + " | tartan / best peer |")
-        out.append("|---|---|---|" + "---|" * len(ENGINE_ORDER) + "---|")
+                   + " | ".join(engines) + " | tartan / best peer |")
+        out.append("|---|---|---|" + "---|" * len(engines) + "---|")
         for kind, t in groups:
             for lv in levels:
                 best = {}
-                for e in ENGINE_ORDER:
+                for e in engines:
                     ok = [r["qps_per_core"] for r in searches
                           if r["engine"] == e and kind_of(r) == kind and r["threads"] == t
                           and (r.get("recall_exact") or 0) >= lv]
                     best[e] = max(ok) if ok else None
-                peers = [v for e, v in best.items() if e != "tartan" and v]
-                ratio = (best["tartan"] / max(peers)) if best["tartan"] and peers else None
+                peers = [v for e, v in best.items() if not e.startswith("tartan") and v]
+                ours = [v for e, v in best.items() if e.startswith("tartan") and v]
+                ratio = (max(ours) / max(peers)) if ours and peers else None
                 if not any(best.values()):
                     continue
                 out.append(f"| {kind} | {t} | {lv} | "
-                           + " | ".join(fmt(best[e]) for e in ENGINE_ORDER)
+                           + " | ".join(fmt(best[e]) for e in engines)
                            + f" | {fmt(ratio, 2) + 'x' if ratio else ''} |")
         out.append("")
     for r in errors:
@@ -152,13 +156,23 @@ def plot(corpus, recs, path):
         for r in sel:
             lines.setdefault((r["engine"], r["threads"]), []).append(r)
         for (e, t), rs in sorted(lines.items(), key=lambda x: (eng_key(x[0][0]), x[0][1])):
-            rs.sort(key=lambda r: r["recall_exact"])
-            x = [r["recall_exact"] for r in rs]
-            y = [r["qps_per_core"] for r in rs]
+            # every setting a marker; the line joins the Pareto front (no setting both faster
+            # and of higher recall)
+            rs.sort(key=lambda r: (-r["recall_exact"], -r["qps_per_core"]))
+            front, best = [], 0.0
+            for r in rs:
+                if r["qps_per_core"] > best:
+                    front.append(r)
+                    best = r["qps_per_core"]
+            front.reverse()
             lab = f"{e}, {t} thread{'s' if t != 1 else ''}" if kind == "cpu" else e
-            ax.plot(x, y, marker=MARKERS.get(t, "o"), color=COLOURS.get(e, "k"), label=lab,
-                    linestyle="-" if t == 1 or kind == "gpu" else (":" if t >= 16 else "--"),
-                    markersize=5, linewidth=1)
+            col = COLOURS.get(e, "k")
+            ax.plot([r["recall_exact"] for r in rs], [r["qps_per_core"] for r in rs],
+                    marker=MARKERS.get(t, "o"), color=col, linestyle="none", markersize=4,
+                    alpha=0.5)
+            ax.plot([r["recall_exact"] for r in front], [r["qps_per_core"] for r in front],
+                    marker=MARKERS.get(t, "o"), color=col, label=lab, markersize=5, linewidth=1,
+                    linestyle="-" if t == 1 or kind == "gpu" else (":" if t >= 16 else "--"))
             for r in rs:
                 if r["setting"] == "default":
                     ax.plot([r["recall_exact"]], [r["qps_per_core"]], marker="*",

@@ -26,8 +26,10 @@
 #   VOY_BG        1: voyager's build (single-threaded for the most part: its k-means++ and
 #                 router training) runs in the background from the corpus's start, pinned to
 #                 the last VOY_CPUS cores [4], and its searches wait for it [0]
-# Knob lists: TARTAN_RECALL, TARTAN_PLAID, WARP_NPROBE, WARP_TPRIME, FP_PROBES, FP_FULL,
-# VOY_KCAND, VOY_NFULL (see each driver's --help; the defaults below are short on purpose).
+# Knob lists: TARTAN_RECALL, TARTAN_PLAID, WARP_NPROBE, WARP_THR, WARP_TPRIME, FP_PROBES, FP_FULL,
+# VOY_KCAND, VOY_NFULL (see each driver's --help; the defaults below are short on purpose);
+# FP_NBITS [4, fast-plaid's own default; bench/peers_fastplaid.py's is 2, tartan's];
+# TARTAN_NBITS [2]: one tartan index a value ("2 4": both, the second labelled tartan-nb4).
 # Outputs under OUTDIR: CORPUS/*.jsonl (one file a run), CORPUS/*.log, peers-table.md,
 # peers-CORPUS.png, and peers-results.tar.gz of all of it.
 set -uo pipefail
@@ -53,11 +55,14 @@ VOY_CPUS=${VOY_CPUS:-4}
 WORK=${WORK:-$out/work}
 ncpu=$(nproc)
 TARTAN_RECALL=${TARTAN_RECALL:-0.8,0.9,0.99}
+TARTAN_NBITS=${TARTAN_NBITS:-2}
 TARTAN_PLAID=${TARTAN_PLAID:-1x256,2x1024}
-WARP_NPROBE=${WARP_NPROBE:-1,2,8,32}
+WARP_NPROBE=${WARP_NPROBE:-2,8,32,128}
+WARP_THR=${WARP_THR:-0}
 WARP_TPRIME=${WARP_TPRIME:-10000,50000}
 FP_PROBES=${FP_PROBES:-1,4}
 FP_FULL=${FP_FULL:-256,1024}
+FP_NBITS=${FP_NBITS:-4}
 VOY_KCAND=${VOY_KCAND:-250,1000,8000}
 VOY_NFULL=${VOY_NFULL:-}
 mkdir -p "$out" "$WORK"
@@ -100,12 +105,16 @@ search() {
   local refs=(--exact "$d/exact.trec" --tartan-exhaustive "$d/tartan-exhaustive.trec")
   case $e in
     tartan)
-      run "$d/$tag.log" "$cpus" "$PY" "$here/peers_tartan.py" "${common[@]}" "${refs[@]}" \
-        --index-dir "$w/tartan" --recall "$TARTAN_RECALL" --plaid "$TARTAN_PLAID" \
-        --out "$d/$tag.jsonl" ;;
+      local nb
+      for nb in $TARTAN_NBITS; do
+        run "$d/$tag-nb$nb.log" "$cpus" "$PY" "$here/peers_tartan.py" "${common[@]}" "${refs[@]}" \
+          --index-dir "$w/tartan-nb$nb" --nbits "$nb" --recall "$TARTAN_RECALL" \
+          --plaid "$TARTAN_PLAID" --out "$d/$tag-nb$nb.jsonl"
+      done ;;
     warp)
       run "$d/$tag.log" "$cpus" "$PY" "$here/peers_warp.py" "${common[@]}" "${refs[@]}" \
         --index-dir "$w/warp" --nprobe "$WARP_NPROBE" --t-prime "$WARP_TPRIME" \
+        --thresholds "$WARP_THR" \
         --out "$d/$tag.jsonl" ;;
     voyager)
       run "$d/$tag.log" "$cpus" "$PY" "$here/peers_voyager.py" "${common[@]}" "${refs[@]}" \
@@ -132,7 +141,7 @@ for c in "$@"; do
   run "$d/exact.log" - "$PY" "$here/peers_common.py" exact --corpus "$c" --nq "$NQ" \
     --device "$truth_dev" --threads "$ncpu" --out "$d/exact.trec"
   # ---- builds (all threads; tartan's first: its exhaustive search is a reference) -------
-  rm -rf "$w/tartan" "$w/warp" "$w/fastplaid" "$w/voyager"
+  rm -rf "$w"/tartan-nb* "$w/warp" "$w/fastplaid" "$w/voyager"
   voy_pid=
   engines_now=$ENGINES
   if has voyager && [[ $VOY_BG == 1 ]]; then
@@ -143,18 +152,22 @@ for c in "$@"; do
     voy_pid=$!
     engines_now=${ENGINES/voyager/}
   fi
-  run "$d/tartan-build.log" - "$PY" "$here/peers_tartan.py" --corpus "$c" --index-dir "$w/tartan" \
-    --build --no-search --tartan-bin "$TARTAN" --device "$BUILD_DEVICE" --threads "$ncpu" \
-    --out "$d/tartan-build.jsonl"
+  for nb in $TARTAN_NBITS; do
+    run "$d/tartan-build-nb$nb.log" - "$PY" "$here/peers_tartan.py" --corpus "$c" \
+      --index-dir "$w/tartan-nb$nb" --nbits "$nb" --build --no-search --tartan-bin "$TARTAN" \
+      --device "$BUILD_DEVICE" --threads "$ncpu" --out "$d/tartan-build-nb$nb.jsonl"
+  done
+  # the reference "vs tartan": the exhaustive search of the first TARTAN_NBITS index
+  nb0=${TARTAN_NBITS%% *}
   run "$d/tartan-exhaustive.log" - "$PY" "$here/peers_tartan.py" --corpus "$c" \
-    --index-dir "$w/tartan" --nq "$NQ" --threads "$ncpu" --device "$truth_dev" \
-    --write-exhaustive "$d/tartan-exhaustive.trec"
+    --index-dir "$w/tartan-nb$nb0" --nbits "$nb0" --nq "$NQ" --threads "$ncpu" \
+    --device "$truth_dev" --write-exhaustive "$d/tartan-exhaustive.trec"
   has warp && run "$d/warp-build.log" - "$PY" "$here/peers_warp.py" --corpus "$c" \
     --index-dir "$w/warp" --build --no-search --device "$BUILD_DEVICE" --threads "$ncpu" \
     --out "$d/warp-build.jsonl"
   has fastplaid && run "$d/fastplaid-build.log" - "$PY" "$here/peers_fastplaid.py" --corpus "$c" \
     --reference "$d/tartan-exhaustive.trec" --device "$BUILD_DEVICE" --threads "$ncpu" \
-    --index-dir "$w/fastplaid" --build-only --out "$d/fastplaid-build.json" \
+    --index-dir "$w/fastplaid" --build-only --nbits "$FP_NBITS" --out "$d/fastplaid-build.json" \
     --jsonl "$d/fastplaid-build.jsonl"
   if has voyager && [[ $VOY_BG != 1 ]]; then
     run "$d/voyager-build.log" - "$PY" "$here/peers_voyager.py" --corpus "$c" \
@@ -162,13 +175,13 @@ for c in "$@"; do
       --out "$d/voyager-build.jsonl"
   fi
   # ---- CPU searches -------------------------------------------------------------------
-  # cpu_searches ENGINES NCORES PASS: the runs of THREADS that fit in cores 0..NCORES-1 (PASS
-  # 1: those under NCORES, beside a background build; PASS 2: the rest; PASS 0: all).
+  # cpu_searches ENGINES NCORES [BELOW]: the runs of THREADS on cores 0..NCORES-1; with
+  # BELOW, only thread counts under it (beside a background build), with -BELOW the others.
   cpu_searches() {
-    local engs=$1 n=$2 pass=$3 t lo e
+    local engs=$1 n=$2 below=${3:-0} t lo e
     for t in $THREADS; do
-      if [[ $pass == 1 ]] && (( t >= n )); then continue; fi
-      if [[ $pass == 2 ]] && (( t < n )); then continue; fi
+      if (( below > 0 && t >= below )); then continue; fi
+      if (( below < 0 && t < -below )); then continue; fi
       if [[ $PARALLEL == 1 ]] && (( t < n )); then
         lo=0
         for e in $engs; do
@@ -200,19 +213,19 @@ for c in "$@"; do
     # beside voyager's build (on the last VOY_CPUS cores): the other engines' runs that fit
     # in the other cores, and their GPU runs; after it: the rest, and voyager's own runs
     n=$(( ncpu - VOY_CPUS ))
-    cpu_searches "$engines_now" "$n" 1
+    cpu_searches "$engines_now" "$n" "$n"
     gpu_searches "$engines_now" "$n"
     wait "$voy_pid"
     voy_pid=
-    cpu_searches "$engines_now" "$ncpu" 2
-    cpu_searches voyager "$ncpu" 0
+    cpu_searches "$engines_now" "$ncpu" "-$n"
+    cpu_searches voyager "$ncpu"
   else
-    cpu_searches "$ENGINES" "$ncpu" 0
+    cpu_searches "$ENGINES" "$ncpu"
     gpu_searches "$ENGINES" "$ncpu"
   fi
   [[ ${KEEP:-0} == 1 ]] || rm -rf "$w"
 done
 
 "$PY" "$here/peers_plot.py" "$out" >"$out/plot.log" 2>&1 || tail -5 "$out/plot.log"
-(cd "$out" && tar czf peers-results.tar.gz --exclude=work --exclude=peers-results.tar.gz .)
+tar -C "$out" -czf "$out.tar.gz.tmp" --exclude=./work --exclude=./peers-results.tar.gz . && mv "$out.tar.gz.tmp" "$out/peers-results.tar.gz"
 stamp "done: $out/peers-table.md, $out/peers-*.png, $out/peers-results.tar.gz"

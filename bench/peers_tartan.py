@@ -32,6 +32,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     pc.common_args(ap)
     ap.add_argument("--tartan-bin", default="tartan", help="the tartan command (for --build)")
+    ap.add_argument("--nbits", type=int, default=2,
+                    help="residual bits of the build (tartan's default 2); records of another "
+                    "value are labelled tartan-nbN")
     ap.add_argument("--recall", default="0.8,0.9,0.99,0.999", help="recall targets to sweep")
     ap.add_argument("--plaid", default="1x256,2x1024,4x4096",
                     help="PLAID fixed stages to sweep, NCELLSxNDOCS (threshold 0.5)")
@@ -46,7 +49,8 @@ def main():
 
     import tartan
 
-    rec = pc.Recorder(a.out, "tartan", tartan.version(), c, "cuda" if cuda else "cpu",
+    label = "tartan" if a.nbits == 2 else f"tartan-nb{a.nbits}"
+    rec = pc.Recorder(a.out, label, tartan.version(), c, "cuda" if cuda else "cpu",
                       {"device_arg": dev})
     pc.log(f"tartan {tartan.version()}, {dev}, {a.threads} threads; {c.n_docs} documents, "
            f"{c.n_tokens} tokens")
@@ -55,7 +59,8 @@ def main():
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, a.threads)))
         cmd = [a.tartan_bin, "build", a.index_dir,
                "--embeddings", os.path.join(c.path, "embeddings.npy"),
-               "--doclens", os.path.join(c.path, "doclens.npy"), "--device", dev]
+               "--doclens", os.path.join(c.path, "doclens.npy"), "--device", dev,
+               "--nbits", str(a.nbits)]
         if os.path.exists(os.path.join(c.path, "ids.txt")):
             cmd += ["--ids", os.path.join(c.path, "ids.txt")]
         t0 = time.perf_counter()
@@ -66,7 +71,7 @@ def main():
         nbytes = pc.dir_bytes(a.index_dir)
         r = rec.write({"kind": "build", "threads": a.threads, "build_s": build_s,
                        "index_bytes": nbytes, "bytes_per_token": nbytes / c.n_tokens,
-                       "params": {"nbits": 2}, "log": p.stderr.strip()[-2000:]})
+                       "params": {"nbits": a.nbits}, "log": p.stderr.strip()[-2000:]})
         pc.log(f"build {build_s:.2f} s, {nbytes / 2**20:.1f} MiB "
                f"({r['bytes_per_token']:.1f} B a token)")
     if a.no_search:

@@ -2,7 +2,8 @@
 """fast-plaid on a `tartan gen` corpus: the peer side of bench_search's GPU figures.
 
     python3 bench/peers_fastplaid.py --corpus DIR --reference REF.run [--nq N] [--k 10]
-        [--device cuda|cpu] [--out fastplaid.json] [--run fastplaid.run]
+        [--device cuda|cpu] [--threads N] [--jsonl peers.jsonl] [--exact-truth exact.trec]
+        [--out fastplaid.json] [--run fastplaid.run]
         [--sweep-run fastplaid-sweep.run] [--index-dir DIR] [--reuse-index]
         [--nbits 2] [--centroids K] [--kmeans-iters 4] [--probes 1,2,4,8,16,32]
         [--full-scores 256,1024,4096,16384] [--latency-nq 300] [--repeats 3]
@@ -21,6 +22,14 @@ the n_ivf_probe x n_full_scores grid:
 - recall@k against the reference run (tartan search --exhaustive): the share of the
   reference's top k that fast-plaid's top k holds, averaged over the queries;
 - GPU memory: torch.cuda.max_memory_allocated over the setting, and device memory in use.
+
+CPU mode (--device cpu --threads N, issue 22): every thread pool (OpenMP, BLAS, rayon, torch)
+is pinned to N threads before torch loads; a batch runs as fast-plaid's own CPU batch path does,
+N joblib worker threads over slices of the queries (its n_processes) with torch's intra-op
+threads at 1, so N threads in all; a single query runs on torch's intra-op threads (N).
+--jsonl appends one line a setting in the common format of bench/peers_common.py (the
+side-by-side table and plot, bench/peers_plot.py, read it); --exact-truth reads exact MaxSim's
+top k from a TREC run (bench/peers_common.py exact) instead of computing it.
 
 Writes the JSON after every setting (so a run cut short keeps what it measured), the default
 setting's top k as a TREC run (--run) and, with --sweep-run, every setting's top k in one
@@ -47,6 +56,9 @@ import time
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers_common as pc  # noqa: E402
 
 DEFAULT_PROBE = 8  # fast-plaid's FastPlaid.search defaults (1.7.0)
 DEFAULT_FULL = 4096
@@ -271,6 +283,16 @@ def main():
     ap.add_argument("--nq", type=int, default=0, help="first N queries (default all)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--device", default="cuda", help="cuda (cuda:N) or cpu")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="CPU threads: every pool pinned to N, joblib workers for batches "
+                    "(default: leave fast-plaid's own choice)")
+    ap.add_argument("--jsonl", default=None,
+                    help="also append one JSON line a setting (bench/peers_common.py format)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the index into --index-dir (kept), record it, search nothing")
+    ap.add_argument("--exact-truth", default=None,
+                    help="TREC run of exact MaxSim (bench/peers_common.py exact): recall "
+                    "against it, without computing it here")
     ap.add_argument("--out", default="fastplaid.json", help="JSON of every figure")
     ap.add_argument("--run", default=None, help="TREC run of the default setting "
                     "(default: --out with .run)")
@@ -304,8 +326,12 @@ def main():
                     "run); what was measured is kept")
     a = ap.parse_args()
     t_start = time.perf_counter()
+    pc.set_thread_env(a.threads)
 
     import torch
+
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -371,6 +397,16 @@ def main():
     log(f"corpus {a.corpus}: {len(lens)} documents, {emb.shape[0]} tokens, d {emb.shape[1]}, "
         f"{info['corpus']['dtype']}; {nq} queries of {qs_np.shape[1]} tokens")
 
+    exact_truth = read_trec(a.exact_truth, a.k) if a.exact_truth else None
+    recorder = None
+    if a.jsonl:
+        recorder = pc.Recorder(
+            a.jsonl, "fast-plaid", info["versions"]["fast_plaid"],
+            {"name": os.path.basename(os.path.abspath(a.corpus).rstrip("/")),
+             "documents": int(len(lens)), "tokens": int(emb.shape[0])},
+            torch.cuda.get_device_name() if gpu.cuda else "cpu",
+            {"torch": torch.__version__, "device_arg": dev})
+
     def write_json():
         tmp = a.out + ".tmp"
         with open(tmp, "w") as f:
@@ -379,6 +415,8 @@ def main():
 
     # ---- build ----------------------------------------------------------------------
     own_tmp = a.index_dir is None
+    if a.build_only and (own_tmp or a.reuse_index):
+        sys.exit("--build-only needs --index-dir and no --reuse-index")
     if a.index_dir and not a.reuse_index and os.path.isdir(a.index_dir):
         # create() deletes every *.json and *.npy in its directory before writing
         if (os.path.realpath(a.index_dir) == os.path.realpath(a.corpus)
@@ -445,10 +483,18 @@ def main():
         except Exception as e:  # noqa: BLE001 (private API: informative only)
             build["index_gpu_memory_tier"] = f"unknown ({e})"
         info["build"] = build
+        if recorder is not None and "build_s" in build:
+            recorder.write({"kind": "build", "threads": a.threads if not gpu.cuda else 1,
+                            "build_s": build["build_s"], "index_bytes": build["index_bytes"],
+                            "bytes_per_token": build["index_bytes"] / int(emb.shape[0]),
+                            "params": {"nbits": a.nbits, "centroids": build["centroids"],
+                                       "kmeans_iters": a.kmeans_iters}})
         log(f"index: {build['centroids']} centroids, nbits {a.nbits}, "
             f"{build['index_bytes'] / 2**20:.1f} MiB on disk, load {build['load_s']:.2f} s, "
             f"placement {build['index_gpu_memory_tier']}")
         write_json()
+        if a.build_only:
+            return
 
         # ---- search settings ---------------------------------------------------------
         grid = [(DEFAULT_PROBE, DEFAULT_FULL)]
@@ -460,9 +506,18 @@ def main():
         sweep_f = open(a.sweep_run + ".tmp", "w") if a.sweep_run else None
         tops = {}
 
+        cpu_threads = a.threads if (a.threads > 0 and not gpu.cuda) else 0
+
         def search(q, p, f):
+            kw = {}
+            if cpu_threads:
+                # a batch: cpu_threads joblib workers, one torch thread each; one query:
+                # torch's intra-op threads
+                one = q.shape[0] == 1
+                torch.set_num_threads(cpu_threads if one else 1)
+                kw["n_processes"] = 1 if one else min(cpu_threads, q.shape[0])
             r = fp.search(queries_embeddings=q, top_k=a.k, n_ivf_probe=p, n_full_scores=f,
-                          show_progress=False)
+                          show_progress=False, **kw)
             gpu.sync()
             return r
 
@@ -499,6 +554,8 @@ def main():
                 got = [[ids[pid] for pid, _ in res[qi][: a.k]] for qi in range(nq)]
                 tops[gi] = got
                 s["recall_at_k"] = recall(got, ref, qids, a.k)
+                if exact_truth is not None:
+                    s["recall_at_k_exact"] = recall(got, exact_truth, qids, a.k)
                 s["queries_short_of_k"] = sum(1 for g in got if len(g) < a.k)
                 lines = []
                 tag = "fastplaid" if gi == 0 else f"fastplaid-p{p}-f{f}"
@@ -519,6 +576,19 @@ def main():
                 if gpu.cuda:
                     torch.cuda.empty_cache()
             info["settings"].append(s)
+            if recorder is not None and "recall_at_k" in s:
+                recorder.write({
+                    "kind": "search", "setting": "default" if gi == 0 else f"p{p}-f{f}",
+                    "params": {"n_ivf_probe": p, "n_full_scores": f, "nbits": a.nbits},
+                    "threads": a.threads if not gpu.cuda else 1, "nq": nq,
+                    "batch_s": s["batch_s"], "batch_qps": s["batch_qps"],
+                    "qps_per_core": s["batch_qps"] / (max(1, a.threads) if not gpu.cuda else 1),
+                    "latency_queries": s["latency_queries"],
+                    "latency_p50_ms": s["latency_p50_ms"], "latency_p99_ms": s["latency_p99_ms"],
+                    "latency_mean_ms": s["latency_mean_ms"],
+                    "recall_exact": s.get("recall_at_k_exact"), "recall_tartan": s["recall_at_k"],
+                    "queries_short_of_k": s["queries_short_of_k"],
+                    "load_s": info["build"].get("load_s")})
             if "recall_at_k" in s:
                 log(f"{s['name']:7s} probe {p:3d} full {f:6d}: {s['batch_qps']:10.1f} q/s "
                     f"batched, p50 {s['latency_p50_ms']:8.2f} ms, p99 "

@@ -146,6 +146,7 @@ static int block_find(store_txn *t, MDB_cursor *cur, uint32_t c, uint32_t doc, u
 
 int store_ivf_append(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, store_msg *m)
 {
+    t->st_dirty = 1;
     if (n == 0)
         return 0;
     MDB_cursor *cur;
@@ -191,6 +192,7 @@ out:
 
 int store_ivf_remove(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, store_msg *m)
 {
+    t->st_dirty = 1;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(t->st_txn, t->st_gen->g_ivf, &cur);
     if (rc)

@@ -225,18 +225,21 @@ int store_commit_mark(store_txn *t, store_msg *m)
     MDB_val k = {nlen, (void *)name}, d;
     uint64_t seq = 1;
     /* Within the write transaction: the value is the snapshot's or this transaction's own. */
-    if (store_get(t, t->st_gen->g_meta, &k, &d) == 0 && d.mv_size == META_HEAD + 8) {
+    if (store_get(t, t->st_gen->g_meta, &k, &d) == 0 && d.mv_size == META_HEAD + 16) {
         uint32_t want;
         uint64_t old;
         memcpy(&want, d.mv_data, 4);
         memcpy(&old, (const uint8_t *)d.mv_data + META_HEAD, 8);
-        if (store_meta_crc(name, nlen, &old, 8) == want && old < UINT64_MAX)
+        if (store_meta_crc(name, nlen, (const uint8_t *)d.mv_data + META_HEAD, 16) == want &&
+            old < UINT64_MAX)
             seq = old + 1;
     }
-    uint8_t b[META_HEAD + 8];
-    uint32_t c = store_meta_crc(name, nlen, &seq, 8);
+    /* The sequence number, then LMDB's id of this transaction (the meta page's it commits). */
+    uint64_t rec[2] = {seq, (uint64_t)mdb_txn_id(t->st_txn)};
+    uint8_t b[META_HEAD + 16];
+    uint32_t c = store_meta_crc(name, nlen, rec, 16);
     memcpy(b, &c, 4);
-    memcpy(b + META_HEAD, &seq, 8);
+    memcpy(b + META_HEAD, rec, 16);
     d = (MDB_val){sizeof b, b};
     int rc = mdb_put(t->st_txn, t->st_gen->g_meta, &k, &d, 0);
     return rc ? store_map_lmdb(m, rc, "writing the commit record") : 0;

@@ -762,7 +762,7 @@ static int main_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t 
  * could hide the commit record), and the commit record is kept. */
 typedef struct find_commit {
     int found;
-    uint64_t seq;
+    uint64_t seq, txnid;
 } find_commit;
 
 static int meta_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
@@ -782,9 +782,10 @@ static int meta_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t 
     if (store_meta_crc(key, klen, val + 4, vlen - 4) != want)
         return 1;
     if (klen == strlen(STORE_KEY_COMMIT) && !memcmp(key, STORE_KEY_COMMIT, klen)) {
-        if (vlen != 4 + 8)
+        if (vlen != 4 + 16)
             return 1;
         memcpy(&f->seq, val + 4, 8);
+        memcpy(&f->txnid, val + 12, 8);
         f->found = 1;
     }
     return 0;
@@ -792,7 +793,7 @@ static int meta_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t 
 
 /* What meta page `page` (its bytes in meta) names: rec 1 and seq (its tree's commit record),
  * 0 (a tree without one, or no tree), -1 (the tree cannot be read). */
-static void page_record(preader *r, const uint8_t *meta, int *rec, uint64_t *seq)
+static void page_record(preader *r, const uint8_t *meta, int *rec, uint64_t *seq, uint64_t *txnid)
 {
     const uint8_t *main_db = meta + META_DBS + MDB_DB_SIZE;
     *rec = -1;
@@ -809,12 +810,13 @@ static void page_record(preader *r, const uint8_t *meta, int *rec, uint64_t *seq
     uint64_t mroot = u64(fm.rec + 40);
     if (mroot == P_INVALID)
         return; /* a tartan index's meta database is never empty */
-    find_commit fc = {0, 0};
+    find_commit fc = {0, 0, 0};
     r->pages = 0;
     if (pwalk(r, mroot, 0, u16(fm.rec + 6), meta_entry, &fc))
         return;
     *rec = fc.found;
     *seq = fc.seq;
+    *txnid = fc.txnid;
 }
 
 static int parity_ok(const store_meta_pages *s, int i)
@@ -867,14 +869,16 @@ static void judge(store_meta_pages *s)
     /* LMDB's own trace of a commit that failed writing its meta page: it writes the page's old
      * id and last page back over the new roots (mdb_env_write_meta), leaving the snapshot of the
      * failed commit under the id before the one LMDB takes, ids and all otherwise consistent.
-     * LMDB rightly takes the other page then. A flipped bit 1 of either id can leave the same
-     * trace; it is told apart only where the failed commit's recorded last page would have
-     * been the older one's: the pages are taken as LMDB's trace unless the other page's last
-     * page lies beyond the one LMDB takes (FORMAT.md "LMDB's meta pages"). */
+     * LMDB rightly takes the other page then. A flipped bit of an id can leave the same trace;
+     * the pages are taken as LMDB's trace when the snapshot LMDB takes was committed under its
+     * page's id and the other one in the next transaction (their commit records say so: a flip
+     * of the older page's id up to the pair's next fails this), and the other page's last page
+     * does not lie beyond its own (FORMAT.md "LMDB's meta pages"). */
     int other = 1 - s->pick;
     if (tree == other && txn_ok && s->txnid[other] + 1 == s->txnid[s->pick] && s->rec[0] == 1 &&
         s->rec[1] == 1 && s->seq[other] == s->seq[s->pick] + 1 &&
-        s->last_pg[other] <= s->last_pg[s->pick])
+        s->rec_txnid[s->pick] == s->txnid[s->pick] &&
+        s->rec_txnid[other] == s->txnid[s->pick] + 1 && s->last_pg[other] <= s->last_pg[s->pick])
         tree = s->pick;
     if (tree >= 0) {
         s->newest = tree;
@@ -922,7 +926,7 @@ int store_pages_meta(int fd, size_t psize, store_meta_pages *s)
             const uint8_t *pg = a + i * META_READ;
             s->txnid[i] = u64(pg + META_TXNID);
             s->last_pg[i] = u64(pg + META_LAST_PG);
-            page_record(&r, pg, &s->rec[i], &s->seq[i]);
+            page_record(&r, pg, &s->rec[i], &s->seq[i], &s->rec_txnid[i]);
         }
         if (pread(fd, b, META_READ, 0) != META_READ ||
             pread(fd, b + META_READ, META_READ, (off_t)psize) != META_READ) {

@@ -248,6 +248,7 @@ typedef struct store_meta_pages {
     int rec[2]; /* 1: its snapshot's commit record, seq; 0: no record there (an older build's
                    snapshot, or none); -1: the snapshot's meta database cannot be read */
     uint64_t seq[2];
+    uint64_t rec_txnid[2]; /* the LMDB transaction id the commit record says it was written in */
     int pick;   /* the page LMDB takes: the larger id (page 0 on a tie) */
     int newest; /* the page naming the newest snapshot, or -1 when that cannot be told */
     int bad;    /* the pages disagree: LMDB may read an older snapshot; why says how */

@@ -14,7 +14,9 @@
  * Fails when any flip is answered wrongly (by a search before any repair, or after it); when a
  * flip in a tartan record (the codec tables and the centroid table, which are stored twice,
  * included), in a transaction id of LMDB's meta pages (which tartan's commit record orders,
- * FORMAT.md "LMDB's meta pages") or in an unused byte crashes or is not repaired. LMDB's other
+ * FORMAT.md "LMDB's meta pages"; the one flip that looks like LMDB's own failed-commit trace
+ * there does not arise in this index's state) or in an unused byte crashes or is not
+ * repaired. LMDB's other
  * bytes are measured and reported (README "Guarantees"), not failed on for crashes: LMDB keeps
  * no checksums of its own pages and its cursors trust them.
  *

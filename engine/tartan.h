@@ -789,8 +789,13 @@ TARTAN_API int tartan_results_merge(const tartan_results *const *parts, size_t n
  *   damaged"; the id when an id map still knows it), "rebuilt", "dropped" or "lmdb" (see
  *   storage/salvage.c); returning nonzero stops the calls (not the repair).
  *   ctx: passed to report.   n_removed: out (may be NULL): documents removed.
- * The codec tables and centroids cannot be derived from anything: when they are damaged the
- * index cannot be salvaged (TARTAN_ECORRUPT, nothing changed; rebuild it from its embeddings).
+ * The codec tables and centroids cannot be derived from anything: they are stored twice, and
+ * a damaged copy is written again from the sound one; when both are damaged the index cannot be
+ * salvaged (TARTAN_ECORRUPT, nothing changed; rebuild it from its embeddings). When LMDB's two
+ * meta pages disagree (a damaged transaction id: every search and change of the index answers
+ * TARTAN_ECORRUPT then), the repair rewrites the index from the newest snapshot, or refuses
+ * (TARTAN_ECORRUPT) when which one that is cannot be told (storage/FORMAT.md "LMDB's meta
+ * pages").
  * Damage LMDB's own pages hide (README "Guarantees") loses what lies behind them; LMDB may
  * also stop the process on some such damage before tartan sees it.
  * Returns 0, TARTAN_EINVAL (NULL db), TARTAN_EREADONLY, TARTAN_ECORRUPT, and

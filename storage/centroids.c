@@ -52,6 +52,7 @@ int store_centroids_check(const void *vval, size_t size, uint32_t k, uint32_t di
 int store_centroids_put(store_txn *t, uint32_t k, uint32_t dim, const float *c, int dtype,
                         store_msg *m)
 {
+    t->st_dirty = 1;
     size_t el = dtype == STORE_CENT_F16 ? 2 : 4;
     size_t n = (size_t)k * dim;
     unsigned key = 0;
@@ -74,41 +75,91 @@ int store_centroids_put(store_txn *t, uint32_t k, uint32_t dim, const float *c, 
     }
     uint32_t crc = cent_crc(v, d.mv_size);
     memcpy(v + 12, &crc, 4);
-    return 0;
+    return store_centroids_put_copy(t, v, d.mv_size, m);
+}
+
+int store_centroids_put_copy(store_txn *t, const void *val, size_t size, store_msg *m)
+{
+    t->st_dirty = 1;
+    /* The second copy (FORMAT.md "centroids"): the same bytes, in the same transaction. A
+     * value of the map may move when the tree changes: copy it out first. */
+    void *b = malloc(size ? size : 1);
+    if (!b)
+        return store_fail(m, ENOMEM, "out of memory for the centroids' copy");
+    memcpy(b, val, size);
+    unsigned key = STORE_CENT_COPY_KEY;
+    MDB_val kv = {sizeof key, &key}, d = {size, b};
+    int rc = mdb_put(t->st_txn, t->st_gen->g_centroids, &kv, &d, 0);
+    free(b);
+    return rc ? store_map_lmdb(m, rc, "writing the centroids' copy") : 0;
+}
+
+/* Record `key` of the centroids database: 0 and its value, or an error (no message). */
+static int cent_record(store_txn *t, unsigned key, MDB_val *d)
+{
+    MDB_val kv = {sizeof key, &key};
+    return store_get(t, t->st_gen->g_centroids, &kv, d);
 }
 
 int store_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float **c, store_msg *m)
 {
-    unsigned key = 0;
-    MDB_val kv = {sizeof key, &key}, d;
-    int rc = store_get(t, t->st_gen->g_centroids, &kv, &d);
-    if (rc == MDB_NOTFOUND)
-        return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
-    if (rc)
-        return store_map_lmdb(m, rc, "reading the centroids");
     store_gen *g = t->st_gen;
-    uint32_t crc = 0;
-    if (d.mv_size >= STORE_CENT_HEAD)
-        memcpy(&crc, (const uint8_t *)d.mv_data + 12, 4);
     pthread_mutex_lock(&g->g_cent_lock);
-    /* The copy stands for the record it was made from: same size and checksum field (the
-     * record is written once, at training). */
-    if (g->g_cent && g->g_cent_size == d.mv_size && g->g_cent_crc == crc) {
-        *c = g->g_cent;
-        pthread_mutex_unlock(&g->g_cent_lock);
-        return 0;
-    }
+    MDB_val d;
+    int rc;
     if (g->g_cent) {
+        /* The copy stands for the record it was made from: same size and checksum field (the
+         * record is written once, at training). */
+        uint32_t crc = 0;
+        rc = cent_record(t, g->g_cent_key, &d);
+        if (rc == 0 && d.mv_size >= STORE_CENT_HEAD)
+            memcpy(&crc, (const uint8_t *)d.mv_data + 12, 4);
+        if (rc == 0 && g->g_cent_size == d.mv_size && g->g_cent_crc == crc) {
+            *c = g->g_cent;
+            pthread_mutex_unlock(&g->g_cent_lock);
+            return 0;
+        }
         /* Written once, at training: another table under an open environment means the
          * record was damaged (the copy in hand may be in use by other snapshots). */
         pthread_mutex_unlock(&g->g_cent_lock);
         return store_fail(m, TARTAN_ECORRUPT, "the centroid record changed under an open index");
     }
+    rc = cent_record(t, 0, &d);
     int dtype;
     const void *data;
-    rc = store_centroids_check(d.mv_data, d.mv_size, k, dim, 1, &dtype, &data, m);
+    store_msg pm = {{0}};
+    unsigned used = 0;
+    if (rc == MDB_NOTFOUND) {
+        /* No table, or a primary lost with its key: the copy tells. */
+        MDB_val cd;
+        if (cent_record(t, STORE_CENT_COPY_KEY, &cd) != 0) {
+            pthread_mutex_unlock(&g->g_cent_lock);
+            return store_fail(m, TARTAN_ENOTTRAINED, "the index has no centroids yet");
+        }
+        rc = store_fail(&pm, TARTAN_ECORRUPT, "the centroid table (key 0) is missing");
+    } else if (rc) {
+        rc = store_map_lmdb(&pm, rc, "reading the centroids");
+    } else {
+        rc = store_centroids_check(d.mv_data, d.mv_size, k, dim, 1, &dtype, &data, &pm);
+    }
+    if (rc == TARTAN_ECORRUPT) {
+        /* The primary is damaged: the copy, when it is sound, serves (tartan check reports
+         * the damage and a repair restores the primary). */
+        MDB_val cd;
+        if (cent_record(t, STORE_CENT_COPY_KEY, &cd) == 0 &&
+            store_centroids_check(cd.mv_data, cd.mv_size, k, dim, 1, &dtype, &data, NULL) == 0) {
+            d = cd;
+            used = STORE_CENT_COPY_KEY;
+            rc = 0;
+        } else {
+            rc = store_fail(&pm, TARTAN_ECORRUPT, "%.400s, and its copy is damaged or missing",
+                            pm.text);
+        }
+    }
     if (rc) {
         pthread_mutex_unlock(&g->g_cent_lock);
+        if (m)
+            *m = pm;
         return rc;
     }
     size_t n = (size_t)k * dim;
@@ -127,9 +178,12 @@ int store_centroids_get(store_txn *t, uint32_t k, uint32_t dim, const float **c,
             f[i] = store_f16_to_f32(h);
         }
     }
+    uint32_t crc;
+    memcpy(&crc, (const uint8_t *)d.mv_data + 12, 4);
     g->g_cent = f;
     g->g_cent_size = d.mv_size;
     g->g_cent_crc = crc;
+    g->g_cent_key = used;
     *c = f;
     pthread_mutex_unlock(&g->g_cent_lock);
     return 0;

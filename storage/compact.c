@@ -358,7 +358,17 @@ static int copy_model(store_txn *src, store_txn *dst, const store_header *h, uns
         return rc;
     if ((rc = mdb_put(dst->st_txn, dst->st_gen->g_centroids, &k, &d, 0)))
         return store_map_lmdb(m, rc, "writing the centroids");
-    return 0;
+    /* The second copies (FORMAT.md), which an index written before them lacks: made from the
+     * verified primaries. */
+    if ((rc = store_centroids_put_copy(dst, d.mv_data, d.mv_size, m)))
+        return rc;
+    const void *cd;
+    size_t clen;
+    if ((rc = store_meta_get(src, STORE_KEY_CODEC, &cd, &clen, m)))
+        return rc == TARTAN_ENOTFOUND
+                   ? store_fail(m, TARTAN_ECORRUPT, "the index has centroids but no codec")
+                   : rc;
+    return store_meta_put(dst, STORE_KEY_CODEC_COPY, cd, clen, m);
 }
 
 /* Version 1: the search calibration (engine/calibrate.c), a bare record there, carried over as

@@ -402,6 +402,14 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
                      : store_fail(m, rc, "out of memory");
             goto fail;
         }
+        /* LMDB took the meta page with the larger transaction id; is its snapshot the newest?
+         * (pages.c; the read transaction keeps writers off both snapshots' pages.) */
+        store_meta_pages mp;
+        if (mdb_env_get_fd(g->g_env, &fd) == 0 && store_pages_meta(fd, g->g_psize, &mp) == 0 &&
+            mp.bad) {
+            g->g_meta_bad = 1;
+            snprintf(g->g_meta_why, sizeof g->g_meta_why, "%s", mp.why);
+        }
         rc = mdb_dbi_open(txn, "meta", 0, &g->g_meta);
         if (rc == MDB_NOTFOUND)
             rc = store_fail(m, TARTAN_ENOINDEX, "'%s': not a tartan index (no 'meta' database)",
@@ -439,6 +447,8 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
         rc = open_dbs(g, path, txn, g->g_version, 1, m);
         if (!rc)
             rc = init ? create_meta(&t, init, m) : store_format_put(txn, g->g_meta, m);
+        if (!rc)
+            rc = store_commit_mark(&t, m);
         if (rc) {
             mdb_txn_abort(txn);
             goto fail;
@@ -545,6 +555,16 @@ static int short_write_cause(store_env *env, store_msg *m)
     return store_fail(m, EIO, "committing: input/output error writing '%s'", env->se_path);
 }
 
+/* What every snapshot and change of an environment whose meta pages disagree answers. */
+static int meta_refusal(const store_env *env, const store_gen *g, store_msg *m)
+{
+    return store_fail(m, TARTAN_ECORRUPT,
+                      "'%s': %s; LMDB could read an older state of the index, so nothing is read "
+                      "or written: 'tartan check --repair' rewrites the index from its newest "
+                      "snapshot",
+                      env->se_path, g->g_meta_why);
+}
+
 /* Each change retries at most this often: every retry at least doubles the map (or follows a
  * rewrite to the new environment), so more means the change cannot fit the address space. */
 #define STORE_MAX_RETRIES 40
@@ -599,9 +619,18 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
                               "'%s': index format version %u; convert it first", env->se_path,
                               g->g_version);
         }
+        if (g->g_meta_bad) {
+            mdb_txn_abort(txn);
+            pthread_rwlock_unlock(&g->g_grow);
+            gen_release(env, g);
+            return meta_refusal(env, g, m);
+        }
         store_txn t = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1, .st_fsize = fsize};
         m->text[0] = 0;
         rc = fn(&t, ctx, m);
+        /* Every commit advances the commit record (FORMAT.md "meta/commit"). */
+        if (rc == 0 && t.st_dirty)
+            rc = store_commit_mark(&t, m);
         txn_close_cursors(&t);
         int full = 0;
         if (rc == 0) {
@@ -665,6 +694,14 @@ int store_read_begin(store_env *env, store_txn **out, store_msg *m)
                 return rc;
             }
             continue;
+        }
+        if (g->g_meta_bad) {
+            mdb_txn_abort(t->st_txn);
+            pthread_rwlock_unlock(&g->g_grow);
+            rc = meta_refusal(env, g, m);
+            gen_release(env, g);
+            free(t);
+            return rc;
         }
         t->st_env = env;
         t->st_gen = g;

@@ -108,6 +108,7 @@ int store_name_get(store_txn *t, uint32_t docno, const char **id, size_t *len, s
 
 int store_id_put(store_txn *t, const char *id, size_t len, uint32_t docno, store_msg *m)
 {
+    t->st_dirty = 1;
     uint32_t v[2] = {docno, pair_crc(id, len, docno)};
     MDB_val k = {len, (void *)id}, d = {sizeof v, v};
     int rc = mdb_put(t->st_txn, t->st_gen->g_ids, &k, &d, MDB_NOOVERWRITE);
@@ -130,6 +131,7 @@ int store_id_put(store_txn *t, const char *id, size_t len, uint32_t docno, store
 
 int store_id_del(store_txn *t, const char *id, size_t len, uint32_t docno, store_msg *m)
 {
+    t->st_dirty = 1;
     MDB_val k = {len, (void *)id};
     int rc = mdb_del(t->st_txn, t->st_gen->g_ids, &k, NULL);
     if (rc == MDB_NOTFOUND)

@@ -146,6 +146,7 @@ static int block_find(store_txn *t, MDB_cursor *cur, uint32_t c, uint32_t doc, u
 
 int store_ivf_append(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, store_msg *m)
 {
+    t->st_dirty = 1;
     if (n == 0)
         return 0;
     MDB_cursor *cur;
@@ -191,6 +192,7 @@ out:
 
 int store_ivf_remove(store_txn *t, uint32_t c, const uint32_t *docs, size_t n, store_msg *m)
 {
+    t->st_dirty = 1;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(t->st_txn, t->st_gen->g_ivf, &cur);
     if (rc)
@@ -287,6 +289,17 @@ int store_ivf_next(store_ivf_iter *it, const uint32_t **docs, size_t *n, store_m
         return store_fail(m, TARTAN_ECORRUPT, "an inverted-list key has %zu bytes", k.mv_size);
     memcpy(&key, k.mv_data, 8);
     if ((uint32_t)(key >> 32) != it->si_c) {
+        /* The list ends where the next one begins: a sound block of a later centroid. A
+         * damaged key inside the list (its block's checksum covers it) would otherwise end the
+         * list early, silently. */
+        size_t nn;
+        if ((uint32_t)(key >> 32) < it->si_c)
+            return store_fail(m, TARTAN_ECORRUPT,
+                              "inverted list of centroid %u: a block of centroid %u follows it "
+                              "(damaged key)",
+                              it->si_c, (uint32_t)(key >> 32));
+        if ((rc = store_ivf_decode(key, d.mv_data, d.mv_size, 1, it->si_buf, &nn, m)))
+            return rc;
         it->si_state = 2;
         return 0;
     }

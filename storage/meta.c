@@ -43,10 +43,17 @@ int store_meta_put(store_txn *t, const char *name, const void *data, size_t len,
         return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
                           name ? name : "(null)");
     MDB_val k = {nlen, (void *)name}, d = {META_HEAD + len, NULL};
+    uint32_t c = store_meta_crc(name, nlen, data, len);
+    /* A record written again as it is changes nothing: no write (and no commit record). */
+    MDB_val old;
+    if (store_get(t, t->st_gen->g_meta, &k, &old) == 0 && old.mv_size == META_HEAD + len &&
+        !memcmp(old.mv_data, &c, 4) &&
+        (!len || !memcmp((const uint8_t *)old.mv_data + META_HEAD, data, len)))
+        return 0;
+    t->st_dirty = 1;
     int rc = mdb_put(t->st_txn, t->st_gen->g_meta, &k, &d, MDB_RESERVE);
     if (rc)
         return store_map_lmdb(m, rc, "writing a meta record");
-    uint32_t c = store_meta_crc(name, nlen, data, len);
     memcpy(d.mv_data, &c, 4);
     if (len)
         memcpy((uint8_t *)d.mv_data + META_HEAD, data, len);
@@ -82,6 +89,7 @@ int store_meta_get(store_txn *t, const char *name, const void **data, size_t *le
 
 int store_meta_del(store_txn *t, const char *name, store_msg *m)
 {
+    t->st_dirty = 1;
     size_t nlen;
     if (!name_ok(name, &nlen) || !strcmp(name, STORE_KEY_FORMAT))
         return store_fail(m, TARTAN_EINVAL, "meta record name '%s' is not allowed",
@@ -170,7 +178,10 @@ int store_codec_put(store_txn *t, unsigned nbits, const float *cutoffs, const fl
     float buf[511];
     memcpy(buf, cutoffs, (nb - 1) * sizeof(float));
     memcpy(buf + nb - 1, weights, nb * sizeof(float));
+    /* Two copies in one transaction: nothing else holds the tables (FORMAT.md). */
     int rc = store_meta_put(t, STORE_KEY_CODEC, buf, (2 * nb - 1) * sizeof(float), m);
+    if (!rc)
+        rc = store_meta_put(t, STORE_KEY_CODEC_COPY, buf, (2 * nb - 1) * sizeof(float), m);
     return rc == TARTAN_EINVAL ? TARTAN_EINTERNAL : rc;
 }
 
@@ -178,16 +189,58 @@ int store_codec_get(store_txn *t, unsigned nbits, float *cutoffs, float *weights
 {
     const void *d;
     size_t len;
-    int rc = store_meta_get(t, STORE_KEY_CODEC, &d, &len, m);
+    size_t nb = (size_t)1 << nbits;
+    store_msg pm = {{0}};
+    int rc = store_meta_get(t, STORE_KEY_CODEC, &d, &len, &pm);
+    if (rc == 0 && len != (2 * nb - 1) * sizeof(float))
+        rc = store_fail(&pm, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", len,
+                        (2 * nb - 1) * sizeof(float));
+    if (rc == TARTAN_ECORRUPT || rc == TARTAN_ENOTFOUND) {
+        /* The primary is damaged (or lost with its key): the copy, when it is sound, serves
+         * (tartan check reports the damage and a repair restores the primary). */
+        int crc = store_meta_get(t, STORE_KEY_CODEC_COPY, &d, &len, NULL);
+        if (crc == 0 && len == (2 * nb - 1) * sizeof(float))
+            rc = 0;
+    }
     if (rc == TARTAN_ENOTFOUND)
         return store_fail(m, TARTAN_ENOTTRAINED, "the index has no codec yet");
-    if (rc)
+    if (rc) {
+        if (m && rc == TARTAN_ECORRUPT)
+            return store_fail(m, rc, "%s, and its copy is damaged or missing", pm.text);
+        if (m)
+            *m = pm;
         return rc;
-    size_t nb = (size_t)1 << nbits;
-    if (len != (2 * nb - 1) * sizeof(float))
-        return store_fail(m, TARTAN_ECORRUPT, "the codec tables have %zu bytes, not %zu", len,
-                          (2 * nb - 1) * sizeof(float));
+    }
     memcpy(cutoffs, d, (nb - 1) * sizeof(float));
     memcpy(weights, (const uint8_t *)d + (nb - 1) * sizeof(float), nb * sizeof(float));
     return 0;
+}
+
+/* ---- commit sequence ------------------------------------------------------------------- */
+
+int store_commit_mark(store_txn *t, store_msg *m)
+{
+    static const char name[] = STORE_KEY_COMMIT;
+    const size_t nlen = sizeof name - 1;
+    MDB_val k = {nlen, (void *)name}, d;
+    uint64_t seq = 1;
+    /* Within the write transaction: the value is the snapshot's or this transaction's own. */
+    if (store_get(t, t->st_gen->g_meta, &k, &d) == 0 && d.mv_size == META_HEAD + 16) {
+        uint32_t want;
+        uint64_t old;
+        memcpy(&want, d.mv_data, 4);
+        memcpy(&old, (const uint8_t *)d.mv_data + META_HEAD, 8);
+        if (store_meta_crc(name, nlen, (const uint8_t *)d.mv_data + META_HEAD, 16) == want &&
+            old < UINT64_MAX)
+            seq = old + 1;
+    }
+    /* The sequence number, then LMDB's id of this transaction (the meta page's it commits). */
+    uint64_t rec[2] = {seq, (uint64_t)mdb_txn_id(t->st_txn)};
+    uint8_t b[META_HEAD + 16];
+    uint32_t c = store_meta_crc(name, nlen, rec, 16);
+    memcpy(b, &c, 4);
+    memcpy(b + META_HEAD, rec, 16);
+    d = (MDB_val){sizeof b, b};
+    int rc = mdb_put(t->st_txn, t->st_gen->g_meta, &k, &d, 0);
+    return rc ? store_map_lmdb(m, rc, "writing the commit record") : 0;
 }

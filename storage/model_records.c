@@ -17,7 +17,18 @@
  * the index's own documents (the calibration). Every other meta record is the model's: a
  * record a later codec adds travels without a change here.
  */
-static const char *const local_records[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, "calibration"};
+static const char *const local_records[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, "calibration",
+                                            STORE_KEY_COMMIT};
+
+/* The second copies of the codec and the centroid table are storage's own redundancy, not
+ * part of the model: export leaves them out, import writes them with their primaries. */
+static int is_copy(int db, const void *key, size_t klen)
+{
+    unsigned k;
+    if (db == STORE_DB_CENTROIDS)
+        return klen == sizeof k && (memcpy(&k, key, sizeof k), k == STORE_CENT_COPY_KEY);
+    return klen == strlen(STORE_KEY_CODEC_COPY) && !memcmp(key, STORE_KEY_CODEC_COPY, klen);
+}
 
 int store_meta_is_local(const void *name, size_t len)
 {
@@ -44,7 +55,8 @@ int store_model_records(store_txn *t, store_record_fn fn, void *ctx, store_msg *
         MDB_cursor_op op = MDB_FIRST;
         while ((rc = mdb_cursor_get(cur, &k, &d, op)) == 0) {
             op = MDB_NEXT;
-            if (dbs[i] == STORE_DB_META && store_meta_is_local(k.mv_data, k.mv_size))
+            if ((dbs[i] == STORE_DB_META && store_meta_is_local(k.mv_data, k.mv_size)) ||
+                is_copy(dbs[i], k.mv_data, k.mv_size))
                 continue;
             int r = fn(dbs[i], k.mv_data, k.mv_size, d.mv_data, d.mv_size, ctx);
             if (r) {
@@ -78,6 +90,7 @@ int store_model_record_get(store_txn *t, int db, const void *key, size_t klen, c
 int store_model_record_put(store_txn *t, int db, const void *key, size_t klen, const void *val,
                            size_t vlen, store_msg *m)
 {
+    t->st_dirty = 1;
     if (db != STORE_DB_META && db != STORE_DB_CENTROIDS)
         return store_fail(m, TARTAN_EINVAL, "no database %d holds model records", db);
     if (klen == 0 || klen > STORE_MAX_ID)
@@ -89,7 +102,24 @@ int store_model_record_put(store_txn *t, int db, const void *key, size_t klen, c
      * integers of 4 or 8 bytes and refuses other sizes. */
     if (db == STORE_DB_CENTROIDS && klen != sizeof(uint32_t) && klen != sizeof(uint64_t))
         return store_fail(m, TARTAN_EINVAL, "a centroids key of %zu bytes", klen);
+    if (is_copy(db, key, klen))
+        return store_fail(m, TARTAN_EINVAL, "a model string holds no second copies");
     MDB_val k = {klen, (void *)key}, d = {vlen, (void *)val};
     int rc = mdb_put(t->st_txn, dbi_of(t, db), &k, &d, 0);
-    return rc ? store_map_lmdb(m, rc, "writing a model record") : 0;
+    if (rc)
+        return store_map_lmdb(m, rc, "writing a model record");
+    /* The primaries' copies (FORMAT.md): the centroid record byte for byte, the codec under
+     * its own name (a meta record's checksum covers its name). */
+    unsigned ck;
+    if (db == STORE_DB_CENTROIDS && klen == sizeof ck && (memcpy(&ck, key, sizeof ck), ck == 0))
+        return store_centroids_put_copy(t, val, vlen, m);
+    if (db == STORE_DB_META && klen == strlen(STORE_KEY_CODEC) &&
+        !memcmp(key, STORE_KEY_CODEC, klen) && vlen >= 4) {
+        /* Only a sound primary gets a copy: a damaged one must fail the read-back. */
+        uint32_t want;
+        memcpy(&want, val, 4);
+        if (store_meta_crc(key, klen, (const uint8_t *)val + 4, vlen - 4) == want)
+            return store_meta_put(t, STORE_KEY_CODEC_COPY, (const uint8_t *)val + 4, vlen - 4, m);
+    }
+    return 0;
 }

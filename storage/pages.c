@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store_internal.h"
 #include "tartan.h"
@@ -361,6 +363,8 @@ static int main_leaf(void *ctx, const void *key, size_t klen, const void *val, s
 /* The meta page of txn's snapshot, or NULL (and a problem) when neither is sound. */
 static const uint8_t *snapshot_meta(walker *w, store_txn *t)
 {
+    if (t->st_meta_use)
+        return w->base + (size_t)(t->st_meta_use - 1) * w->psize;
     uint64_t want = mdb_txn_id(t->st_txn) - (t->st_write ? 1 : 0);
     for (int i = 0; i < 2; i++) {
         const uint8_t *pg = w->base + (size_t)i * w->psize;
@@ -625,4 +629,317 @@ int store_pages_leaves(store_txn *t, const char *db, store_pages_leaf_fn fn, voi
     free(f.v);
     free(w.used);
     return rc ? store_fail(m, rc, "out of memory") : 0;
+}
+
+/* ---- the two meta pages ----------------------------------------------------------------- */
+
+/*
+ * LMDB keeps two meta pages and writes page (txnid & 1) at every commit, so that the other one
+ * still names the previous snapshot when a commit is cut short; at open it takes the page with
+ * the larger transaction id. Neither carries a checksum: a flipped bit in the older page's id
+ * can make it the larger one, and LMDB then reads the previous snapshot as if it were the
+ * newest, soundly and silently. What tells the two apart here (FORMAT.md "LMDB's meta pages"):
+ *   - the ids: after any commit, page 0 holds an even id, page 1 an odd one, one apart (both
+ *     0 in a fresh environment, which tartan never leaves so);
+ *   - tartan's own commit record (meta "commit", checksummed): every write transaction of this
+ *     version writes its sequence number, one above the one it read, so the tree holding the
+ *     larger number is the newer snapshot, and a tree without the record is older than one
+ *     with it (older builds do not write it, but copy it along unchanged).
+ * Both trees a meta page names are intact at rest: LMDB reuses a page only once no meta page
+ * names a snapshot that holds it. The pages are read with pread, not through the map, while
+ * the caller holds a snapshot (any transaction): writers of other processes then do not reuse
+ * the pages of either tree, and a meta page changing under the read is read again.
+ */
+
+#define META_READ (META_TXNID + 8)
+#define META_TREE_PAGES 256 /* a meta database of more pages is not read (tartan's has a few) */
+
+typedef struct preader {
+    int fd;
+    size_t psize;
+    uint64_t fpages;
+    uint8_t *buf; /* META_TREE_PAGES pages, one per depth level at most */
+    unsigned pages;
+} preader;
+
+static const uint8_t *pread_page(preader *r, uint64_t pgno, unsigned level)
+{
+    if (pgno < 2 || pgno >= r->fpages || level >= MAX_DEPTH || ++r->pages > META_TREE_PAGES)
+        return NULL;
+    uint8_t *b = r->buf + (size_t)level * r->psize;
+    if (pread(r->fd, b, r->psize, (off_t)(pgno * r->psize)) != (ssize_t)r->psize)
+        return NULL;
+    return b;
+}
+
+/* Calls fn on every leaf entry of the tree rooted at pgno (values of their own pages read
+ * whole); -1 when a page breaks LMDB's layout or fn returns nonzero. */
+typedef int (*pentry_fn)(void *ctx, const uint8_t *key, size_t klen, const uint8_t *val,
+                         size_t vlen, unsigned nflags);
+
+static int pwalk(preader *r, uint64_t pgno, unsigned level, unsigned depth, pentry_fn fn, void *ctx)
+{
+    if (level >= depth)
+        return -1;
+    const uint8_t *pg = pread_page(r, pgno, level);
+    if (!pg || u64(pg) != pgno)
+        return -1;
+    uint16_t flags = u16(pg + 10) & (P_BRANCH | P_LEAF | P_OVERFLOW | P_META | P_LEAF2);
+    uint16_t lower = u16(pg + 12), upper = u16(pg + 14);
+    int branch = flags == P_BRANCH;
+    if ((flags != P_BRANCH && flags != P_LEAF) || (!branch && level + 1 != depth) ||
+        lower < PAGEHDR + 2 || lower > upper || upper > r->psize || (lower - PAGEHDR) % 2)
+        return -1;
+    unsigned n = (lower - PAGEHDR) / 2;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned at = u16(pg + PAGEHDR + 2 * i);
+        if (at < upper || at % 2 || at + NODEHDR > r->psize)
+            return -1;
+        const uint8_t *node = pg + at;
+        unsigned ksize = u16(node + 6), nflags = u16(node + 4);
+        uint32_t dsize = u16(node) | (uint32_t)u16(node + 2) << 16;
+        size_t need = NODEHDR + ksize + (branch ? 0 : (nflags & F_BIGDATA) ? 8 : dsize);
+        if (at + need > r->psize)
+            return -1;
+        if (branch) {
+            uint64_t child =
+                u16(node) | (uint64_t)u16(node + 2) << 16 | (uint64_t)u16(node + 4) << 32;
+            /* Deeper levels read into their own buffers: this page stays in hand. */
+            if (pwalk(r, child, level + 1, depth, fn, ctx))
+                return -1;
+            continue;
+        }
+        const uint8_t *key = node + NODEHDR;
+        if (nflags & F_DUPDATA)
+            return -1;
+        if (!(nflags & F_BIGDATA)) {
+            if (fn(ctx, key, ksize, key + ksize, dsize, nflags))
+                return -1;
+            continue;
+        }
+        uint64_t ov = u64(key + ksize);
+        size_t pages = (PAGEHDR + (size_t)dsize + r->psize - 1) / r->psize;
+        if (ov < 2 || ov >= r->fpages || pages > r->fpages - ov)
+            return -1;
+        uint8_t *v = malloc(dsize ? dsize : 1);
+        uint8_t *kc = malloc(ksize ? ksize : 1);
+        if (!v || !kc) {
+            free(v);
+            free(kc);
+            return -1;
+        }
+        memcpy(kc, key, ksize);
+        int bad = pread(r->fd, v, dsize, (off_t)(ov * r->psize + PAGEHDR)) != (ssize_t)dsize ||
+                  fn(ctx, kc, ksize, v, dsize, nflags);
+        free(v);
+        free(kc);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+/* The main database's entry "meta": its MDB_db record. */
+typedef struct find_meta {
+    uint8_t rec[MDB_DB_SIZE];
+    int found;
+} find_meta;
+
+static int main_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                      unsigned nflags)
+{
+    find_meta *f = ctx;
+    if (klen == 4 && !memcmp(key, "meta", 4)) {
+        if (vlen != MDB_DB_SIZE || !(nflags & F_SUBDATA) || f->found)
+            return 1;
+        memcpy(f->rec, val, MDB_DB_SIZE);
+        f->found = 1;
+    }
+    return 0;
+}
+
+/* The meta database's entries: every one must check out under its own name (a damaged key
+ * could hide the commit record), and the commit record is kept. */
+typedef struct find_commit {
+    int found;
+    uint64_t seq, txnid;
+} find_commit;
+
+static int meta_entry(void *ctx, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                      unsigned nflags)
+{
+    (void)nflags;
+    find_commit *f = ctx;
+    if (klen == strlen(STORE_KEY_FORMAT) && !memcmp(key, STORE_KEY_FORMAT, klen)) {
+        unsigned version;
+        int damaged;
+        return store_format_parse(val, vlen, &version, &damaged) || damaged;
+    }
+    uint32_t want;
+    if (vlen < 4)
+        return 1;
+    memcpy(&want, val, 4);
+    if (store_meta_crc(key, klen, val + 4, vlen - 4) != want)
+        return 1;
+    if (klen == strlen(STORE_KEY_COMMIT) && !memcmp(key, STORE_KEY_COMMIT, klen)) {
+        if (vlen != 4 + 16)
+            return 1;
+        memcpy(&f->seq, val + 4, 8);
+        memcpy(&f->txnid, val + 12, 8);
+        f->found = 1;
+    }
+    return 0;
+}
+
+/* What meta page `page` (its bytes in meta) names: rec 1 and seq (its tree's commit record),
+ * 0 (a tree without one, or no tree), -1 (the tree cannot be read). */
+static void page_record(preader *r, const uint8_t *meta, int *rec, uint64_t *seq, uint64_t *txnid)
+{
+    const uint8_t *main_db = meta + META_DBS + MDB_DB_SIZE;
+    *rec = -1;
+    *seq = 0;
+    uint64_t root = u64(main_db + 40);
+    if (root == P_INVALID) {
+        *rec = 0;
+        return;
+    }
+    find_meta fm = {{0}, 0};
+    r->pages = 0;
+    if (pwalk(r, root, 0, u16(main_db + 6), main_entry, &fm) || !fm.found)
+        return;
+    uint64_t mroot = u64(fm.rec + 40);
+    if (mroot == P_INVALID)
+        return; /* a tartan index's meta database is never empty */
+    find_commit fc = {0, 0, 0};
+    r->pages = 0;
+    if (pwalk(r, mroot, 0, u16(fm.rec + 6), meta_entry, &fc))
+        return;
+    *rec = fc.found;
+    *seq = fc.seq;
+    *txnid = fc.txnid;
+}
+
+static int parity_ok(const store_meta_pages *s, int i)
+{
+    return (int)(s->txnid[i] & 1) == i;
+}
+
+/* Which page is the newest when one id was flipped: each page in turn taken for the damaged
+ * one, its true id one apart from the other's and one bit from what it holds. -1 when no
+ * explanation or two that disagree. */
+static int explain(const store_meta_pages *s)
+{
+    int newest = -1, n = 0;
+    for (int i = 0; i < 2; i++) {
+        int j = 1 - i;
+        if (!parity_ok(s, j))
+            continue;
+        for (int d = -1; d <= 1; d += 2) {
+            if (d < 0 && s->txnid[j] == 0)
+                continue;
+            uint64_t v = s->txnid[j] + (uint64_t)(int64_t)d, x = v ^ s->txnid[i];
+            if (!x || (x & (x - 1)))
+                continue;
+            int nw = v > s->txnid[j] ? i : j;
+            if (n++ && nw != newest)
+                return -1;
+            newest = nw;
+        }
+    }
+    return newest;
+}
+
+static void judge(store_meta_pages *s)
+{
+    const unsigned long long t0 = s->txnid[0], t1 = s->txnid[1];
+    s->pick = t0 < t1 ? 1 : 0;
+    s->bad = 0;
+    s->newest = s->pick;
+    s->why[0] = 0;
+    if (t0 == 0 && t1 == 0)
+        return; /* a fresh environment */
+    int txn_ok = parity_ok(s, 0) && parity_ok(s, 1) && (t0 + 1 == t1 || t1 + 1 == t0);
+    int tree = -1;
+    if (s->rec[0] == 1 && s->rec[1] == 1 && s->seq[0] != s->seq[1])
+        tree = s->seq[0] > s->seq[1] ? 0 : 1;
+    else if (s->rec[0] == 1 && s->rec[1] == 0)
+        tree = 0;
+    else if (s->rec[1] == 1 && s->rec[0] == 0)
+        tree = 1;
+    /* LMDB's own trace of a commit that failed writing its meta page: it writes the page's old
+     * id and last page back over the new roots (mdb_env_write_meta), leaving the snapshot of the
+     * failed commit under the id before the one LMDB takes, ids and all otherwise consistent.
+     * LMDB rightly takes the other page then. A flipped bit of an id can leave the same trace;
+     * the pages are taken as LMDB's trace when the snapshot LMDB takes was committed under its
+     * page's id and the other one in the next transaction (their commit records say so: a flip
+     * of the older page's id up to the pair's next fails this), and the other page's last page
+     * does not lie beyond its own (FORMAT.md "LMDB's meta pages"). */
+    int other = 1 - s->pick;
+    if (tree == other && txn_ok && s->txnid[other] + 1 == s->txnid[s->pick] && s->rec[0] == 1 &&
+        s->rec[1] == 1 && s->seq[other] == s->seq[s->pick] + 1 &&
+        s->rec_txnid[s->pick] == s->txnid[s->pick] &&
+        s->rec_txnid[other] == s->txnid[s->pick] + 1 && s->last_pg[other] <= s->last_pg[s->pick])
+        tree = s->pick;
+    if (tree >= 0) {
+        s->newest = tree;
+        if (tree != s->pick) {
+            s->bad = 1;
+            snprintf(s->why, sizeof s->why,
+                     "LMDB's meta page %d (transaction %llu) names an older snapshot than meta "
+                     "page %d (transaction %llu): one of their transaction ids is damaged",
+                     s->pick, s->pick ? t1 : t0, tree, tree ? t1 : t0);
+            return;
+        }
+    } else if (!txn_ok) {
+        s->newest = explain(s);
+    }
+    if (!txn_ok) {
+        s->bad = 1;
+        snprintf(s->why, sizeof s->why,
+                 "LMDB's meta pages hold transaction ids %llu and %llu, where LMDB writes an "
+                 "even one on page 0 and the next or previous odd one on page 1: one is damaged",
+                 t0, t1);
+    }
+}
+
+int store_pages_meta(int fd, size_t psize, store_meta_pages *s)
+{
+    memset(s, 0, sizeof *s);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return errno;
+    preader r = {fd, psize, (uint64_t)st.st_size / psize, NULL, 0};
+    r.buf = malloc(MAX_DEPTH * psize);
+    uint8_t *a = malloc(2 * META_READ), *b = malloc(2 * META_READ);
+    int rc = !r.buf || !a || !b ? ENOMEM : 0;
+    /* A meta page that changes while it is read (a writer of another process committing) is
+     * read again; damage stays put. */
+    for (int attempt = 0; !rc && attempt < 8; attempt++) {
+        if (attempt)
+            usleep(1000);
+        if (pread(fd, a, META_READ, 0) != META_READ ||
+            pread(fd, a + META_READ, META_READ, (off_t)psize) != META_READ) {
+            rc = EIO;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *pg = a + i * META_READ;
+            s->txnid[i] = u64(pg + META_TXNID);
+            s->last_pg[i] = u64(pg + META_LAST_PG);
+            page_record(&r, pg, &s->rec[i], &s->seq[i], &s->rec_txnid[i]);
+        }
+        if (pread(fd, b, META_READ, 0) != META_READ ||
+            pread(fd, b + META_READ, META_READ, (off_t)psize) != META_READ) {
+            rc = EIO;
+            break;
+        }
+        if (!memcmp(a, b, 2 * META_READ))
+            break;
+    }
+    if (!rc)
+        judge(s);
+    free(r.buf);
+    free(a);
+    free(b);
+    return rc;
 }

@@ -119,6 +119,8 @@ static int fill_new(store_env *env, store_txn *src, const char *dir, size_t map,
         store_txn dst = {.st_txn = txn, .st_env = env, .st_gen = ng, .st_write = 1};
         memset(&src->st_seg, 0, sizeof src->st_seg);
         rc = fn(src, &dst, ctx, m);
+        if (rc == 0)
+            rc = store_commit_mark(&dst, m);
         if (dst.st_docs)
             mdb_cursor_close(dst.st_docs);
         int full = 0;
@@ -160,7 +162,7 @@ static void retire_v1(MDB_txn *txn, store_gen *g)
     mdb_put(txn, g->g_meta, &k, &d, 0);
 }
 
-int store_rewrite(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
+static int rewrite(store_env *env, store_rewrite_fn fn, void *ctx, int salvage, store_msg *m)
 {
     if (env->se_flags & STORE_READONLY)
         return store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", env->se_path);
@@ -221,7 +223,31 @@ int store_rewrite(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
         rc = store_fail(m, TARTAN_ESTORAGE, "'%s' kept being replaced", env->se_path);
         goto out;
     }
-    /* Holding the writer lock: nothing else writes this index or rewrites it now. */
+    /* Holding the writer lock: nothing else writes this index or rewrites it now. Which
+     * snapshot is the newest (pages.c): a compaction reads LMDB's, so refuses when that may be
+     * an older one; a salvage reads the newest with its own page reader. */
+    int meta_use = 0;
+    {
+        store_meta_pages mp;
+        int fd;
+        if (mdb_env_get_fd(g->g_env, &fd) == 0 && store_pages_meta(fd, g->g_psize, &mp) == 0 &&
+            mp.bad) {
+            if (!salvage)
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "'%s': %s; 'tartan check --repair' rewrites the index from its "
+                                "newest snapshot",
+                                env->se_path, mp.why);
+            else if (mp.newest < 0)
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "'%s': %s, and which of LMDB's two snapshots is the newest cannot "
+                                "be told (neither holds a sound commit record): restore the index "
+                                "from a copy or rebuild it",
+                                env->se_path, mp.why);
+            meta_use = mp.newest + 1;
+            if (rc)
+                goto abort;
+        }
+    }
     sweep_leftovers(parent, base);
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.compact-XXXXXX", clean) < 0) {
@@ -239,7 +265,8 @@ int store_rewrite(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
         chmod(tmp, dst.st_mode & 07777);
     MDB_envinfo info;
     mdb_env_info(g->g_env, &info);
-    store_txn src = {.st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1};
+    store_txn src = {
+        .st_txn = txn, .st_env = env, .st_gen = g, .st_write = 1, .st_meta_use = meta_use};
     {
         struct stat fst;
         int fd;
@@ -307,4 +334,14 @@ out:
     free(base);
     free(clean);
     return rc;
+}
+
+int store_rewrite(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
+{
+    return rewrite(env, fn, ctx, 0, m);
+}
+
+int store_rewrite_salvage(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m)
+{
+    return rewrite(env, fn, ctx, 1, m);
 }

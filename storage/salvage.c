@@ -584,8 +584,10 @@ typedef struct model_walk {
     const uint8_t **names, **vals;
     size_t *nlen, *vlen;
     int n, cap, oom;
-    const uint8_t *cent;
-    size_t cent_len;
+    const uint8_t *cent, *cent_copy; /* the centroid record (key 0) and its copy (key 1) */
+    size_t cent_len, cent_copy_len;
+    const uint8_t *cent_stray; /* a sound centroid record under another key (a damaged one) */
+    size_t cent_stray_len;
 } model_walk;
 
 static int meta_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
@@ -629,6 +631,15 @@ static int meta_sound(const model_walk *w, int i)
     return store_meta_crc(w->names[i], w->nlen[i], w->vals[i] + 4, w->vlen[i] - 4) == want;
 }
 
+/* Whether a centroid record's checksum holds (its shape is checked against the header). */
+static int cent_sound(const uint8_t *val, size_t size)
+{
+    uint32_t want;
+    memcpy(&want, val + 12, 4);
+    uint32_t c = store_crc32c(0, val, 12);
+    return store_crc32c(c, val + STORE_CENT_HEAD, size - STORE_CENT_HEAD) == want;
+}
+
 static int cent_leaf(void *ctx, const void *key, size_t klen, const void *val, size_t vlen)
 {
     model_walk *w = ctx;
@@ -636,6 +647,14 @@ static int cent_leaf(void *ctx, const void *key, size_t klen, const void *val, s
     if (klen == 4 && (memcpy(&k, key, 4), k == 0)) {
         w->cent = val;
         w->cent_len = vlen;
+    } else if (klen == 4 && k == STORE_CENT_COPY_KEY) {
+        w->cent_copy = val;
+        w->cent_copy_len = vlen;
+    } else if (!w->cent_stray && vlen >= STORE_CENT_HEAD && cent_sound(val, vlen)) {
+        /* The checksum does not cover the key: a record whose key was damaged is still the
+         * table (or its copy). */
+        w->cent_stray = val;
+        w->cent_stray_len = vlen;
     }
     return 0;
 }
@@ -700,6 +719,39 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
         snprintf(hm.text, sizeof hm.text, "%s",
                  hrc == TARTAN_ENOTFOUND ? "missing" : "checksum mismatch");
     int crc = meta_record(w, STORE_KEY_CODEC, &cd, &clen);
+    if (crc) {
+        /* The second copy (FORMAT.md "meta/codec"), when the primary is damaged or lost. */
+        const void *cc;
+        size_t cl;
+        if (meta_record(w, STORE_KEY_CODEC_COPY, &cc, &cl) == 0) {
+            say(s, "rebuilt", "the codec tables, from their copy ('%s'): the primary is %s",
+                STORE_KEY_CODEC_COPY, crc == TARTAN_ENOTFOUND ? "missing" : "damaged");
+            cd = cc;
+            clen = cl;
+            crc = 0;
+        }
+    }
+    /* The centroid table: the primary, else its copy, whichever checks out (its own checksum;
+     * its shape against the header below). */
+    if (w->cent && (w->cent_len < STORE_CENT_HEAD || !cent_sound(w->cent, w->cent_len)) &&
+        w->cent_copy && w->cent_copy_len >= STORE_CENT_HEAD &&
+        cent_sound(w->cent_copy, w->cent_copy_len)) {
+        say(s, "rebuilt", "the centroid table, from its copy (key %u): the primary is damaged",
+            STORE_CENT_COPY_KEY);
+        w->cent = w->cent_copy;
+        w->cent_len = w->cent_copy_len;
+    } else if (!w->cent && w->cent_copy) {
+        say(s, "rebuilt", "the centroid table, from its copy (key %u): the primary is lost",
+            STORE_CENT_COPY_KEY);
+        w->cent = w->cent_copy;
+        w->cent_len = w->cent_copy_len;
+    }
+    if ((!w->cent || w->cent_len < STORE_CENT_HEAD || !cent_sound(w->cent, w->cent_len)) &&
+        w->cent_stray) {
+        say(s, "rebuilt", "the centroid table, from a sound record under a damaged key");
+        w->cent = w->cent_stray;
+        w->cent_len = w->cent_stray_len;
+    }
     if (crc == TARTAN_ECORRUPT) {
         rc = store_fail(m, TARTAN_ECORRUPT,
                         "the codec tables are damaged: the documents cannot be decoded without "
@@ -766,6 +818,8 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
             rc = store_map_lmdb(m, rc, "writing the centroids");
             goto out;
         }
+        if ((rc = store_centroids_put_copy(dst, w->cent, w->cent_len, m)))
+            goto out;
         float t[511];
         memcpy(t, cd, clen);
         if ((rc = store_codec_put(dst, h->nbits, t, t + nb - 1, m)))
@@ -774,10 +828,11 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
         say(s, "dropped", "a model record of an index never trained");
     }
     /* Meta records of other layers. */
-    static const char *const own[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC};
+    static const char *const own[] = {STORE_KEY_FORMAT, STORE_KEY_HEADER, STORE_KEY_CODEC,
+                                      STORE_KEY_CODEC_COPY, STORE_KEY_COMMIT};
     for (int i = 0; i < w->n && !rc; i++) {
         int skip = 0;
-        for (size_t j = 0; j < 3; j++)
+        for (size_t j = 0; j < sizeof own / sizeof own[0]; j++)
             skip |= w->nlen[i] == strlen(own[j]) && !memcmp(w->names[i], own[j], w->nlen[i]);
         if (skip)
             continue;
@@ -869,7 +924,7 @@ int store_salvage(store_env *env, store_verify_fn report, void *ctx, size_t *n_r
     memset(&s, 0, sizeof s);
     s.report = report;
     s.ctx = ctx;
-    int rc = store_rewrite(env, salvage_fn, &s, m);
+    int rc = store_rewrite_salvage(env, salvage_fn, &s, m);
     if (n_removed)
         *n_removed = rc ? 0 : s.removed;
     for (size_t i = 0; i < s.n_said && !rc && report; i++) {

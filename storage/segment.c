@@ -407,6 +407,7 @@ static int app_flush(store_appender *a, store_msg *m)
         a->open = 0;
         return 0;
     }
+    a->t->st_dirty = 1;
     size_t total = seg_bytes(a->n, a->rlen);
     if (total > UINT32_MAX)
         return store_fail(m, TARTAN_ETOOBIG, "a segment of %zu bytes", total);
@@ -607,6 +608,7 @@ void store_docs_append_free(store_appender *a)
 
 int store_docs_delete(store_txn *t, const uint32_t *docnos, size_t n, store_msg *m)
 {
+    t->st_dirty = 1;
     uint8_t *copy = NULL;
     size_t copy_cap = 0;
     uint8_t *keep = NULL; /* per entry of the segment in hand: 1 to keep */

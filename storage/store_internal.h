@@ -38,6 +38,11 @@ typedef struct store_gen {
     float *g_cent; /* owned copy, or NULL */
     size_t g_cent_size; /* the record it was made from: its size and checksum field */
     uint32_t g_cent_crc;
+    unsigned g_cent_key; /* the record it was made from: 0, or STORE_CENT_COPY_KEY */
+    /* LMDB's meta pages disagree (store_pages_meta, at open): every snapshot and change is
+     * refused with g_meta_why; only a salvage (store_salvage) reads the index then. */
+    int g_meta_bad;
+    char g_meta_why[300];
 } store_gen;
 
 struct store_env {
@@ -66,6 +71,12 @@ struct store_txn {
     uint64_t st_fsize;   /* data.mdb's size when the transaction began (0: unknown) */
     MDB_cursor *st_docs; /* lazily opened, for document lookups */
     store_seg_cache st_seg;
+    /* Which meta page pages.c reads the snapshot from: 0, the one holding the transaction's id;
+     * 1 or 2, page 0 or 1 (a salvage reading the newest snapshot when LMDB would not). */
+    int st_meta_use;
+    /* A write function of this layer ran in this (write) transaction: store_write then advances
+     * the commit record; a change that wrote nothing commits nothing, as before. */
+    int st_dirty;
 };
 
 /* Whether rc is one of LMDB's own codes (MDB_KEYEXIST .. MDB_LAST_ERRCODE), which a loop over
@@ -91,6 +102,16 @@ void store_gen_find_map(store_gen *g);
 #define STORE_KEY_FORMAT "format"
 #define STORE_KEY_HEADER "header"
 #define STORE_KEY_CODEC "codec"
+/* The second copy of the codec tables (FORMAT.md "meta/codec"): readers fall back to it. */
+#define STORE_KEY_CODEC_COPY "codec.copy"
+/* The commit sequence number (FORMAT.md "meta/commit"), written by every change. */
+#define STORE_KEY_COMMIT "commit"
+
+/*
+ * Writes meta "commit" in a write transaction: one above the number the transaction reads
+ * (1 when it reads none or a damaged one). Every commit of this version calls it last.
+ */
+int store_commit_mark(store_txn *t, store_msg *m);
 
 /* The first 8 bytes of meta "format": tells a tartan index from other LMDB environments. */
 #define STORE_MAGIC "tartanix"
@@ -187,6 +208,11 @@ int store_id_valid(const void *id, size_t len);
 /* ---- centroids (centroids.c; FORMAT.md "centroids") -------------------------------------- */
 
 #define STORE_CENT_HEAD 16
+/* Key of the centroid table's second copy (key 0 holds the table): byte for byte the same
+ * record (its checksum does not cover the key). Readers fall back to it. */
+#define STORE_CENT_COPY_KEY 1u
+/* Writes the copy of a centroid record (its bytes as under key 0). */
+int store_centroids_put_copy(store_txn *t, const void *val, size_t size, store_msg *m);
 /* Checks a centroid record: sizes against k x dim, dtype, and (verify) its CRC-32C.
  * *data: the table (fp32 or fp16 by *dtype). */
 int store_centroids_check(const void *val, size_t size, uint32_t k, uint32_t dim, int verify,
@@ -209,6 +235,30 @@ typedef int (*store_pages_leaf_fn)(void *ctx, const void *key, size_t klen, cons
 int store_pages_main_sound(store_txn *t);
 int store_pages_leaves(store_txn *t, const char *db, store_pages_leaf_fn fn, void *ctx,
                        size_t *damage, store_msg *m);
+
+/*
+ * LMDB's two meta pages, read from the file (pages.c, FORMAT.md "LMDB's meta pages"): their
+ * transaction ids, the commit record each one's snapshot holds, which page LMDB takes and which
+ * one holds the newest snapshot. fd: data.mdb (read with pread); call while holding a
+ * transaction on the environment. 0, ENOMEM or EIO.
+ */
+typedef struct store_meta_pages {
+    uint64_t txnid[2];
+    uint64_t last_pg[2];
+    int rec[2]; /* 1: its snapshot's commit record, seq; 0: no record there (an older build's
+                   snapshot, or none); -1: the snapshot's meta database cannot be read */
+    uint64_t seq[2];
+    uint64_t rec_txnid[2]; /* the LMDB transaction id the commit record says it was written in */
+    int pick;   /* the page LMDB takes: the larger id (page 0 on a tie) */
+    int newest; /* the page naming the newest snapshot, or -1 when that cannot be told */
+    int bad;    /* the pages disagree: LMDB may read an older snapshot; why says how */
+    char why[240];
+} store_meta_pages;
+int store_pages_meta(int fd, size_t psize, store_meta_pages *s);
+
+/* store_rewrite for a salvage: also runs on an environment whose meta pages disagree, reading
+ * the newest snapshot (TARTAN_ECORRUPT when which one that is cannot be told). */
+int store_rewrite_salvage(store_env *env, store_rewrite_fn fn, void *ctx, store_msg *m);
 
 /* ---- version 1 (v1.c): only what converting a version-1 index reads --------------------- */
 

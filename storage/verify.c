@@ -3,9 +3,11 @@
  *   header       meta "header" missing, of the wrong size, its checksum failing, or
  *                contradicting itself
  *   meta         a malformed or damaged format record, a meta record whose checksum fails
- *   codec        meta "codec" missing, of the wrong size, or not ascending / finite
+ *   codec        meta "codec" missing, of the wrong size, or not ascending / finite; it or its
+ *                copy "codec.copy" damaged (naming which), or the two differing
  *   centroids    the centroid table missing, of the wrong size, its checksum failing, not
- *                finite or not unit length
+ *                finite or not unit length; it (key 0) or its copy (key 1) damaged (naming
+ *                which), or the two differing
  *   doc-key      a "docs" key that is not 4 bytes
  *   segment      a segment whose directory is malformed or whose directory checksum fails
  *   doc-number   a document number at or above the header's next_docno
@@ -24,7 +26,9 @@
  *   id-checksum  an "ids" or "names" value whose size is wrong or whose checksum fails
  *   id-missing   a document without an external id
  *   id-map       ids and names disagree, or name a document that does not exist
- *   lmdb         LMDB's own structure: a page that breaks LMDB's layout (pages.c reads every
+ *   lmdb         LMDB's two meta pages disagree (FORMAT.md "LMDB's meta pages": LMDB may read
+ *                an older snapshot; nothing else is checked then), or LMDB's own structure:
+ *                a page that breaks LMDB's layout (pages.c reads every
  *                tree of the snapshot first, without LMDB; when one is damaged, nothing else
  *                is walked), damaged pages LMDB reports, keys out of order, or a key that
  *                iteration finds and a lookup does not
@@ -200,30 +204,54 @@ static int check_meta(vstate *v, store_msg *m)
     return 0;
 }
 
-/* The codec tables and centroids of a trained index; their absence in an untrained one. */
+/* The codec tables and centroids of a trained index, and their second copies (FORMAT.md); their
+ * absence in an untrained one. A missing copy is no problem (indexes written before the copies
+ * have none; a compaction or a repair adds them). */
 static int check_model(vstate *v, store_msg *m)
 {
     const store_header *h = &v->h;
-    const void *cd;
-    size_t clen;
-    store_msg pm;
+    const void *cd, *cc;
+    size_t clen, cclen;
+    store_msg pm, pcm;
     int rc = store_meta_get(v->t, STORE_KEY_CODEC, &cd, &clen, &pm);
     if (rc && rc != TARTAN_ENOTFOUND && rc != TARTAN_ECORRUPT) {
         *m = pm;
         return rc;
     }
+    int rcc = store_meta_get(v->t, STORE_KEY_CODEC_COPY, &cc, &cclen, &pcm);
+    if (rcc && rcc != TARTAN_ENOTFOUND && rcc != TARTAN_ECORRUPT) {
+        *m = pcm;
+        return rcc;
+    }
     size_t nb = (size_t)1 << h->nbits;
+    const char *restores =
+        rcc == 0 ? "; its copy ('" STORE_KEY_CODEC_COPY "') is sound: a repair restores it" : "";
     if (h->n_centroids == 0) {
-        if (rc != TARTAN_ENOTFOUND)
+        if (rc != TARTAN_ENOTFOUND || rcc != TARTAN_ENOTFOUND)
             problem(v, "codec", "the index is untrained (0 centroids) but has codec tables");
-    } else if (rc == TARTAN_ENOTFOUND) {
+    } else if (rc == TARTAN_ENOTFOUND && rcc == TARTAN_ENOTFOUND) {
         problem(v, "codec", "the index has %u centroids but no codec tables", h->n_centroids);
-    } else if (rc == TARTAN_ECORRUPT) {
-        problem(v, "codec", "the codec tables: %s", pm.text);
-    } else if (clen != (2 * nb - 1) * sizeof(float)) {
+    } else {
+        if (rc == TARTAN_ENOTFOUND)
+            problem(v, "codec", "the codec tables ('codec') are missing%s", restores);
+        else if (rc == TARTAN_ECORRUPT)
+            problem(v, "codec", "the codec tables ('codec'): %s%s", pm.text, restores);
+        if (rcc == TARTAN_ECORRUPT)
+            problem(v, "codec", "the codec tables' copy ('%s'): %s%s", STORE_KEY_CODEC_COPY,
+                    pcm.text, rc == 0 ? "; the primary is sound: a repair restores the copy" : "");
+        else if (rc == 0 && rcc == 0 && (clen != cclen || memcmp(cd, cc, clen)))
+            problem(v, "codec", "the codec tables and their copy ('%s') differ",
+                    STORE_KEY_CODEC_COPY);
+        if (rc && rcc == 0) {
+            cd = cc;
+            clen = cclen;
+            rc = 0;
+        }
+    }
+    if (h->n_centroids && rc == 0 && clen != (2 * nb - 1) * sizeof(float)) {
         problem(v, "codec", "the codec tables have %zu bytes, not %zu", clen,
                 (2 * nb - 1) * sizeof(float));
-    } else {
+    } else if (h->n_centroids && rc == 0) {
         float t[511];
         memcpy(t, cd, clen);
         for (size_t i = 0; i < 2 * nb - 1; i++) {
@@ -243,62 +271,88 @@ static int check_model(vstate *v, store_msg *m)
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(v->txn, v->g->g_centroids, &cur)))
         return store_map_lmdb(m, rc, "opening the centroids");
-    MDB_val k, d;
-    int seen = 0;
+    MDB_val k, d, rec[2] = {{0, NULL}, {0, NULL}};
     MDB_cursor_op op = MDB_FIRST;
     while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
         unsigned key = 0;
         if (k.mv_size == sizeof key)
             memcpy(&key, k.mv_data, sizeof key);
-        if (k.mv_size != sizeof key || key != 0) {
+        if (k.mv_size != sizeof key || (key != 0 && key != STORE_CENT_COPY_KEY)) {
             problem(v, "centroids", "unexpected key in the centroids database (%zu bytes)",
                     k.mv_size);
             continue;
         }
-        seen = 1;
         lookup_agrees(v, v->g->g_centroids, &k, &d, "centroids");
-        if (h->n_centroids == 0) {
-            problem(v, "centroids", "the index is untrained but has a centroid table");
-            continue;
-        }
-        int dtype;
-        const void *data;
-        if (store_centroids_check(d.mv_data, d.mv_size, h->n_centroids, h->dim, 1, &dtype, &data,
-                                  &pm)) {
-            problem(v, "centroids", "%s", pm.text);
-            continue;
-        }
-        const uint8_t *p = data;
-        /* Stored L2-normalised (FORMAT.md): 1e-3 leaves room for fp32 rounding, 3e-3 for
-         * fp16's (2^-11 relative a value). */
-        double tol = dtype == STORE_CENT_F16 ? 3e-3 : 1e-3;
-        for (uint32_t c = 0; c < h->n_centroids && !v->stop; c++) {
-            double ss = 0;
-            int fin = 1;
-            for (uint32_t j = 0; j < h->dim; j++) {
-                size_t at = (size_t)c * h->dim + j;
-                float x;
-                if (dtype == STORE_CENT_F16) {
-                    uint16_t hv;
-                    memcpy(&hv, p + 2 * at, 2);
-                    x = store_f16_to_f32(hv);
-                } else {
-                    memcpy(&x, p + 4 * at, 4);
-                }
-                fin &= isfinite(x) != 0;
-                ss += (double)x * x;
-            }
-            if (!fin || fabs(sqrt(ss) - 1.0) > tol)
-                problem(v, "centroids", "centroid %u is %s", c,
-                        fin ? "not of unit length" : "not finite");
-        }
+        rec[key != 0] = d;
     }
     mdb_cursor_close(cur);
     if (rc && rc != MDB_NOTFOUND)
         return lmdb_err(v, rc, "walking the centroids", m);
-    if (!seen && h->n_centroids)
+    if (v->stop)
+        return 0;
+    if (h->n_centroids == 0) {
+        if (rec[0].mv_data || rec[1].mv_data)
+            problem(v, "centroids", "the index is untrained but has a centroid table");
+        return 0;
+    }
+    if (!rec[0].mv_data && !rec[1].mv_data) {
         problem(v, "centroids", "the index has %u centroids but no centroid table", h->n_centroids);
+        return 0;
+    }
+    int dtype, ok[2] = {0, 0};
+    const void *data, *tables[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!rec[i].mv_data)
+            continue;
+        ok[i] = store_centroids_check(rec[i].mv_data, rec[i].mv_size, h->n_centroids, h->dim, 1,
+                                      &dtype, &data, &pm) == 0;
+        tables[i] = data;
+        if (!ok[i])
+            problem(v, "centroids", "%s%s", i ? "the centroid table's copy (key 1): " : "",
+                    pm.text);
+    }
+    if (!rec[0].mv_data)
+        problem(v, "centroids", "the centroid table (key 0) is missing%s",
+                ok[1] ? "; its copy is sound: a repair restores it" : "");
+    else if (!ok[0] && ok[1])
+        problem(v, "centroids",
+                "the centroid table (key 0) is damaged; its copy is sound: a "
+                "repair restores it");
+    if (ok[0] && ok[1] &&
+        (rec[0].mv_size != rec[1].mv_size ||
+         memcmp(rec[0].mv_data, rec[1].mv_data, rec[0].mv_size)))
+        problem(v, "centroids", "the centroid table and its copy differ");
+    /* The unit-length rule on the table readers use: the primary, else the copy. */
+    int use = ok[0] ? 0 : ok[1] ? 1 : -1;
+    if (use < 0)
+        return 0;
+    store_centroids_check(rec[use].mv_data, rec[use].mv_size, h->n_centroids, h->dim, 0, &dtype,
+                          &data, NULL);
+    const uint8_t *p = tables[use];
+    /* Stored L2-normalised (FORMAT.md): 1e-3 leaves room for fp32 rounding, 3e-3 for
+     * fp16's (2^-11 relative a value). */
+    double tol = dtype == STORE_CENT_F16 ? 3e-3 : 1e-3;
+    for (uint32_t c = 0; c < h->n_centroids && !v->stop; c++) {
+        double ss = 0;
+        int fin = 1;
+        for (uint32_t j = 0; j < h->dim; j++) {
+            size_t at = (size_t)c * h->dim + j;
+            float x;
+            if (dtype == STORE_CENT_F16) {
+                uint16_t hv;
+                memcpy(&hv, p + 2 * at, 2);
+                x = store_f16_to_f32(hv);
+            } else {
+                memcpy(&x, p + 4 * at, 4);
+            }
+            fin &= isfinite(x) != 0;
+            ss += (double)x * x;
+        }
+        if (!fin || fabs(sqrt(ss) - 1.0) > tol)
+            problem(v, "centroids", "centroid %u is %s", c,
+                    fin ? "not of unit length" : "not finite");
+    }
     return 0;
 }
 
@@ -798,10 +852,32 @@ int store_verify(store_env *env, store_verify_fn report, void *ctx, size_t *n_pr
     if (n_problems)
         *n_problems = 0;
     int rc = store_read_begin(env, &v.t, m);
+    if (rc == TARTAN_ECORRUPT) {
+        /* Refused: LMDB's meta pages disagree (seen at open), or LMDB's structure is damaged
+         * where the index's databases are named. */
+        problem(&v, "lmdb", "%s", m->text);
+        if (n_problems)
+            *n_problems = v.n;
+        return 0;
+    }
     if (rc)
         return rc;
     v.txn = v.t->st_txn;
     v.g = v.t->st_gen;
+    /* LMDB's two meta pages: does the snapshot LMDB reads hold the newest state? (A damaged
+     * transaction id can make it take the older one, which no check inside it can tell.) */
+    {
+        store_meta_pages mp;
+        int fd;
+        if (mdb_env_get_fd(v.g->g_env, &fd) == 0 && store_pages_meta(fd, v.g->g_psize, &mp) == 0 &&
+            mp.bad) {
+            problem(&v, "lmdb",
+                    "%s; nothing else is checked, since LMDB may read an older state: "
+                    "'tartan check --repair' rewrites the index from its newest snapshot",
+                    mp.why);
+            goto out;
+        }
+    }
     /* LMDB's own pages first, read without LMDB: its cursors must never walk a damaged tree
      * (they would read outside the page and stop the process). */
     unsigned unsound;

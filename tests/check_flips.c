@@ -11,13 +11,23 @@
  * list's and the main database's pages), or bytes no page uses (free pages, free space inside
  * pages, the unused end of overflow pages). Prints a table of outcome counts per class.
  *
- * Fails when a flip in a tartan record or an unused byte is answered wrongly, crashes, or is
- * not repaired; LMDB's own bytes are measured and reported (README "Guarantees"), never
- * failed on: LMDB keeps no checksums of its own pages.
+ * Fails when any flip is answered wrongly (by a search before any repair, or after it); when a
+ * flip in a tartan record (the codec tables and the centroid table, which are stored twice,
+ * included), in a transaction id of LMDB's meta pages (which tartan's commit record orders,
+ * FORMAT.md "LMDB's meta pages"; the one flip that looks like LMDB's own failed-commit trace
+ * there does not arise in this index's state) or in an unused byte crashes or is not
+ * repaired. LMDB's other
+ * bytes are measured and reported (README "Guarantees"), not failed on for crashes: LMDB keeps
+ * no checksums of its own pages and its cursors trust them.
  *
- * Exit status 0 or 1. TARTAN_FLIPS_STRIDE (default 61: about a minute) and TARTAN_FLIPS_PHASE (default 0):
- * the bytes flipped are phase, phase + stride, ...; TARTAN_FLIPS_DIR (default /dev/shm when it
- * exists: the repairs' syncs are free there).
+ * Besides every stride-th byte (with one bit each), every run flips the focus bytes: several
+ * bits of both meta pages' transaction ids, and bytes of the codec record, the centroid record
+ * and their copies (header, checksum, data, LMDB's node of each).
+ *
+ * Exit status 0 or 1. TARTAN_FLIPS_STRIDE (default 61: about a minute) and TARTAN_FLIPS_PHASE
+ * (default 0): the bytes flipped are phase, phase + stride, ...; TARTAN_FLIPS_DIR (default /dev/shm
+ * when it exists: the repairs' syncs are free there); TARTAN_FLIPS_ONLY=N (and TARTAN_FLIPS_MASK=M,
+ * default the sweep's bit) flips byte N alone in this process.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -284,6 +294,7 @@ enum cls {
     C_MODEL,
     C_UNUSED,
     C_META,
+    C_TXNID,
     C_PAGEHDR,
     C_NODE,
     C_KEY,
@@ -296,6 +307,7 @@ static const char *const cls_name[C_N] = {"tartan records",
                                           "tartan codec, centroids",
                                           "unused bytes",
                                           "LMDB meta pages",
+                                          "LMDB meta txnids",
                                           "LMDB page headers",
                                           "LMDB node headers, pointers",
                                           "LMDB keys",
@@ -313,6 +325,11 @@ static const char *const cls_name[C_N] = {"tartan records",
 static const uint8_t *file;
 static size_t fsize, psize = 4096;
 static uint8_t *cls; /* [fsize] */
+
+/* Where the model's records lie (focus bytes): the codec, its copy, the centroid record, its
+ * copy: data offset and size, and the offset of LMDB's node holding each. */
+enum { R_CODEC, R_CODEC_COPY, R_CENT, R_CENT_COPY, R_N };
+static size_t rec_at[R_N], rec_size[R_N], rec_node[R_N];
 
 static uint16_t u16(const uint8_t *p)
 {
@@ -361,6 +378,20 @@ static void walk(uint64_t pgno, int values, int depth, const char *db)
         }
         uint32_t dsize = u16(node) | (uint32_t)u16(node + 2) << 16;
         uint16_t nflags = u16(node + 4);
+        int rec = -1;
+        if (db && !strcmp(db, "meta") && ksize == 5 && !memcmp(node + 8, "codec", 5))
+            rec = R_CODEC;
+        else if (db && !strcmp(db, "meta") && ksize == 10 && !memcmp(node + 8, "codec.copy", 10))
+            rec = R_CODEC_COPY;
+        else if (db && !strcmp(db, "centroids") && ksize == 4)
+            rec = u16(node + 8) == 0 ? R_CENT : R_CENT_COPY;
+        if (rec >= 0) {
+            rec_node[rec] = base + at;
+            rec_size[rec] = dsize;
+            rec_at[rec] = base + at + 8 + ksize;
+            if ((nflags & F_BIGDATA) && u64(node + 8 + ksize) * psize < fsize)
+                rec_at[rec] = u64(node + 8 + ksize) * psize + PAGEHDR;
+        }
         mark(base + at, 8, C_NODE);
         mark(base + at + 8, ksize, values == C_RECORD ? C_KEY : values);
         size_t data = base + at + 8 + ksize;
@@ -381,8 +412,7 @@ static void walk(uint64_t pgno, int values, int depth, const char *db)
             snprintf(name, sizeof name, "%.*s", ksize < 15 ? ksize : 15, (const char *)node + 8);
             walk(u64(file + data + 40), strcmp(name, "centroids") ? C_RECORD : C_MODEL, 0, name);
         } else {
-            int model = db && !strcmp(db, "meta") && ksize == 5 && !memcmp(node + 8, "codec", 5);
-            mark(data, dsize, model ? C_MODEL : values);
+            mark(data, dsize, rec == R_CODEC || rec == R_CODEC_COPY ? C_MODEL : values);
         }
     }
 }
@@ -392,6 +422,8 @@ static void classify(void)
     cls = malloc(fsize);
     memset(cls, C_UNUSED, fsize);
     mark(0, 2 * psize, C_META);
+    mark(144, 8, C_TXNID);
+    mark(psize + 144, 8, C_TXNID);
     /* The current meta page: the higher transaction id. In a meta page: mm_dbs (free, main:
      * 48 bytes each) at 40, md_root at 40 into an MDB_db, mm_txnid at 144. */
     const uint8_t *meta = u64(file + 144) >= u64(file + psize + 144) ? file : file + psize;
@@ -454,6 +486,11 @@ static int run_child(int (*fn)(const answers *), const answers *want, answers *o
     return WEXITSTATUS(status);
 }
 
+struct flip {
+    size_t off;
+    uint8_t mask;
+};
+
 int main(void)
 {
     const char *d = getenv("TARTAN_FLIPS_DIR");
@@ -472,6 +509,7 @@ int main(void)
     snprintf(ix, sizeof ix, "%s/ix", dir);
     snprintf(pristine, sizeof pristine, "%s/pristine", dir);
     int status = 1;
+    struct flip *flips = NULL;
     answers *want = calloc(1, sizeof *want);
     pid_t pid = fork();
     if (pid == 0)
@@ -503,7 +541,9 @@ int main(void)
     if (getenv("TARTAN_FLIPS_ONLY")) {
         /* One byte, in this process (for a debugger): flip it and run the child's part. */
         size_t off = (size_t)atol(getenv("TARTAN_FLIPS_ONLY"));
-        uint8_t mask = (uint8_t)(1u << (off * 5 % 8));
+        uint8_t mask = getenv("TARTAN_FLIPS_MASK")
+                           ? (uint8_t)strtoul(getenv("TARTAN_FLIPS_MASK"), NULL, 0)
+                           : (uint8_t)(1u << (off * 5 % 8));
         int rfd = open(data, O_RDWR);
         uint8_t b;
         if (rfd < 0 || pread(rfd, &b, 1, (off_t)off) != 1)
@@ -527,8 +567,47 @@ int main(void)
         bytes[cls[i]]++;
     int bad = 0;
     long tried = 0;
-    for (size_t off = (size_t)(phase % stride); off < fsize; off += (size_t)stride) {
-        uint8_t mask = (uint8_t)(1u << (off * 5 % 8));
+    /* The flips: every stride-th byte, one bit each, then the focus bytes. */
+    size_t nflips = 0, cap = fsize / (size_t)stride + 256;
+    flips = malloc(cap * sizeof *flips);
+    if (!flips)
+        goto out;
+    for (size_t off = (size_t)(phase % stride); off < fsize; off += (size_t)stride)
+        flips[nflips++] = (struct flip){off, (uint8_t)(1u << (off * 5 % 8))};
+    size_t nfocus = nflips;
+    for (int p = 0; p < 2; p++) {
+        /* Both transaction ids: the low bits (parity, the neighbour's id), a middle and a high
+         * byte (an id far above the other). */
+        static const struct flip tx[] = {{0, 0x01}, {0, 0x02}, {0, 0x04}, {0, 0x80},
+                                         {1, 0x01}, {3, 0x10}, {5, 0x02}, {7, 0x40}};
+        for (size_t i = 0; i < sizeof tx / sizeof tx[0]; i++)
+            flips[nflips++] = (struct flip){(size_t)p * psize + 144 + tx[i].off, tx[i].mask};
+    }
+    for (int r = 0; r < R_N; r++) {
+        if (!rec_size[r]) {
+            fprintf(stderr, "check_flips: the index has no %s record\n",
+                    r == R_CODEC        ? "codec"
+                    : r == R_CODEC_COPY ? "codec copy"
+                    : r == R_CENT       ? "centroid"
+                                        : "centroid copy");
+            goto out;
+        }
+        /* The record's first bytes (its checksum or header), middle and last byte, and LMDB's
+         * node holding it (its size and its key). */
+        size_t at[] = {rec_at[r],
+                       rec_at[r] + 5,
+                       rec_at[r] + 13,
+                       rec_at[r] + rec_size[r] / 2,
+                       rec_at[r] + rec_size[r] - 1,
+                       rec_node[r],
+                       rec_node[r] + 6,
+                       rec_node[r] + 8};
+        for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+            flips[nflips++] = (struct flip){at[i], (uint8_t)(1u << (at[i] * 3 % 8))};
+    }
+    for (size_t fi = 0; fi < nflips; fi++) {
+        size_t off = flips[fi].off;
+        uint8_t mask = flips[fi].mask;
         int rfd = open(data, O_RDWR);
         uint8_t b;
         if (rfd < 0 || pread(rfd, &b, 1, (off_t)off) != 1)
@@ -551,14 +630,16 @@ int main(void)
         }
         counts[cls[off]][o]++;
         tried++;
-        /* A tartan record's damage is seen and repaired; the model's is seen, not repairable;
-         * an unused byte changes nothing. */
-        int fine = cls[off] == C_RECORD   ? o == O_DETECTED
-                   : cls[off] == C_MODEL  ? o == O_NOREPAIR
+        /* A tartan record's damage (the model's too, stored twice) and a damaged transaction
+         * id are seen and repaired; an unused byte changes nothing; nothing is ever answered
+         * wrongly, before a repair or after it. */
+        int fine = cls[off] == C_RECORD || cls[off] == C_MODEL || cls[off] == C_TXNID
+                       ? o == O_DETECTED
                    : cls[off] == C_UNUSED ? o == O_SAME
-                                          : 1;
-        /* Nor may a search over a damaged record answer wrongly. */
-        if (cls[off] == C_RECORD && so != -1 && so != S_ERROR && so != S_SAME)
+                                          : o != O_WRONG && o != O_BADREPAIR;
+        if (so == S_WRONG || (so == S_CRASH && cls[off] != C_NODE && cls[off] != C_PAGEHDR &&
+                              cls[off] != C_KEY && cls[off] != C_BRANCH && cls[off] != C_FREEDB &&
+                              cls[off] != C_MAINDB && cls[off] != C_META))
             fine = 0;
         if (verbose && (o != O_SAME && o != O_DETECTED ? 1 : so == S_CRASH || so == S_WRONG))
             printf("byte %zu (%s): %s%s%s\n", off, cls_name[cls[off]], outcome_name[o],
@@ -573,8 +654,9 @@ int main(void)
         else if (copy_file(pdata, data))
             goto out;
     }
-    printf("check_flips: %ld of %zu bytes of data.mdb flipped (stride %ld)\n", tried, fsize,
-           stride);
+    printf("check_flips: %ld flips in %zu bytes of data.mdb (every %ld-th byte, then %zu focus "
+           "bytes)\n",
+           tried, fsize, stride, nflips - nfocus);
     printf("%-30s %7s", "class (bytes in the file)", "flipped");
     for (int o = 0; o < O_N; o++)
         printf(" %11s", outcome_name[o]);
@@ -608,6 +690,7 @@ int main(void)
     }
     status = bad;
 out:
+    free(flips);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         status = 1;

@@ -274,7 +274,12 @@ START_TEST(test_format_every_record_checksum)
             damage_flip(ixpath, r.off + i, mask);
             ck_assert_msg(n > 0, "%s: flipped bit %ld of byte %ld of %ld unseen by tartan check",
                           names[kind], i % 8, i, r.len);
-            if (kind != R_FORMAT)
+            /* The codec tables and the centroid table are stored twice: their readers serve
+             * the sound copy. */
+            if (kind == R_CODEC || kind == R_CENTROIDS)
+                ck_assert_msg(rrc == 0, "%s: flipped byte %ld of %ld: its reader says %d",
+                              names[kind], i, r.len, rrc);
+            else if (kind != R_FORMAT)
                 ck_assert_msg(rrc == TARTAN_ECORRUPT,
                               "%s: flipped byte %ld of %ld: its reader says %d", names[kind], i,
                               r.len, rrc);

@@ -33,11 +33,12 @@ T=/tmp/peers-bin/bin/tartan
   echo "== $(date -u +%FT%TZ) $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1)"
   python3 -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)'
   "$T" --version
-  python3 -c 'import tartan, xtr_warp, fast_plaid, voyager_index, faiss, latence_shard_engine; print("imports ok")'
+  python3 -c 'import tartan, fast_plaid, voyager_index, faiss, latence_shard_engine; print("imports ok (xtr_warp: peers_warp.py stubs duckdb)")'
 } 2>&1 | tee "$res/env.txt"
 DOCS=${DOCS:-20000}
 NQ=${NQ:-100}
 corpora=()
+mkdir -p /tmp/peers-corpora
 for m in ${MODELS:-2 1}; do
   c=/tmp/peers-corpora/gen-m$m-$((DOCS / 1000))k
   "$T" gen "$c" --docs "$DOCS" --queries "$NQ" --doc-len 70 --seed 7 --model "$m" 2>&1 |

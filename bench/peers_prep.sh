@@ -30,7 +30,7 @@ done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp "${plat[@]}" -d "$w" \
   xtr-warp-rs==2.1.0.2110 fast-plaid==1.7.0.2110 voyager-index==0.1.6 \
-  fastkmeans==0.5.0 usearch==2.26.6 latence-shard-engine==0.1.6 faiss-cpu==1.15.1
+  fastkmeans==0.5.0 usearch==2.26.6 numkong==7.8.6 latence-shard-engine==0.1.6 faiss-cpu==1.15.1
 # tartan's Python package, from a copy of python/ (pip's build directory stays out of the tree)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -36,23 +36,6 @@ static void teardown(void)
     fixture_dir_remove();
 }
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double gauss(void)
-{
-    double u = ((double)(rnd() >> 11) + 1) / 9007199254740993.0;
-    double v = (double)(rnd() >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
-
 /* An index of NDOCS random documents in two batches, then a few deleted: several commits, so
  * that both meta pages name a snapshot of the index. */
 static void build(const char *path)

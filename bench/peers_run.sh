@@ -21,8 +21,9 @@
 #                 4-thread runs on cores 0-3, 4-7, ... (each pinned with taskset); 0: one run
 #                 at a time [0]
 #   WORK          where indexes go [OUTDIR/work]          KEEP    1: keep indexes [0]
-#   DEADLINE      seconds after the start past which no new run starts (0: none) [0]; each
-#                 run's MAX_S is cut to the time left, so the table still gets written
+#   DEADLINE      seconds after the start past which no new run starts and every run still
+#                 going is stopped (0: none) [0]; each run's MAX_S is cut to the time left,
+#                 so the table still gets written
 #   VOY_BG        1: voyager's build (single-threaded for the most part: its k-means++ and
 #                 router training) runs in the background from the corpus's start, pinned to
 #                 the last VOY_CPUS cores [4], and its searches wait for it [0]
@@ -79,10 +80,14 @@ run() {
     stamp "$(basename "$log" .log): not started (DEADLINE)"
     return 0
   fi
+  # past DEADLINE no run goes on: a run still going then is stopped (rc 124), so that the
+  # table is written in time (a long build, voyager's in particular, once held a whole call)
+  local lim=()
+  (( DEADLINE > 0 )) && lim=(timeout -k 5 $(( DEADLINE - (t0 - t_all) )))
   if [[ $cpus != - ]] && command -v taskset >/dev/null; then
-    taskset -c "$cpus" "$@" >"$log" 2>&1
+    "${lim[@]}" taskset -c "$cpus" "$@" >"$log" 2>&1
   else
-    "$@" >"$log" 2>&1
+    "${lim[@]}" "$@" >"$log" 2>&1
   fi
   local rc=$?
   stamp "$(basename "$log" .log): rc $rc, $(( $(date +%s) - t0 )) s"

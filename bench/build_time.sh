@@ -28,7 +28,20 @@ T=${TARTAN:-./tartan}
 [ -f "$c/doclens.npy" ] || "$T" gen "$c" --docs 20000 --doc-len 74 --model 3 --queries 200
 echo "host: $(nproc) cores usable ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)); $(uptime)"
 rm -rf "$out/ix-$label"
-/usr/bin/time -f "build: %e s wall, %U s user, %S s sys, %M KB peak" "$T" build "$out/ix-$label" \
+# GNU time where it is installed; else the same line from Python's resource module (hosts
+# without the time package, such as the device host)
+timed() {
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -f "build: %e s wall, %U s user, %S s sys, %M KB peak" "$@"
+    else
+        python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic(); rc = subprocess.call(sys.argv[1:]); w = time.monotonic() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("build: %.2f s wall, %.2f s user, %.2f s sys, %d KB peak" % (w, r.ru_utime, r.ru_stime, r.ru_maxrss), file=sys.stderr)
+sys.exit(rc)' "$@"
+    fi
+}
+timed "$T" build "$out/ix-$label" \
     --embeddings "$c/embeddings.npy" --doclens "$c/doclens.npy" --ids "$c/ids.txt"
 echo "after the build: $(uptime)"
 BA=${BENCH_ASSIGN:-bench/bench_assign}

@@ -2061,8 +2061,22 @@ static void lmdb_txnids(uint64_t *file, uint64_t *readers)
         die("mdb_env_info: %s", mdb_strerror(rc));
     *file = (uint64_t)in.me_last_txnid;
     MDB_txn *t;
-    pthread_rwlock_rdlock(&g->g_grow); /* as every transaction of the process does */
-    if ((rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t)))
+    for (;;) {
+        pthread_rwlock_rdlock(&g->g_grow); /* as every transaction of the process does */
+        rc = mdb_txn_begin(g->g_env, NULL, MDB_RDONLY, &t);
+        if (rc != MDB_MAP_RESIZED)
+            break;
+        /* The killed writer grew the map before it died: adopt its size, as the library's
+         * own transactions do (storage/env.c, adopt_map), and look again. */
+        pthread_rwlock_unlock(&g->g_grow);
+        pthread_rwlock_wrlock(&g->g_grow);
+        rc = mdb_env_set_mapsize(g->g_env, 0);
+        store_gen_find_map(g);
+        pthread_rwlock_unlock(&g->g_grow);
+        if (rc)
+            die("adopting the map size after the kill: %s", mdb_strerror(rc));
+    }
+    if (rc)
         die("a read transaction after the kill: %s", mdb_strerror(rc));
     *readers = (uint64_t)mdb_txn_id(t);
     mdb_txn_abort(t);

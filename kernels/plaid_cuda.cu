@@ -135,6 +135,13 @@ __device__ __forceinline__ int block_count(int x, int *red)
     return x;
 }
 
+/* Where the merge's e-th entry of column j sits: entry e is slot e % n of segment e / n, and a
+ * segment's n slots per column follow one another, columns ld apart. */
+__device__ __forceinline__ long long merge_at(long long e, int n, long long ld, long long j)
+{
+    return ((e / n) * ld + j) * n + e % n;
+}
+
 template <int NC>
 __global__ void __launch_bounds__(MERGE_THREADS)
     probe_merge_kernel(const float *__restrict__ pv, const int *__restrict__ pi, int segs,
@@ -150,7 +157,6 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     const long long j = blockIdx.x;
     const int tid = threadIdx.x;
     const long long entries = (long long)segs * n;
-#define MERGE_AT(e) ((((e) / n) * ld + j) * n + (e) % n)
     /* The column's best: the best of the segments' firsts. */
     float best = -INFINITY;
     for (int sg = tid; sg < segs; sg += MERGE_THREADS) {
@@ -163,7 +169,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     float thr = best - margin;
     int mine = 0;
     for (long long e = tid; e < entries; e += MERGE_THREADS) {
-        const long long o = MERGE_AT(e);
+        const long long o = merge_at(e, n, ld, j);
         mine += pi[o] >= 0 && pv[o] >= thr;
     }
     int total = block_count(mine, s_ired);
@@ -177,7 +183,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
                 s_hist[b] = 0;
             __syncthreads();
             for (long long e = tid; e < entries; e += MERGE_THREADS) {
-                const long long o = MERGE_AT(e);
+                const long long o = merge_at(e, n, ld, j);
                 if (pi[o] < 0 || !(pv[o] >= thr))
                     continue;
                 const unsigned k = order_key(pv[o]);
@@ -202,7 +208,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         thr = fmaxf(thr, key_value(prefix));
         mine = 0;
         for (long long e = tid; e < entries; e += MERGE_THREADS) {
-            const long long o = MERGE_AT(e);
+            const long long o = merge_at(e, n, ld, j);
             mine += pi[o] >= 0 && pv[o] >= thr;
         }
         total = block_count(mine, s_ired);
@@ -231,7 +237,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         s_at = 0;
     __syncthreads();
     for (long long e = tid; e < entries; e += MERGE_THREADS) {
-        const long long o = MERGE_AT(e);
+        const long long o = merge_at(e, n, ld, j);
         if (pi[o] >= 0 && pv[o] >= thr) {
             const int at = atomicAdd(&s_at, 1);
             s_v[at] = pv[o];
@@ -250,7 +256,6 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     }
     for (int i = want + tid; i < n; i += MERGE_THREADS)
         probes[j * n + i] = -1;
-#undef MERGE_AT
 }
 
 template <int NC>

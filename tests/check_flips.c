@@ -451,7 +451,8 @@ static int copy_file(const char *from, const char *to)
 /* Puts the pristine index back (the repairs replace the directory). */
 static void restore(void)
 {
-    char cmd[2048];
+    /* four paths of at most sizeof ix bytes and the words around them */
+    char cmd[4 * sizeof ix + 64];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'.compact-* && cp -a '%s' '%s'", ix, ix, pristine, ix);
     if (system(cmd) != 0) {
         fprintf(stderr, "check_flips: restoring the index failed\n");

@@ -39,6 +39,15 @@ static void build_usage(FILE *f, const char *prog)
             prog, w, "", w, "", w, "");
 }
 
+/* The long name of the option whose getopt value is c ("?" where none is). */
+static const char *option_name(const struct option *opts, int c)
+{
+    for (; opts->name; opts++)
+        if (opts->val == c)
+            return opts->name;
+    return "?";
+}
+
 int tool_build_args_parse(int argc, char **argv, const char *prog, FILE *out, FILE *err,
                           tool_build_args *a)
 {
@@ -120,14 +129,7 @@ int tool_build_args_parse(int argc, char **argv, const char *prog, FILE *out, FI
         if (v && (tool_parse_size(optarg, v) || (v == &a->batch && a->batch == 0))) {
             if (err)
                 fprintf(err, "%s build: --%s wants a number, not '%s'\n", prog,
-                        opts[c == 'b'   ? 3
-                             : c == 'k' ? 4
-                             : c == 'n' ? 5
-                             : c == 's' ? 6
-                             : c == 'S' ? 7
-                                        : 8]
-                            .name,
-                        optarg);
+                        option_name(opts, c), optarg);
             return 2;
         }
     }

@@ -28,7 +28,12 @@
 # --model, 2), CENTROIDS (8192; 0: the build's rule, 16384 at the default size, which doubles
 # the k-means and encoding time), QUERIES (batched default search, 2000), EXH_QUERIES
 # (exhaustive, 50), K (10), RANKS ("2 4 8"; 1 is always run), CORES (nproc; each rank gets
-# CORES / P OpenMP threads), TARTAN_DEVICE (cpu; cuda on a host with a GPU per rank). The
+# CORES / P OpenMP threads), TARTAN_DEVICE (cpu; cuda on a host with a GPU per rank), BATCH
+# (queries a search call, the tool's default where unset; a GPU wants 1000 or more). The
+# queries/s figures are after the first batch, which also loads what a search keeps (a GPU's
+# copy of its shard). With TARTAN_DEVICE=cuda and more than one GPU visible, the 1-shard index
+# is also searched by one process on every GPU (`tartan search`, TARTAN_GPU_DEVICES=all,
+# engine/gpus.h) and on one, the rows "1 proc, N GPUs". The
 # default size (4M tokens) should take 2-4 minutes on 16 cores: k-means once, then four builds
 # that each encode every token, and the searches.
 set -euo pipefail
@@ -43,6 +48,9 @@ K=${K:-10}
 CENTROIDS=${CENTROIDS:-8192}
 RANKS=${RANKS:-"2 4 8"}
 CORES=${CORES:-$(nproc)}
+BATCH=${BATCH:-}
+batch=()
+[ -z "$BATCH" ] || batch=(--batch "$BATCH")
 BIN=${BIN:-.}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -126,6 +134,16 @@ mpi() { # mpi P ARGS...: tartan-mpi ARGS over P ranks, CORES / P threads each
     OMP_NUM_THREADS=$t "$mpirun" --bind-to none -np "$p" "$tmpi" "$@"
 }
 
+# rate N: the queries/s of the last search of N queries in the log, after its first batch where
+# it had more than one.
+rate() {
+    awk -v n="$1" '
+        index($0, "searched " n " queries") == 1 { r = $0; sub(/.*\(/, "", r); sub(/ queries\/s.*/, "", r); on = 1; next }
+        /^## / { on = 0 }
+        on && /^after the first batch: / { r = $0; sub(/.*\(/, "", r); sub(/ queries\/s.*/, "", r) }
+        END { print r }' "$log"
+}
+
 # ---- corpus ----------------------------------------------------------------------------------
 c=$work/c
 run "gen" "$tartan" gen "$c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
@@ -139,9 +157,12 @@ EOF
 tokens=$(cat "$c/tokens")
 C=(--embeddings "$c/embeddings.npy" --doclens "$c/doclens.npy" --ids "$c/ids.txt")
 
+ngpus=$({ ls /proc/driver/nvidia/gpus 2>/dev/null || true; } | wc -l)
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 say "# $DOCS documents ($tokens tokens, tartan gen --model $MODEL, doc-len $DOCLEN), $QUERIES queries (default search), $EXH_QUERIES (exhaustive), k $K"
+[ "$TARTAN_DEVICE" != cuda ] || machine="$ngpus x $gpu_name, $machine"
 say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi"
 say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "$(printf '%-5s %-7s %8s %8s %8s %8s %10s %10s %9s %10s %6s' ranks threads train_s add_s \
@@ -170,14 +191,14 @@ for P in 1 $RANKS; do
     # Every shard calibrating its adaptive search after the build, where the build does.
     calib=$(sed -n "/^built $(echo "$ix" | sed 's/[\/&.]/\\&/g') over/,\$p" "$log" |
         sed -n 's/^calibrated the search of .* in \([0-9.]*\) s.*/\1/p' | head -1)
-    run "search P=$P" mpi "$P" search "$ix" --queries "$c/queries.npy" -k "$K" -o "$work/def$P.run"
-    qps=$(grep "^searched $QUERIES queries" "$log" | tail -1 | sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p')
+    run "search P=$P" mpi "$P" search "$ix" --queries "$c/queries.npy" -k "$K" "${batch[@]}" \
+        -o "$work/def$P.run"
+    qps=$(rate "$QUERIES")
     eqps=null equal=-
     if [ "$EXH_QUERIES" -gt 0 ]; then
         run "exhaustive P=$P" mpi "$P" search "$ix" --queries "$c/queries_exh.npy" -k "$K" \
-            --exhaustive -o "$work/exh$P.run"
-        eqps=$(grep "^searched $EXH_QUERIES queries" "$log" | tail -1 |
-            sed -n 's/.*(\([0-9.]*\) queries\/s.*/\1/p')
+            "${batch[@]}" --exhaustive -o "$work/exh$P.run"
+        eqps=$(rate "$EXH_QUERIES")
         if [ "$P" = 1 ]; then
             equal=ref
         elif python3 - "$work/exh$P.run" "$work/exh1.run" >>"$log" 2>&1 <<'EOF'; then
@@ -204,6 +225,29 @@ EOF
         "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${add:-null}" "${calib:-null}" "$build" "${qps:-null}" \
         "${eqps:-null}" "$equal" "$(du -sb "$ix/shard-0-of-$P" | cut -f1)" "$load" "$commit" \
         "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
+    if [ "$P" = 1 ] && [ "$TARTAN_DEVICE" = cuda ] && [ "$ngpus" -gt 1 ]; then
+        # One process, the 1-shard index on one GPU and then spread over all of them.
+        for g in 1 all; do
+            run "one process, GPUs $g" env TARTAN_GPU_DEVICES=$g OMP_NUM_THREADS=$CORES "$tartan" \
+                search "$ix/shard-0-of-1" --queries "$c/queries.npy" -k "$K" "${batch[@]}" \
+                -o "$work/gpus-$g.run"
+            gq=$(rate "$QUERIES")
+            ge=null
+            if [ "$EXH_QUERIES" -gt 0 ]; then
+                run "one process, GPUs $g, exhaustive" env TARTAN_GPU_DEVICES=$g \
+                    OMP_NUM_THREADS=$CORES "$tartan" search "$ix/shard-0-of-1" \
+                    --queries "$c/queries_exh.npy" -k "$K" "${batch[@]}" --exhaustive \
+                    -o "$work/gpus-$g-exh.run"
+                ge=$(rate "$EXH_QUERIES")
+            fi
+            n=$g
+            [ "$g" = all ] && n=$ngpus
+            say "$(printf '%-13s %8s %8s %8s %8s %10s %10s' "1 proc, $n GPU" - - - - "$gq" "$ge")"
+            printf '{"one_process_gpus": %d, "docs": %d, "tokens": %d, "default_qps": %s, "exhaustive_qps": %s, "commit": "%s", "date": "%s", "machine": "%s"}\n' \
+                "$n" "$DOCS" "$tokens" "${gq:-null}" "${ge:-null}" "$commit" "$(date -u +%F)" \
+                "$machine" >>"$json"
+        done
+    fi
     [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done
 say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: k-means (P = 1), the model's broadcast and import (P > 1); add_s, calib_s: the slowest shard's; build_s: the whole build's wall time"

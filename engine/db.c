@@ -82,6 +82,9 @@ static int check_options(const tartan_options *o, store_msg *m)
     if ((unsigned)o->gpu_mode > TARTAN_GPU_STREAMING)
         return store_fail(m, TARTAN_EINVAL, "gpu_mode is %d; it must be a tartan_gpu_mode",
                           (int)o->gpu_mode);
+    if ((unsigned)o->gpu_split > TARTAN_GPU_SPLIT_QUERIES)
+        return store_fail(m, TARTAN_EINVAL, "gpu_split is %d; it must be a tartan_gpu_split",
+                          (int)o->gpu_split);
     if (o->gpu_devices < -1)
         return store_fail(m, TARTAN_EINVAL, "gpu_devices is %d; it must be -1, 0 or more",
                           o->gpu_devices);

@@ -39,6 +39,9 @@ int eng_gpu_search_held(eng_gpu **gp, idx_reader *r, const eng_search *s, int ex
 /* What the mirror holds (for tests and benchmarks): mode in use and device bytes. */
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes);
 
+/* Bytes a resident mirror of r's index takes on a device (an estimate). */
+size_t eng_gpu_resident_bytes(const idx_reader *r);
+
 /* Documents per slice of a streaming exhaustive search (0: the default, 65,536); tests set
  * small slices to run several. */
 void eng_gpu_set_slice(eng_gpu *g, size_t docs);

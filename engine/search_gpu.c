@@ -291,8 +291,7 @@ static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const ker
     return 0;
 }
 
-/* Bytes a resident mirror of r's index takes on the device (estimate). */
-static size_t resident_bytes(const idx_reader *r)
+size_t eng_gpu_resident_bytes(const idx_reader *r)
 {
     const store_header *h = &r->h;
     return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4) +
@@ -308,10 +307,10 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         KTRY(kern_cuda_mem_info(&fr, &tot), "device memory");
         size_t mine = 0;
         eng_gpu_describe(g, NULL, &mine);
-        mode = resident_bytes(r) <= (fr + mine) / 10 * 8 ? TARTAN_GPU_RESIDENT
-                                                         : TARTAN_GPU_STREAMING;
+        mode = eng_gpu_resident_bytes(r) <= (fr + mine) / 10 * 8 ? TARTAN_GPU_RESIDENT
+                                                                 : TARTAN_GPU_STREAMING;
         /* Stay as loaded while it still fits: no flapping between modes. */
-        if (g->valid && g->mode == TARTAN_GPU_RESIDENT && resident_bytes(r) <= (fr + mine))
+        if (g->valid && g->mode == TARTAN_GPU_RESIDENT && eng_gpu_resident_bytes(r) <= (fr + mine))
             mode = TARTAN_GPU_RESIDENT;
     }
     if (g->valid && g->mode == mode && g->K == h->n_centroids && g->next_docno == h->next_docno &&

@@ -14,6 +14,14 @@
  * scoring, so the partitions together score more documents exactly than one device would: the
  * merged results keep at least as much of the exhaustive top k in practice (not query by
  * query), and exhaustive search returns exactly one device's results.
+ *
+ * Copies instead of partitions (split by queries, tartan_gpu_split): every "partition" is the
+ * whole index and takes a contiguous share of the call's queries, its hits written straight
+ * into the caller's slots. Partitions pay, on every device, the work that does not shrink with
+ * the documents: the probe of every centroid for every query token, and the exact scoring a
+ * top k needs whatever the partition's size (measured: 2M documents on 2 GPUs, 1.38x one GPU's
+ * batched queries/s by documents, 1.95x for exhaustive search; bench/RESULTS.md "MPI
+ * scaling"). Copies divide all of it, at the price of the index's memory on every device.
  */
 #include "config.h"
 
@@ -33,6 +41,7 @@
 
 struct eng_gpus {
     int n_parts, n_dev;
+    int replicas;            /* each partition is a copy of the whole index (split by queries) */
     eng_gpu **part;          /* [n_parts]; partition p on device p % n_dev */
     uint64_t *docs, *tokens; /* [n_parts] live documents and tokens at the counted snapshot */
     uint32_t snap_next;      /* the counted snapshot: next_docno and n_docs */
@@ -51,8 +60,29 @@ static long env_count(const char *name)
     return *end || v < 1 || v > MAX_PARTS ? -1 : v;
 }
 
-int eng_gpus_plan(const tartan_db *db, int *n_parts, int *n_dev, store_msg *m)
+/* The split the handle asks for (option, else TARTAN_GPU_SPLIT); -1 for a malformed variable. */
+static int split_wanted(const tartan_db *db)
 {
+    if (db->opts.gpu_split != TARTAN_GPU_SPLIT_AUTO)
+        return (int)db->opts.gpu_split;
+    const char *e = getenv("TARTAN_GPU_SPLIT");
+    if (!e || !*e || !strcmp(e, "auto"))
+        return TARTAN_GPU_SPLIT_AUTO;
+    if (!strcmp(e, "documents"))
+        return TARTAN_GPU_SPLIT_DOCUMENTS;
+    if (!strcmp(e, "queries"))
+        return TARTAN_GPU_SPLIT_QUERIES;
+    return -1;
+}
+
+int eng_gpus_plan(const tartan_db *db, const idx_reader *r, int *n_parts, int *n_dev, int *replicas,
+                  store_msg *m)
+{
+    int split = split_wanted(db);
+    if (split < 0)
+        return store_fail(m, TARTAN_EINVAL,
+                          "TARTAN_GPU_SPLIT is '%s'; it must be auto, documents or queries",
+                          getenv("TARTAN_GPU_SPLIT"));
     int want = db->opts.gpu_devices;
     if (want == 0) {
         const char *e = getenv("TARTAN_GPU_DEVICES");
@@ -85,6 +115,15 @@ int eng_gpus_plan(const tartan_db *db, int *n_parts, int *n_dev, store_msg *m)
     }
     *n_parts = np;
     *n_dev = nd;
+    *replicas = split == TARTAN_GPU_SPLIT_QUERIES;
+    if (split == TARTAN_GPU_SPLIT_AUTO && np > 1 && r) {
+        /* Copies while one takes at most a third of a GPU's memory; once copies, while it
+         * takes at most half (no flapping between the two as the index grows and shrinks). */
+        size_t fr = 0, tot = 0, need = eng_gpu_resident_bytes(r);
+        int copies = db->gpus && db->gpus->replicas && db->gpus->n_parts == np;
+        if (kern_cuda_mem_info(&fr, &tot) == 0 && tot > 0)
+            *replicas = need <= (copies ? tot / 2 : tot / 3);
+    }
     return 0;
 }
 
@@ -147,13 +186,14 @@ void eng_gpus_free(eng_gpus *g)
     eng_gpu_unlock();
 }
 
-static eng_gpus *gpus_new(int n_parts, int n_dev)
+static eng_gpus *gpus_new(int n_parts, int n_dev, int replicas)
 {
     eng_gpus *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->n_parts = n_parts;
     g->n_dev = n_dev;
+    g->replicas = replicas;
     g->part = calloc((size_t)n_parts, sizeof *g->part);
     g->docs = calloc((size_t)n_parts, sizeof *g->docs);
     g->tokens = calloc((size_t)n_parts, sizeof *g->tokens);
@@ -232,6 +272,8 @@ typedef struct part_job {
     eng_gpus *g;
     int p;
     eng_search s;
+    eng_queries q;  /* copies: this copy's share of the queries (its own offsets, the caller's
+                       embeddings) */
     uint32_t *list; /* the subset's documents in this partition (s.allowed_list), owned */
     eng_stage_stats st;
     store_msg m;
@@ -260,14 +302,19 @@ static void *dev_main(void *arg)
                                kern_last_error());
             break;
         }
-        if (g->docs[p] == 0 || (j->s.allowed && j->s.n_allowed == 0))
-            continue; /* no documents, or none allowed: no hits (hit_n is zero) */
-        /* The partition's view: its documents, its counts. */
         idx_reader rp = *d->r;
-        rp.part_n = (uint32_t)g->n_parts;
-        rp.part_i = (uint32_t)p;
-        rp.h.n_docs = g->docs[p];
-        rp.h.n_tokens = g->tokens[p];
+        if (g->replicas) {
+            if (j->s.q->n == 0)
+                continue; /* more copies than queries */
+        } else {
+            if (g->docs[p] == 0 || (j->s.allowed && j->s.n_allowed == 0))
+                continue; /* no documents, or none allowed: no hits (hit_n is zero) */
+            /* The partition's view: its documents, its counts. */
+            rp.part_n = (uint32_t)g->n_parts;
+            rp.part_i = (uint32_t)p;
+            rp.h.n_docs = g->docs[p];
+            rp.h.n_tokens = g->tokens[p];
+        }
         j->rc = d->fn(&g->part[p], &rp, &j->s, d->exhaustive, d->mode, &j->st, &j->m);
         if (j->rc)
             break;
@@ -317,22 +364,51 @@ static int by_score(const void *a, const void *b)
     return (x->doc > y->doc) - (x->doc < y->doc);
 }
 
+/* Copy p's share of s's queries into job j: its queries, their own offsets from 0, and its
+ * results straight in the caller's slots. */
+static int share_queries(part_job *j, const eng_search *s, int p, int n_parts)
+{
+    const eng_queries *q = s->q;
+    size_t lo = q->n * (size_t)p / (size_t)n_parts, hi = q->n * (size_t)(p + 1) / (size_t)n_parts;
+    j->q.n = hi - lo;
+    j->q.dim = q->dim;
+    j->q.off = malloc((hi - lo + 1) * sizeof *j->q.off);
+    if (!j->q.off)
+        return ENOMEM;
+    j->q.max_len = 0;
+    for (size_t i = 0; i <= hi - lo; i++) {
+        j->q.off[i] = q->off[lo + i] - q->off[lo];
+        if (i && j->q.off[i] - j->q.off[i - 1] > j->q.max_len)
+            j->q.max_len = j->q.off[i] - j->q.off[i - 1];
+    }
+    j->q.emb = q->emb + q->off[lo] * q->dim;
+    j->s.q = &j->q;
+    j->s.hit_doc = s->hit_doc + lo * s->k;
+    j->s.hit_score = s->hit_score + lo * s->k;
+    j->s.hit_n = s->hit_n + lo;
+    for (size_t i = lo; i < hi; i++)
+        s->hit_n[i] = 0;
+    return 0;
+}
+
 int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search *s, int exhaustive,
-                 tartan_gpu_mode mode, int n_parts, int n_dev, eng_part_search_fn fn,
+                 tartan_gpu_mode mode, int n_parts, int n_dev, int replicas, eng_part_search_fn fn,
                  eng_stage_stats *st, store_msg *m)
 {
     if (n_parts < 1 || n_dev < 1 || n_dev > n_parts)
         return store_fail(m, TARTAN_EINVAL, "GPU search: %d partitions over %d devices", n_parts,
                           n_dev);
-    if (*gp && ((*gp)->n_parts != n_parts || (*gp)->n_dev != n_dev)) {
+    replicas = replicas != 0;
+    if (*gp &&
+        ((*gp)->n_parts != n_parts || (*gp)->n_dev != n_dev || (*gp)->replicas != replicas)) {
         gpus_free_held(*gp);
         *gp = NULL;
     }
-    if (!*gp && !(*gp = gpus_new(n_parts, n_dev)))
+    if (!*gp && !(*gp = gpus_new(n_parts, n_dev, replicas)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
     eng_gpus *g = *gp;
     double t0 = eng_now();
-    int rc = count_parts(g, r, m);
+    int rc = replicas ? 0 : count_parts(g, r, m);
     st->cand += eng_now() - t0;
     if (rc)
         return rc;
@@ -352,6 +428,11 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
         j->g = g;
         j->p = p;
         j->s = *s;
+        if (replicas) {
+            if (share_queries(j, s, p, n_parts))
+                rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+            continue;
+        }
         j->s.hit_doc = malloc(nq * k * sizeof *j->s.hit_doc);
         j->s.hit_score = malloc(nq * k * sizeof *j->s.hit_score);
         j->s.hit_n = calloc(nq, sizeof *j->s.hit_n);
@@ -416,8 +497,8 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
             *m = jobs[p].m;
         }
     }
-    if (rc)
-        goto done;
+    if (rc || replicas)
+        goto done; /* copies wrote their queries' hits in place */
     /* The partitions' top k merged, query by query. */
     for (size_t i = 0; i < nq; i++) {
         size_t n = 0;
@@ -437,9 +518,12 @@ int eng_gpus_run(eng_gpus **gp, store_env *env, idx_reader *r, const eng_search 
     }
 done:
     for (int p = 0; jobs && p < n_parts; p++) {
-        free(jobs[p].s.hit_doc);
-        free(jobs[p].s.hit_score);
-        free(jobs[p].s.hit_n);
+        if (!replicas) {
+            free(jobs[p].s.hit_doc);
+            free(jobs[p].s.hit_score);
+            free(jobs[p].s.hit_n);
+        }
+        free(jobs[p].q.off);
         free(jobs[p].list);
     }
     free(jobs);
@@ -454,15 +538,15 @@ done:
 int eng_gpus_search(tartan_db *db, idx_reader *r, const eng_search *s, int exhaustive,
                     tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
 {
-    int np, nd;
-    int rc = eng_gpus_plan(db, &np, &nd, m);
-    if (rc)
-        return rc;
-    if (np == 1)
-        return eng_gpu_search(&db->gpu, r, s, exhaustive, mode, st, m);
+    int np = 1, nd = 1, replicas = 0;
+    /* The plan reads what db->gpus holds: under the lock that guards it. */
     eng_gpu_lock();
-    rc = eng_gpus_run(&db->gpus, db->env, r, s, exhaustive, mode, np, nd, eng_gpu_search_held, st,
-                      m);
+    int rc = eng_gpus_plan(db, r, &np, &nd, &replicas, m);
+    if (!rc && np > 1)
+        rc = eng_gpus_run(&db->gpus, db->env, r, s, exhaustive, mode, np, nd, replicas,
+                          eng_gpu_search_held, st, m);
     eng_gpu_unlock();
+    if (!rc && np == 1)
+        rc = eng_gpu_search(&db->gpu, r, s, exhaustive, mode, st, m);
     return rc;
 }

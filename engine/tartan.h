@@ -185,6 +185,25 @@ typedef enum tartan_gpu_mode {
 } tartan_gpu_mode;
 
 /*
+ * How a search over several GPUs (tartan_options.gpu_devices) shares its work.
+ * TARTAN_GPU_SPLIT_DOCUMENTS: the documents are split into one partition per GPU (by internal
+ * number); each GPU holds and searches its partition for every query and the partitions' top k
+ * merge exactly (exhaustive search returns what one GPU returns; PLAID keeps at least as much
+ * of the exhaustive top k in practice, as each partition keeps candidates of its own). For an
+ * index larger than one GPU. TARTAN_GPU_SPLIT_QUERIES: every GPU holds a whole copy of the
+ * index and searches its share of each call's queries, so the results are one GPU's exactly and
+ * a batch of queries runs about N times as fast on N GPUs; a call of one query runs on one GPU.
+ * AUTO (default): the environment variable TARTAN_GPU_SPLIT ("auto", "documents", "queries")
+ * when set, else queries when a resident copy of the index takes at most a third of a GPU's
+ * memory (and stays so while it takes at most half), else documents.
+ */
+typedef enum tartan_gpu_split {
+    TARTAN_GPU_SPLIT_AUTO = 0,
+    TARTAN_GPU_SPLIT_DOCUMENTS = 1,
+    TARTAN_GPU_SPLIT_QUERIES = 2
+} tartan_gpu_split;
+
+/*
  * Options of tartan_open. Always start from tartan_options_init(): fields may be added at the
  * end in later versions, and the initialiser gives each its default.
  */
@@ -206,19 +225,17 @@ typedef struct tartan_options {
                            default TARTAN_DEVICE_AUTO */
     tartan_gpu_mode gpu_mode; /* how a GPU search holds the index (see tartan_gpu_mode);
                            default TARTAN_GPU_AUTO */
-    int gpu_devices;    /* GPUs of this host a GPU search spreads the index over: its
-                           documents are split into one partition per GPU (by internal number),
-                           each GPU holds and searches its partition, and the partitions' top k
-                           merge exactly (exhaustive search returns what one GPU returns; PLAID
-                           keeps at least as much of the exhaustive top k in practice, as each
-                           partition keeps ndocs candidates of its own). 0 (default): the
-                           environment variable TARTAN_GPU_DEVICES ("all" or a number) when set,
-                           else 1; -1: every visible GPU; N >= 1: the first N visible GPUs
-                           (fewer when fewer are visible; CUDA_VISIBLE_DEVICES picks which).
-                           The variable TARTAN_GPU_PARTITIONS=N (for tests and measurements)
-                           makes N partitions, placed on the GPUs in turn, several on one GPU
-                           when N is larger. Else TARTAN_EINVAL from tartan_open (below -1) or
-                           the search (a malformed variable) */
+    int gpu_devices;          /* GPUs of this host a GPU search uses, sharing the work as gpu_split
+                                 says. 0 (default): the environment variable TARTAN_GPU_DEVICES
+                                 ("all" or a number) when set, else 1; -1: every visible GPU; N >= 1:
+                                 the first N visible GPUs (fewer when fewer are visible;
+                                 CUDA_VISIBLE_DEVICES picks which). The variable
+                                 TARTAN_GPU_PARTITIONS=N (for tests and measurements) makes N
+                                 partitions or copies, placed on the GPUs in turn, several on one GPU
+                                 when N is larger. Else TARTAN_EINVAL from tartan_open (below -1) or
+                                 the search (a malformed variable) */
+    tartan_gpu_split gpu_split; /* how several GPUs share a search (see tartan_gpu_split);
+                           default TARTAN_GPU_SPLIT_AUTO */
 } tartan_options;
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */

@@ -108,13 +108,22 @@ static void prep_free(prep *p)
  * partition the same state slot every time and a reader whose counts are its documents'. */
 static void *slot_of[16];
 static int calls;
+/* Split by queries: every call is a copy of the whole index; the queries the copies saw. */
+static int copies;
+static size_t queries_seen;
 
 static int cpu_part(eng_gpu **g, idx_reader *r, const eng_search *s, int exhaustive,
                     tartan_gpu_mode mode, eng_stage_stats *st, store_msg *m)
 {
     calls++;
-    ck_assert_uint_gt(r->part_n, 1);
-    if (r->part_i < 16) {
+    queries_seen += s->q->n;
+    if (copies) {
+        ck_assert_uint_le(r->part_n, 1);
+        ck_assert_uint_gt(s->q->n, 0);
+    } else {
+        ck_assert_uint_gt(r->part_n, 1);
+    }
+    if (!copies && r->part_i < 16) {
         if (!slot_of[r->part_i])
             slot_of[r->part_i] = g;
         ck_assert_ptr_eq(slot_of[r->part_i], g);
@@ -126,7 +135,8 @@ static int cpu_part(eng_gpu **g, idx_reader *r, const eng_search *s, int exhaust
     uint64_t n = 0, t = 0;
     int rc;
     while ((rc = idx_reader_next_doc(r, &cur, &d, &pd, m)) == 1) {
-        ck_assert_uint_eq(d % r->part_n, r->part_i);
+        if (!copies)
+            ck_assert_uint_eq(d % r->part_n, r->part_i);
         n++;
         t += pd.ntok;
     }
@@ -196,7 +206,8 @@ static void run_and_compare(tartan_db *db, eng_gpus **g, int n_parts, int exhaus
         p.s.subset_exact = 1;
     }
     eng_stage_stats st = {0};
-    int rc = eng_gpus_run(g, db->env, &r, &p.s, exhaustive, TARTAN_GPU_RESIDENT, n_parts, 1,
+    queries_seen = 0;
+    int rc = eng_gpus_run(g, db->env, &r, &p.s, exhaustive, TARTAN_GPU_RESIDENT, n_parts, 1, copies,
                           part_fn, &st, &m);
     ck_assert_msg(rc == 0, "%d partitions: %s", n_parts, m.text);
     uint32_t *rd = xmalloc(NQ * K * sizeof *rd);
@@ -212,6 +223,16 @@ static void run_and_compare(tartan_db *db, eng_gpus **g, int n_parts, int exhaus
                           i, j, p.s.hit_doc[i * K + j], rd[i * K + j]);
             ck_assert(p.s.hit_score[i * K + j] == rs[i * K + j]);
         }
+    }
+    if (copies) {
+        /* Every query searched once, by one copy. */
+        ck_assert_uint_eq(queries_seen, NQ);
+        free(rd);
+        free(rs);
+        free(rn);
+        prep_free(&p);
+        idx_reader_close(&r);
+        return;
     }
     /* The partitions' counts: live documents by number modulo n_parts. */
     uint64_t want[16] = {0};
@@ -347,35 +368,102 @@ START_TEST(test_gpus_more_parts_than_docs)
 }
 END_TEST
 
+/* Split by queries: each copy searches its share of the queries over the whole index, the
+ * hits written in place (the poisoned slots all overwritten) equal one device's, PLAID,
+ * exhaustive and a subset, with 1 to 12 copies (more copies than queries: the extra ones are
+ * not called), through adds and deletes. */
+START_TEST(test_gpus_copies)
+{
+    rng_state = 505;
+    tartan_db *db = open_ix();
+    add_random(db, 180, "a");
+    copies = 1;
+    for (int np = 1; np <= 12; np++) {
+        eng_gpus *g = NULL;
+        for (int exhaustive = 0; exhaustive <= 1; exhaustive++) {
+            calls = 0;
+            run_and_compare(db, &g, np, exhaustive, NULL, NULL, 0);
+            ck_assert_int_eq(calls, np < NQ ? np : NQ);
+        }
+        eng_gpus_free(g);
+    }
+    eng_gpus *g = NULL;
+    run_and_compare(db, &g, 4, 0, NULL, NULL, 0);
+    add_random(db, 40, "b");
+    const char *del[3] = {"a3", "a77", "b5"};
+    size_t nd = 0;
+    ck_assert_int_eq(tartan_delete(db, del, 3, &nd), 0);
+    ck_assert_uint_eq(nd, 3);
+    run_and_compare(db, &g, 4, 0, NULL, NULL, 0);
+    run_and_compare(db, &g, 4, 1, NULL, NULL, 0);
+    idx_reader r;
+    store_msg m;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    uint32_t next = r.h.next_docno;
+    idx_reader_close(&r);
+    uint64_t *bits = calloc((next + 63) / 64, 8);
+    uint32_t list[60];
+    size_t n = 0;
+    for (uint32_t d = 2; d < next && n < 60; d += 4)
+        if (d != 3 && d != 77) {
+            bits[d / 64] |= 1ull << (d % 64);
+            list[n++] = d;
+        }
+    run_and_compare(db, &g, 3, 0, bits, list, n);
+    run_and_compare(db, &g, 3, 1, bits, list, n);
+    free(bits);
+    eng_gpus_free(g);
+    copies = 0;
+    tartan_close(db);
+}
+END_TEST
+
 START_TEST(test_gpus_plan)
 {
     tartan_db *db = open_ix();
     store_msg m;
-    int np = 0, nd = 0;
+    int np = 0, nd = 0, rep = -1;
     unsetenv("TARTAN_GPU_DEVICES");
     unsetenv("TARTAN_GPU_PARTITIONS");
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    unsetenv("TARTAN_GPU_SPLIT");
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
     ck_assert_int_eq(np, 1);
     ck_assert_int_eq(nd, 1);
     setenv("TARTAN_GPU_PARTITIONS", "4", 1);
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
     ck_assert_int_eq(np, 4);
     ck_assert_int_le(nd, 4);
     ck_assert_int_ge(nd, 1);
     ck_assert_int_le(nd, kern_cuda_device_count() > 1 ? kern_cuda_device_count() : 1);
     setenv("TARTAN_GPU_PARTITIONS", "0", 1);
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), TARTAN_EINVAL);
     ck_assert_ptr_nonnull(strstr(m.text, "TARTAN_GPU_PARTITIONS"));
     setenv("TARTAN_GPU_PARTITIONS", "2x", 1);
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), TARTAN_EINVAL);
     unsetenv("TARTAN_GPU_PARTITIONS");
     setenv("TARTAN_GPU_DEVICES", "some", 1);
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), TARTAN_EINVAL);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), TARTAN_EINVAL);
     ck_assert_ptr_nonnull(strstr(m.text, "TARTAN_GPU_DEVICES"));
     setenv("TARTAN_GPU_DEVICES", "all", 1);
-    ck_assert_int_eq(eng_gpus_plan(db, &np, &nd, &m), 0);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
     ck_assert_int_eq(np, nd);
     unsetenv("TARTAN_GPU_DEVICES");
+    /* The split: documents without an index to size (auto), or as the variable says. */
+    setenv("TARTAN_GPU_PARTITIONS", "3", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
+    ck_assert_int_eq(rep, 0);
+    setenv("TARTAN_GPU_SPLIT", "queries", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
+    ck_assert_int_eq(rep, 1);
+    ck_assert_int_eq(np, 3);
+    setenv("TARTAN_GPU_SPLIT", "documents", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), 0);
+    ck_assert_int_eq(rep, 0);
+    setenv("TARTAN_GPU_SPLIT", "rows", 1);
+    ck_assert_int_eq(eng_gpus_plan(db, NULL, &np, &nd, &rep, &m), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(m.text, "TARTAN_GPU_SPLIT"));
+    unsetenv("TARTAN_GPU_SPLIT");
+    unsetenv("TARTAN_GPU_PARTITIONS");
     tartan_close(db);
     /* The option: -1 and up; below is refused by tartan_open. */
     tartan_options o;
@@ -385,6 +473,11 @@ START_TEST(test_gpus_plan)
     tartan_db *x = NULL;
     ck_assert_int_eq(tartan_open(ixpath, &o, &x), TARTAN_EINVAL);
     ck_assert_ptr_nonnull(strstr(tartan_errmsg(NULL), "gpu_devices"));
+    tartan_options_init(&o);
+    ck_assert_int_eq(o.gpu_split, TARTAN_GPU_SPLIT_AUTO);
+    o.gpu_split = (tartan_gpu_split)3;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &x), TARTAN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(NULL), "gpu_split"));
     /* A bad plan fails the search itself with its message (on a machine with a GPU; without
      * one the search fails earlier, with TARTAN_ENODEV). */
     (void)x;
@@ -399,6 +492,7 @@ int main(void)
         {"remade_under_lock", test_gpus_remade_under_lock, 0},
         {"subset", test_gpus_subset, 0},
         {"more_parts_than_docs", test_gpus_more_parts_than_docs, 0},
+        {"copies", test_gpus_copies, 0},
         {"plan", test_gpus_plan, 0},
     };
     return FX_RUN("gpus", cases, FX_DIR, 0);

@@ -4,8 +4,10 @@
  * partitions on the visible GPUs in turn (all on one GPU when there is one), gpu_devices -1
  * spreads them over every visible GPU. Exhaustive results equal the CPU's (ids, scores within
  * the GPU's rounding), PLAID keeps at least one GPU's recall, the partitions follow adds and
- * deletes, subsets and streaming mode work. Exits 77 (skipped) without a GPU; run with
- * CK_FORK=no (a CUDA context does not survive a fork).
+ * deletes, subsets and streaming mode work. Split by queries instead (TARTAN_GPU_SPLIT=queries:
+ * a copy of the index on each GPU, each searching a share of the queries), the results are one
+ * GPU's, and the automatic split picks copies for an index this small. Exits 77 (skipped)
+ * without a GPU; run with CK_FORK=no (a CUDA context does not survive a fork).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -17,7 +19,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "db.h"
 #include "fixture.h"
+#include "gpus.h"
 #include "kernels.h"
 #include "tartan.h"
 
@@ -163,11 +167,13 @@ static double recall(const tartan_results *r, const tartan_results *exh)
     return total ? (double)found / (double)total : 1.0;
 }
 
+/* n partitions by document (the split these tests are about unless they say otherwise). */
 static void set_parts(int n)
 {
     char v[16];
     snprintf(v, sizeof v, "%d", n);
     setenv("TARTAN_GPU_PARTITIONS", v, 1);
+    setenv("TARTAN_GPU_SPLIT", "documents", 1);
 }
 
 START_TEST(test_gpus_exhaustive_equals_cpu)
@@ -292,6 +298,10 @@ START_TEST(test_gpus_all_devices)
     tartan_results *g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
     expect_close(g, cpu);
     tartan_results_free(g);
+    setenv("TARTAN_GPU_SPLIT", "documents", 1);
+    g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
+    expect_close(g, cpu);
+    tartan_results_free(g);
     /* Twice as many partitions as GPUs: two on each. */
     set_parts(2 * kern_cuda_device_count());
     g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
@@ -303,9 +313,66 @@ START_TEST(test_gpus_all_devices)
 }
 END_TEST
 
+/* Split by queries: 1 to 5 copies (more than the GPUs: several on one), each a share of the
+ * queries; exhaustive results the CPU's, PLAID one GPU's recall (a query's search is its own,
+ * though the kernels' tiles may round differently by batch), through adds and deletes; and the
+ * automatic split takes copies for this small index. */
+START_TEST(test_gpus_copies)
+{
+    corpus c;
+    corpus_make(&c, 1200);
+    tartan_db *db = open_ix(TARTAN_GPU_RESIDENT, 0);
+    add_range(db, &c, 0, 1000);
+    tartan_results *exh = search(db, &c, 10, 1, TARTAN_DEVICE_CPU, NULL, 0);
+    unsetenv("TARTAN_GPU_PARTITIONS");
+    tartan_results *one = search(db, &c, 10, 0, TARTAN_DEVICE_CUDA, NULL, 0);
+    double r1 = recall(one, exh);
+    setenv("TARTAN_GPU_SPLIT", "queries", 1);
+    for (int n = 2; n <= 5; n++) {
+        set_parts(n);
+        setenv("TARTAN_GPU_SPLIT", "queries", 1);
+        tartan_results *g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
+        expect_close(g, exh);
+        tartan_results_free(g);
+        g = search(db, &c, 10, 0, TARTAN_DEVICE_CUDA, NULL, 0);
+        double rn = recall(g, exh);
+        ck_assert_msg(rn >= r1 - 0.005, "%d copies: recall %.4f < one GPU's %.4f", n, rn, r1);
+        tartan_results_free(g);
+    }
+    printf("PLAID recall@10 against exhaustive: one GPU %.4f (copies: at least that)\n", r1);
+    add_range(db, &c, 1000, 200);
+    const char *del[20];
+    for (int i = 0; i < 20; i++)
+        del[i] = c.ids[i * 13];
+    ck_assert_int_eq(tartan_delete(db, del, 20, NULL), 0);
+    tartan_results *cpu = search(db, &c, 10, 1, TARTAN_DEVICE_CPU, NULL, 0);
+    tartan_results *g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
+    expect_close(g, cpu);
+    tartan_results_free(g);
+    tartan_results_free(cpu);
+    /* The automatic split of a small index: copies. */
+    unsetenv("TARTAN_GPU_SPLIT");
+    idx_reader r;
+    store_msg m;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    int np = 0, nd = 0, copies = -1;
+    eng_gpu_lock();
+    ck_assert_int_eq(eng_gpus_plan(db, &r, &np, &nd, &copies, &m), 0);
+    eng_gpu_unlock();
+    idx_reader_close(&r);
+    ck_assert_int_eq(np, 5);
+    ck_assert_int_eq(copies, 1);
+    tartan_results_free(exh);
+    tartan_results_free(one);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 static void unset_partitions(void)
 {
     unsetenv("TARTAN_GPU_PARTITIONS");
+    unsetenv("TARTAN_GPU_SPLIT");
 }
 
 int main(void)
@@ -317,6 +384,7 @@ int main(void)
         {"follow_changes", test_gpus_follow_changes, 0},
         {"subset_and_streaming", test_gpus_subset_and_streaming, 0},
         {"all_devices", test_gpus_all_devices, 0},
+        {"copies", test_gpus_copies, 0},
     };
     return FX_RUN("gpus_gpu", cases, FX_DIR | FX_GPU, 300);
 }

@@ -150,9 +150,18 @@ START_TEST(test_search_bad_arguments)
     expect_fail(db, &qs, &gp, TARTAN_EDIM, &before);
     q[LQ * DIM + 3 * DIM + 5] = NAN;
     expect_fail(db, &good, &gp, TARTAN_ENONFINITE, &before);
-    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "query 1"));
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "query 1: token 3 has NaN at dimension 5"));
     q[LQ * DIM + 3 * DIM + 5] = INFINITY;
     expect_fail(db, &good, &gp, TARTAN_ENONFINITE, &before);
+    ck_assert_ptr_nonnull(
+        strstr(tartan_errmsg(db), "query 1: token 3 has infinity at dimension 5"));
+    q[LQ * DIM + 3 * DIM + 5] = 0.25f;
+    float last = q[LQ * DIM + DIM - 1];
+    q[LQ * DIM + DIM - 1] = -INFINITY; /* the last value of a row */
+    expect_fail(db, &good, &gp, TARTAN_ENONFINITE, &before);
+    ck_assert_ptr_nonnull(
+        strstr(tartan_errmsg(db), "query 1: token 0 has infinity at dimension 31"));
+    q[LQ * DIM + DIM - 1] = last;
     q[LQ * DIM + 3 * DIM + 5] = 0.25f;
     float saved[DIM];
     memcpy(saved, q + 2 * DIM, sizeof saved);

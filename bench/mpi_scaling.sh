@@ -139,9 +139,9 @@ mpi() { # mpi P ARGS...: tartan-mpi ARGS over P ranks, CORES / P threads each
 # it had more than one.
 rate() {
     awk -v n="$1" '
-        index($0, "searched " n " queries") == 1 { r = $0; sub(/.*\(/, "", r); sub(/ queries\/s.*/, "", r); on = 1; next }
+        index($0, "searched " n " queries") == 1 { r = $0; sub(/ queries\/s.*/, "", r); sub(/.*\(/, "", r); on = 1; next }
         /^## / { on = 0 }
-        on && /^after the first batch: / { r = $0; sub(/.*\(/, "", r); sub(/ queries\/s.*/, "", r) }
+        on && /^after the first batch: / { r = $0; sub(/ queries\/s.*/, "", r); sub(/.*\(/, "", r) }
         END { print r }' "$log"
 }
 

@@ -13,6 +13,9 @@
 #include "kernels.h"
 #include "search.h"
 
+/* Query rows (tokens) from which a batch is prepared by several threads: 8 queries of 32. */
+#define PARALLEL_ROWS 256
+
 static float load(const void *p, tartan_dtype t, size_t i)
 {
     switch (t) {
@@ -104,32 +107,49 @@ int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, s
         out->off[i + 1] = out->off[i] + len;
         if (len > out->max_len)
             out->max_len = len;
-        for (size_t t = out->off[i]; t < out->off[i + 1]; t++) {
-            float *row = out->emb + t * dim;
-            double ss = load_row(q->embeddings, q->dtype, t, dim, row);
-            if (isnan(ss)) {
-                size_t j = 0;
-                while (j < dim && isfinite(row[j]))
-                    j++;
-                int rc = store_fail(
-                    m, TARTAN_ENONFINITE, "query %zu: token %zu has %s at dimension %zu", i,
-                    t - out->off[i], isnan(row[j < dim ? j : 0]) ? "NaN" : "infinity", j);
-                eng_queries_free(out);
-                return rc;
-            }
-            if (!(ss > 0.0)) {
-                int rc = store_fail(m, TARTAN_ERANGE,
-                                    "query %zu: token %zu is all zeros (it has no direction)", i,
-                                    t - out->off[i]);
-                eng_queries_free(out);
-                return rc;
-            }
-            float inv = (float)(1.0 / sqrt(ss));
-            for (size_t j = 0; j < dim; j++)
-                row[j] *= inv;
-        }
     }
-    return 0;
+    /* Rows are independent: a batch's are shared among the caller's OpenMP threads (a GPU
+     * search's host time per query is mostly this and the results; one query stays on the
+     * calling thread). The first failing row, the lowest, is the one reported. */
+    size_t bad = SIZE_MAX;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (total >= PARALLEL_ROWS)
+    for (size_t t = 0; t < total; t++) {
+        float *row = out->emb + t * dim;
+        double ss = load_row(q->embeddings, q->dtype, t, dim, row);
+        if (!(ss > 0.0)) { /* NaN: a value not finite; 0: all zeros */
+            bad = t < bad ? t : bad;
+            continue;
+        }
+        float inv = (float)(1.0 / sqrt(ss));
+        for (size_t j = 0; j < dim; j++)
+            row[j] *= inv;
+    }
+    if (bad == SIZE_MAX)
+        return 0;
+    size_t i = 0, lo = 0, hi = q->n_queries; /* the query holding row bad */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (out->off[mid + 1] <= bad)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    i = lo;
+    float *row = out->emb + bad * dim;
+    double ss = load_row(q->embeddings, q->dtype, bad, dim, row);
+    int rc;
+    if (isnan(ss)) {
+        size_t j = 0;
+        while (j < dim && isfinite(row[j]))
+            j++;
+        rc = store_fail(m, TARTAN_ENONFINITE, "query %zu: token %zu has %s at dimension %zu", i,
+                        bad - out->off[i], isnan(row[j < dim ? j : 0]) ? "NaN" : "infinity", j);
+    } else {
+        rc = store_fail(m, TARTAN_ERANGE, "query %zu: token %zu is all zeros (it has no direction)",
+                        i, bad - out->off[i]);
+    }
+    eng_queries_free(out);
+    return rc;
 }
 
 void eng_queries_free(eng_queries *q)

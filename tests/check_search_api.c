@@ -315,12 +315,52 @@ START_TEST(test_search_device_choice)
 }
 END_TEST
 
+/* A batch large enough to be prepared by several threads: the first bad row is the one
+ * reported, whichever thread meets it, and good rows after a fixed one still search. */
+START_TEST(test_search_bad_rows_in_a_large_batch)
+{
+    fx_corpus c;
+    tartan_db *db = fx_build(&c, 100, 23);
+    tartan_index_info before;
+    ck_assert_int_eq(tartan_info(db, &before), 0);
+    enum { NB = 64 }; /* 64 queries x LQ rows: past the parallel threshold */
+    size_t rows;
+    float *q = fx_queries(&c, NB, LQ, NULL, 0.8, &rows);
+    tartan_queries big = fx_fixed_queries(q, NB, LQ, DIM);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 5);
+    float *zero_row = q + (50 * LQ + 6) * DIM, saved[DIM];
+    memcpy(saved, zero_row, sizeof saved);
+    memset(zero_row, 0, sizeof saved);
+    q[(41 * LQ + 2) * DIM + 17] = NAN;
+    q[(59 * LQ + 7) * DIM + 3] = INFINITY;
+    expect_fail(db, &big, &p, TARTAN_ENONFINITE, &before);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "query 41: token 2 has NaN at dimension 17"));
+    q[(41 * LQ + 2) * DIM + 17] = 0.5f;
+    expect_fail(db, &big, &p, TARTAN_ERANGE, &before);
+    ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "query 50: token 6 is all zeros"));
+    memcpy(zero_row, saved, sizeof saved);
+    expect_fail(db, &big, &p, TARTAN_ENONFINITE, &before);
+    ck_assert_ptr_nonnull(
+        strstr(tartan_errmsg(db), "query 59: token 7 has infinity at dimension 3"));
+    q[(59 * LQ + 7) * DIM + 3] = 0.25f;
+    tartan_results *r = NULL;
+    ck_assert_msg(tartan_search(db, &big, &p, &r) == 0, "%s", tartan_errmsg(db));
+    ck_assert_uint_eq(r->n_queries, NB);
+    tartan_results_free(r);
+    free(q);
+    tartan_close(db);
+    fx_corpus_free(&c);
+}
+END_TEST
+
 int main(void)
 {
     const fx_case cases[] = {
         {"batch_fixed_f32", test_search_batch_fixed_f32, 0},
         {"batch_ragged_f16", test_search_batch_ragged_f16, 0},
         {"bad_arguments", test_search_bad_arguments, 0},
+        {"bad_rows_in_a_large_batch", test_search_bad_rows_in_a_large_batch, 0},
         {"readonly_handle", test_search_readonly_handle, 0},
         {"device_choice", test_search_device_choice, 0},
     };

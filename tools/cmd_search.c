@@ -446,6 +446,8 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     tartan_search_stats total = {0};
     size_t n_hits = 0, released = 0, empty = 0;
     double t0 = tool_now(), t_first = 0;
+    /* After the first batch: seconds inside the library, and its stages summed over threads. */
+    double lib_s = 0, st_c = 0, st_p = 0, st_e = 0;
     for (size_t q0 = 0; q0 < src.nq; q0 += bq) {
         size_t q1 = q0 + bq < src.nq ? q0 + bq : src.nq;
         tartan_queries q;
@@ -479,6 +481,12 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
                 tartan_results_free(res);
                 goto done;
             }
+        }
+        if (q0 > 0) {
+            lib_s += res->stats.seconds_total;
+            st_c += res->stats.seconds_candidates;
+            st_p += res->stats.seconds_prune;
+            st_e += res->stats.seconds_exact;
         }
         total.seconds_candidates += res->stats.seconds_candidates;
         total.seconds_prune += res->stats.seconds_prune;
@@ -549,8 +557,12 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
         /* The first batch also opens what the search keeps between calls (a GPU's copy of the
          * index, the centroids' pages): the rate after it is the steady one. */
         if (src.nq > bq && t_end > t_first)
-            fprintf(stderr, "after the first batch: %zu queries in %.2f s (%.1f queries/s)\n",
-                    src.nq - bq, t_end - t_first, (double)(src.nq - bq) / (t_end - t_first));
+            fprintf(stderr,
+                    "after the first batch: %zu queries in %.2f s (%.1f queries/s); %.2f s in "
+                    "the search calls, their stages %.2f / %.2f / %.2f s (candidates / "
+                    "interaction / exact, summed over threads)\n",
+                    src.nq - bq, t_end - t_first, (double)(src.nq - bq) / (t_end - t_first), lib_s,
+                    st_c, st_p, st_e);
     }
     status = 0;
     goto done;

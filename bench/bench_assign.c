@@ -271,12 +271,20 @@ int main(int argc, char **argv)
         kern_cuda_free(db);
     }
 
+    float *best = xmalloc(n * sizeof(float));
     double t0 = now();
-    if (idx_assign(dev, cen, k, dim, x, n, codes, NULL, &m)) {
+    if (idx_assign(dev, cen, k, dim, x, n, codes, best, &m)) {
         fprintf(stderr, "bench_assign: assignment: %s\n", m.text);
         return 1;
     }
     double t_assign = now() - t0;
+    /* How well the centroids serve the tokens: the mean cosine of each to its code's centroid
+     * (the quantity k-means maximises), to compare trainings (TARTAN_KMEANS_BF16=0 or not). */
+    double mean_cos = 0;
+    for (size_t i = 0; i < n; i++)
+        mean_cos += best[i];
+    mean_cos /= (double)n;
+    free(best);
 
     /* A check against the CPU kernel on the first points: differing codes must be near-ties. */
     int32_t *ref = xmalloc(check * sizeof(int32_t));
@@ -343,6 +351,8 @@ int main(int argc, char **argv)
            (double)n / t_assign, 70e6 * t_assign / (double)n, (double)n / t_compress);
     printf("check: %zu of %zu codes differ from the CPU kernel's, %zu beyond a near-tie\n", differ,
            check, bad);
+    printf("k-means assignment in %s; mean cosine of a token to its centroid %.6f\n",
+           idx_kmeans_bf16(dev) ? "bf16" : "fp32", mean_cos);
 
     FILE *f = fopen(json, "w");
     if (f) {
@@ -352,10 +362,11 @@ int main(int argc, char **argv)
                 "\"kernel_s\": %.6g, \"assign_s\": %.6g, \"kmeans_points\": %zu, "
                 "\"kmeans_iters\": %zu, \"kmeans_flop\": %.6g, \"kmeans_s\": %.6g, "
                 "\"compress_s\": %.6g, \"check_points\": %zu, \"check_differ\": %zu, "
-                "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu}\n",
+                "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu, "
+                "\"kmeans_bf16\": %d, \"mean_cosine\": %.6f}\n",
                 dev == KERN_DEV_CUDA ? "cuda" : "cpu", cpu, threads, n, k, dim, flop,
                 isnan(t_kernel) ? -1.0 : t_kernel, t_assign, km_n, iters, km_flop, t_kmeans,
-                t_compress, check, differ, bad, per);
+                t_compress, check, differ, bad, per, idx_kmeans_bf16(dev), mean_cos);
         fclose(f);
     }
     free(centers);

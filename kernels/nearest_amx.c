@@ -49,7 +49,7 @@
 #define XFEATURE_XTILEDATA 18
 
 /* Points per work item, at most: 8 panels of 32 (64 KB of bf16 pairs at d 128). */
-#define AMX_POINTS 256
+#define AMX_POINTS 128
 /* Bytes of bf16 centroids per block: 1,024 rows at d 128, read from L2 by each panel. */
 #define AMX_BLOCK_BYTES ((size_t)256 << 10)
 
@@ -118,48 +118,56 @@ TAMX static inline void tile_argmax(const float *c, int32_t first, __m512 *b, __
 }
 
 /*
- * One panel of 32 points (pk: [dimp / 2][32][2] bf16) against the centroids [c0, c1) of cb
- * (rows of dimp bf16; c1 - c0 a multiple of 32, the table padded so): running bests bs, bi
- * [32]. c: 4 KB of scratch, 64-byte aligned.
+ * The panels of a work item (np panels of 32 points, pk: [dimp / 2][32][2] bf16 each, panel
+ * uint16 apart) against the centroids [c0, c1) of cb (rows of dimp bf16; c1 - c0 a multiple of
+ * 32, the table padded so): running bests bs, bi [np * 32]. Each group of 32 centroids (8 KB at
+ * d 128) meets every panel while it is in L1, and the item's panels (32 KB) stay there too.
+ * c: 4 KB of scratch, 64-byte aligned.
  */
-TAMX static void panel_block(const uint16_t *pk, size_t dimp, const uint16_t *cb, size_t c0,
-                             size_t c1, float *bs, int32_t *bi, float *c)
+TAMX static void item_block(const uint16_t *pk, size_t np, size_t panel, size_t dimp,
+                            const uint16_t *cb, size_t c0, size_t c1, float *bs, int32_t *bi,
+                            float *c)
 {
-    __m512 b0 = _mm512_load_ps(bs), b1 = _mm512_load_ps(bs + 16);
-    __m512i i0 = _mm512_load_si512(bi), i1 = _mm512_load_si512(bi + 16);
     size_t astride = dimp * sizeof(uint16_t);
     for (size_t g = c0; g < c1; g += 32) {
         const uint16_t *a = cb + g * dimp;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (size_t k = 0; k < dimp; k += 32) {
-            /* B: pair rows k/2 .. k/2 + 15, points 0-15 at byte 0, 16-31 at byte 64 */
-            const uint16_t *p = pk + (k / 2) * 64;
-            _tile_loadd(4, a + k, astride);
-            _tile_loadd(5, a + 16 * dimp + k, astride);
-            _tile_loadd(6, p, 128);
-            _tile_loadd(7, p + 32, 128);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+        for (size_t q = 0; q < np; q++) {
+            const uint16_t *pq = pk + q * panel;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (size_t k = 0; k < dimp; k += 32) {
+                /* B: pair rows k/2 .. k/2 + 15, points 0-15 at byte 0, 16-31 at byte 64 */
+                const uint16_t *p = pq + (k / 2) * 64;
+                _tile_loadd(4, a + k, astride);
+                _tile_loadd(5, a + 16 * dimp + k, astride);
+                _tile_loadd(6, p, 128);
+                _tile_loadd(7, p + 32, 128);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, c, 64);
+            _tile_stored(1, c + 256, 64);
+            _tile_stored(2, c + 512, 64);
+            _tile_stored(3, c + 768, 64);
+            float *qs = bs + 32 * q;
+            int32_t *qi = bi + 32 * q;
+            __m512 b0 = _mm512_load_ps(qs), b1 = _mm512_load_ps(qs + 16);
+            __m512i i0 = _mm512_load_si512(qi), i1 = _mm512_load_si512(qi + 16);
+            /* centroids g .. g + 15, then g + 16 .. g + 31: ascending for every point */
+            tile_argmax(c, (int32_t)g, &b0, &i0);
+            tile_argmax(c + 256, (int32_t)g, &b1, &i1);
+            tile_argmax(c + 512, (int32_t)g + 16, &b0, &i0);
+            tile_argmax(c + 768, (int32_t)g + 16, &b1, &i1);
+            _mm512_store_ps(qs, b0);
+            _mm512_store_ps(qs + 16, b1);
+            _mm512_store_si512(qi, i0);
+            _mm512_store_si512(qi + 16, i1);
         }
-        _tile_stored(0, c, 64);
-        _tile_stored(1, c + 256, 64);
-        _tile_stored(2, c + 512, 64);
-        _tile_stored(3, c + 768, 64);
-        /* centroids g .. g + 15, then g + 16 .. g + 31: ascending for every point */
-        tile_argmax(c, (int32_t)g, &b0, &i0);
-        tile_argmax(c + 256, (int32_t)g, &b1, &i1);
-        tile_argmax(c + 512, (int32_t)g + 16, &b0, &i0);
-        tile_argmax(c + 768, (int32_t)g + 16, &b1, &i1);
     }
-    _mm512_store_ps(bs, b0);
-    _mm512_store_ps(bs + 16, b1);
-    _mm512_store_si512(bi, i0);
-    _mm512_store_si512(bi + 16, i1);
 }
 
 TAMX static void tiles_on(void)
@@ -252,8 +260,7 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
             }
             for (size_t b0 = 0; b0 < kp; b0 += block) {
                 size_t b1 = kp - b0 < block ? kp : b0 + block;
-                for (size_t p = 0; p < np; p++)
-                    panel_block(pk + p * panel, dimp, cb, b0, b1, bs + 32 * p, bi + 32 * p, c);
+                item_block(pk, np, panel, dimp, cb, b0, b1, bs, bi, c);
             }
             for (size_t i = 0; i < m; i++) {
                 best[p0 + i] = bi[i];

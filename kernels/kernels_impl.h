@@ -40,7 +40,7 @@ const char *kern_cpu_nearest_centroid_bf16_path(void);
 int kern_cpu_nearest_centroid_bf16_pays(void);
 int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
                                   size_t n_centroids, size_t dim, int32_t *best, float *best_score);
-/* AMX tiles usable by this process (nearest_amx.c): the CPU has AMX-BF16 and the OS granted the
+/* AMX tiles usable by this process (nearest_amx_cpu.c): the CPU has AMX-BF16 and the OS granted the
  * tile state; and not switched off by kern_cpu_use_amx(0) (microkernel_cpu.h). */
 int kern_cpu_amx_usable(void);
 

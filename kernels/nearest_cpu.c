@@ -12,7 +12,7 @@
  * depend on the blocking or the thread count.
  *
  * kern_cpu_nearest_centroid_bf16 (k-means training only, index/assign.c; encoding stays fp32)
- * runs on AMX tiles where the CPU has them (nearest_amx.c), else the same loop as above over
+ * runs on AMX tiles where the CPU has them (nearest_amx_cpu.c), else the same loop as above over
  * bf16 copies of the points (rounded per work item) and of the centroids (rounded once per
  * call), with mk->argmax_bf16 (AVX512_BF16's dot product of bf16 pairs). Both keep the
  * independence of the blocking and the thread count.

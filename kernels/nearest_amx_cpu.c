@@ -1,5 +1,5 @@
 /*
- * nearest_amx.c: nearest centroid with bf16 products on Intel AMX (the tile unit of Xeons from
+ * nearest_amx_cpu.c: nearest centroid with bf16 products on Intel AMX (the tile unit of Xeons from
  * Sapphire Rapids on): k-means training's assignment (kern_nearest_centroid_bf16).
  *
  * One TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 fp32 sums: 8,192
@@ -17,9 +17,12 @@
  * instruction is the hardware's).
  *
  * Linux hands out the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, once per
- * process); without it, or on another OS, the kernel reports itself unusable and k-means runs
- * on the AVX-512 kernels.
+ * process, on the first bf16 call); without it (another OS, an old kernel, or a refusal: Linux
+ * refuses where a thread's alternate signal stack is too small for the 8 KB of tile state a
+ * signal frame then carries), the kernel reports itself unusable and k-means runs on the
+ * AVX-512 kernels.
  */
+#define _GNU_SOURCE /* syscall */
 #include "config.h"
 
 #include <math.h>

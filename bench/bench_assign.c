@@ -19,7 +19,9 @@
  * --embeddings takes the points from a real corpus (its first --tokens rows, L2-normalised)
  * instead of random clustered vectors: k-means runs on all of them (at most --per-centroid points
  * a centroid, default 64 as in a build), and the assignment step uses the centroids it found,
- * rounded to fp16 as the index stores them.
+ * rounded to fp16 as the index stores them. The last lines say whether k-means assigned in bf16
+ * or fp32 (idx_kmeans_bf16: TARTAN_KMEANS_BF16=0 forces fp32) and, with --embeddings, the mean
+ * cosine of a token to its centroid (what k-means maximises), to compare the two trainings.
  */
 #include "config.h"
 

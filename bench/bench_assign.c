@@ -10,7 +10,7 @@
  *
  *   bench/bench_assign [--device cpu|cuda] [--tokens N] [--centroids K] [--dim D]
  *                      [--kmeans-points M] [--iters I] [--check N] [--seed X] [--json FILE]
- *                      [--embeddings E.npy] [--per-centroid P]
+ *                      [--embeddings E.npy] [--per-centroid P] [--no-amx]
  *
  * On the GPU host, 1M-document (70M-token) sizes: --device cuda --tokens 4194304
  * --centroids 131072 --kmeans-points 11700000 (the 95% of a 175,000-document sample that
@@ -38,6 +38,7 @@
 #include "assign.h"
 #include "codec.h"
 #include "kernels.h"
+#include "microkernel_cpu.h"
 #include "npy.h"
 #include "store.h"
 
@@ -166,10 +167,13 @@ int main(int argc, char **argv)
             emb_path = v;
         else if (!strcmp(a, "--per-centroid"))
             per = arg_size(v, a);
-        else {
+        else if (!strcmp(a, "--no-amx")) {
+            kern_cpu_use_amx(0); /* bf16 k-means on AVX512_BF16 (with TARTAN_KMEANS_BF16=1) */
+            continue;
+        } else {
             fprintf(stderr, "usage: bench_assign [--device cpu|cuda] [--tokens N] [--centroids K]"
                             " [--dim D] [--kmeans-points M] [--iters I] [--check N] [--seed X]"
-                            " [--json FILE] [--embeddings E.npy] [--per-centroid P]\n");
+                            " [--json FILE] [--embeddings E.npy] [--per-centroid P] [--no-amx]\n");
             return 2;
         }
         i++;
@@ -353,8 +357,9 @@ int main(int argc, char **argv)
            (double)n / t_assign, 70e6 * t_assign / (double)n, (double)n / t_compress);
     printf("check: %zu of %zu codes differ from the CPU kernel's, %zu beyond a near-tie\n", differ,
            check, bad);
-    printf("k-means assignment in %s; mean cosine of a token to its centroid %.6f\n",
-           idx_kmeans_bf16(dev) ? "bf16" : "fp32", mean_cos);
+    printf("k-means assignment in %s (%s); mean cosine of a token to its centroid %.6f\n",
+           idx_kmeans_bf16(dev) ? "bf16" : "fp32",
+           idx_kmeans_bf16(dev) ? kern_nearest_centroid_bf16_path(dev) : "fp32 kernel", mean_cos);
 
     FILE *f = fopen(json, "w");
     if (f) {

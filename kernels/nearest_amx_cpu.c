@@ -69,6 +69,10 @@ static void amx_probe(void)
         return;
     if (!__get_cpuid_count(0xd, 0, &a, &b, &c, &d) || (a & (3u << 17)) != (3u << 17))
         return;
+    /* the argmax runs on AVX-512 (every AMX CPU has it; an emulator may hide it) */
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f"))
+        return;
     amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 

@@ -53,8 +53,6 @@
 
 /* Points per work item, at most: 8 panels of 32 (64 KB of bf16 pairs at d 128). */
 #define AMX_POINTS 128
-/* Bytes of bf16 centroids per block: 1,024 rows at d 128, read from L2 by each panel. */
-#define AMX_BLOCK_BYTES ((size_t)256 << 10)
 
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 static int amx_ok;
@@ -208,8 +206,6 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
     /* dims padded with zeros to whole tiles (32), centroids to whole groups of 32 by repeating
      * the last one (a repeat scores the same with a higher index: it never wins) */
     size_t dimp = (dim + 31) / 32 * 32, kp = (n_centroids + 31) / 32 * 32;
-    size_t block = AMX_BLOCK_BYTES / (dimp * sizeof(uint16_t));
-    block = block < 32 ? 32 : block - block % 32;
     uint16_t *cb = kern_aligned_alloc(kp * dimp * sizeof(uint16_t));
     if (!cb) {
         kern_set_error("nearest_centroid_bf16: out of memory for %zu bf16 centroids", n_centroids);
@@ -265,10 +261,7 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
                 bs[i] = -INFINITY;
                 bi[i] = -1;
             }
-            for (size_t b0 = 0; b0 < kp; b0 += block) {
-                size_t b1 = kp - b0 < block ? kp : b0 + block;
-                item_block(pk, np, panel, dimp, cb, b0, b1, bs, bi, c);
-            }
+            item_block(pk, np, panel, dimp, cb, 0, kp, bs, bi, c);
             for (size_t i = 0; i < m; i++) {
                 best[p0 + i] = bi[i];
                 if (best_score)

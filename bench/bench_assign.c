@@ -10,7 +10,7 @@
  *
  *   bench/bench_assign [--device cpu|cuda] [--tokens N] [--centroids K] [--dim D]
  *                      [--kmeans-points M] [--iters I] [--check N] [--seed X] [--json FILE]
- *                      [--embeddings E.npy] [--per-centroid P]
+ *                      [--embeddings E.npy] [--per-centroid P] [--no-amx]
  *
  * On the GPU host, 1M-document (70M-token) sizes: --device cuda --tokens 4194304
  * --centroids 131072 --kmeans-points 11700000 (the 95% of a 175,000-document sample that
@@ -19,7 +19,9 @@
  * --embeddings takes the points from a real corpus (its first --tokens rows, L2-normalised)
  * instead of random clustered vectors: k-means runs on all of them (at most --per-centroid points
  * a centroid, default 64 as in a build), and the assignment step uses the centroids it found,
- * rounded to fp16 as the index stores them.
+ * rounded to fp16 as the index stores them. The last lines say whether k-means assigned in bf16
+ * or fp32 (idx_kmeans_bf16: TARTAN_KMEANS_BF16=0 forces fp32) and, with --embeddings, the mean
+ * cosine of a token to its centroid (what k-means maximises), to compare the two trainings.
  */
 #include "config.h"
 
@@ -36,6 +38,7 @@
 #include "assign.h"
 #include "codec.h"
 #include "kernels.h"
+#include "microkernel_cpu.h"
 #include "npy.h"
 #include "store.h"
 
@@ -164,10 +167,13 @@ int main(int argc, char **argv)
             emb_path = v;
         else if (!strcmp(a, "--per-centroid"))
             per = arg_size(v, a);
-        else {
+        else if (!strcmp(a, "--no-amx")) {
+            kern_cpu_use_amx(0); /* bf16 k-means on AVX512_BF16 (with TARTAN_KMEANS_BF16=1) */
+            continue;
+        } else {
             fprintf(stderr, "usage: bench_assign [--device cpu|cuda] [--tokens N] [--centroids K]"
                             " [--dim D] [--kmeans-points M] [--iters I] [--check N] [--seed X]"
-                            " [--json FILE] [--embeddings E.npy] [--per-centroid P]\n");
+                            " [--json FILE] [--embeddings E.npy] [--per-centroid P] [--no-amx]\n");
             return 2;
         }
         i++;
@@ -271,12 +277,20 @@ int main(int argc, char **argv)
         kern_cuda_free(db);
     }
 
+    float *best = xmalloc(n * sizeof(float));
     double t0 = now();
-    if (idx_assign(dev, cen, k, dim, x, n, codes, NULL, &m)) {
+    if (idx_assign(dev, cen, k, dim, x, n, codes, best, &m)) {
         fprintf(stderr, "bench_assign: assignment: %s\n", m.text);
         return 1;
     }
     double t_assign = now() - t0;
+    /* How well the centroids serve the tokens: the mean cosine of each to its code's centroid
+     * (the quantity k-means maximises), to compare trainings (TARTAN_KMEANS_BF16=0 or not). */
+    double mean_cos = 0;
+    for (size_t i = 0; i < n; i++)
+        mean_cos += best[i];
+    mean_cos /= (double)n;
+    free(best);
 
     /* A check against the CPU kernel on the first points: differing codes must be near-ties. */
     int32_t *ref = xmalloc(check * sizeof(int32_t));
@@ -343,6 +357,9 @@ int main(int argc, char **argv)
            (double)n / t_assign, 70e6 * t_assign / (double)n, (double)n / t_compress);
     printf("check: %zu of %zu codes differ from the CPU kernel's, %zu beyond a near-tie\n", differ,
            check, bad);
+    printf("k-means assignment in %s (%s); mean cosine of a token to its centroid %.6f\n",
+           idx_kmeans_bf16(dev) ? "bf16" : "fp32",
+           idx_kmeans_bf16(dev) ? kern_nearest_centroid_bf16_path(dev) : "fp32 kernel", mean_cos);
 
     FILE *f = fopen(json, "w");
     if (f) {
@@ -352,10 +369,11 @@ int main(int argc, char **argv)
                 "\"kernel_s\": %.6g, \"assign_s\": %.6g, \"kmeans_points\": %zu, "
                 "\"kmeans_iters\": %zu, \"kmeans_flop\": %.6g, \"kmeans_s\": %.6g, "
                 "\"compress_s\": %.6g, \"check_points\": %zu, \"check_differ\": %zu, "
-                "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu}\n",
+                "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu, "
+                "\"kmeans_bf16\": %d, \"mean_cosine\": %.6f}\n",
                 dev == KERN_DEV_CUDA ? "cuda" : "cpu", cpu, threads, n, k, dim, flop,
                 isnan(t_kernel) ? -1.0 : t_kernel, t_assign, km_n, iters, km_flop, t_kmeans,
-                t_compress, check, differ, bad, per);
+                t_compress, check, differ, bad, per, idx_kmeans_bf16(dev), mean_cos);
         fclose(f);
     }
     free(centers);

@@ -40,8 +40,23 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
  * inputs, seed and device give the same centroids whatever the thread count. x [n, dim]
  * L2-normalised, 1 <= k <= n, k <= INT32_MAX; centroids [k, dim] L2-normalised on return.
  * Errors as idx_assign's, and TARTAN_EINVAL for bad sizes.
+ *
+ * Where idx_kmeans_bf16(dev) says 1, the iterations assign with bf16 products
+ * (kern_nearest_centroid_bf16: points and centroids rounded to bf16, fp32 accumulation, on AMX
+ * tiles or with AVX512_BF16): a point may then join another cluster where two centroids score
+ * within bf16 rounding of each other. The update still sums the fp32 points in double, and the
+ * result is still independent of the thread count (on a given CPU). Encoding (idx_assign) is
+ * always fp32.
  */
 int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t k, int niter,
                       int max_per_centroid, uint64_t seed, float *centroids, store_msg *m);
+
+/*
+ * Whether idx_kmeans_device on dev assigns in bf16. The environment variable TARTAN_KMEANS_BF16,
+ * read at each call: "0" forces fp32 (to compare, or to reproduce the centroids of a build
+ * without bf16); "1" takes bf16 wherever kern_nearest_centroid_bf16 runs; unset or anything else
+ * takes it where it is faster (kern_nearest_centroid_bf16_pays: AMX, or AVX512_BF16 on AMD).
+ */
+int idx_kmeans_bf16(kern_dev dev);
 
 #endif

@@ -100,6 +100,32 @@ int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *c
                     kern_gpu_nearest_centroid(x, n, centroids, n_centroids, dim, best, best_score));
 }
 
+int kern_nearest_centroid_bf16(kern_dev dev, const float *x, size_t n, const float *centroids,
+                               size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    if (!x || !centroids || !best || dim == 0)
+        return bad("nearest_centroid_bf16: NULL argument or zero dim");
+    if (n_centroids == 0 || n_centroids > INT32_MAX)
+        return bad("nearest_centroid_bf16: the number of centroids must be 1 to INT32_MAX");
+    if (dev != KERN_DEV_CPU) {
+        kern_set_error("nearest_centroid_bf16: CPU only");
+        return KERN_ENODEV;
+    }
+    if (n == 0)
+        return KERN_OK;
+    return kern_cpu_nearest_centroid_bf16(x, n, centroids, n_centroids, dim, best, best_score);
+}
+
+const char *kern_nearest_centroid_bf16_path(kern_dev dev)
+{
+    return dev == KERN_DEV_CPU ? kern_cpu_nearest_centroid_bf16_path() : NULL;
+}
+
+int kern_nearest_centroid_bf16_pays(kern_dev dev)
+{
+    return dev == KERN_DEV_CPU && kern_cpu_nearest_centroid_bf16_pays();
+}
+
 int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
 {
     if (!a || !scores || !a->q || !a->qc || !a->bucket_weights || a->dim == 0)

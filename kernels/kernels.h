@@ -160,6 +160,28 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
 int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
                           size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 
+/*
+ * The same with bf16 products, for k-means training (never for encoding, whose codes must be
+ * fp32's): each point and centroid rounded to bf16 (nearest even), products of bf16 pairs
+ * accumulated in fp32 (bf16 subnormals count as zero), on Intel AMX tiles where the CPU has
+ * them, else with AVX512_BF16's dot product. The scores are within bf16 rounding of fp32's
+ * (|error| <= 2^-8 |x| |c| at worst, about 4e-4 typically at d 128 for unit vectors), so a
+ * point may take another centroid where two scores are that close. Ties, NaN, thread count: as
+ * kern_nearest_centroid (the two paths may differ from each other in the last bits). CPU only:
+ * KERN_ENODEV on another device or where kern_nearest_centroid_bf16_path says NULL.
+ */
+int kern_nearest_centroid_bf16(kern_dev dev, const float *x, size_t n, const float *centroids,
+                               size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+
+/* Which way kern_nearest_centroid_bf16 runs on dev now: "amx", "avx512bf16", or NULL (it
+ * cannot: no AMX nor AVX512_BF16 in this CPU or build, a forced variant without them, not the
+ * CPU). */
+const char *kern_nearest_centroid_bf16_path(kern_dev dev);
+
+/* Whether that way is faster than kern_nearest_centroid's fp32 on this CPU: AMX is (about 20x
+ * the products a cycle); AVX512_BF16's dot product is on AMD (Zen 4, 5), not on Intel. */
+int kern_nearest_centroid_bf16_pays(kern_dev dev);
+
 /* ---------------------------------------------------------------------------------------
  * PLAID documents as the index stores them: per token a centroid code (uint16 when
  * code_bytes == 2, uint32 when 4), dim * nbits / 8 bytes of packed residual (ColBERTv2's bit

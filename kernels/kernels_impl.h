@@ -33,6 +33,16 @@ int kern_cpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores);
 int kern_cpu_quantize_i8(const float *x, size_t n, size_t dim, int8_t *q, float *scales);
 int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids,
                               size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+int kern_cpu_nearest_centroid_bf16(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best,
+                                   float *best_score);
+const char *kern_cpu_nearest_centroid_bf16_path(void);
+int kern_cpu_nearest_centroid_bf16_pays(void);
+int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
+                                  size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+/* AMX tiles usable by this process (nearest_amx_cpu.c): the CPU has AMX-BF16 and the OS granted the
+ * tile state; and not switched off by kern_cpu_use_amx(0) (microkernel_cpu.h). */
+int kern_cpu_amx_usable(void);
 
 #ifdef TARTAN_HAVE_CUDA
 int kern_gpu_maxsim_dense(const kern_dense *a, float *scores);

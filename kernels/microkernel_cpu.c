@@ -288,6 +288,8 @@ T512 static void bf16_512(const uint16_t *src, float *dst, size_t n)
         dst[i] = kern_bf16_to_f32(src[i]);
 }
 
+#ifdef TARTAN_HAVE_AVX512BF16
+
 /* AVX512_BF16: bf16 pairs, 2 x 8 accumulators as above, twice the products per instruction. */
 
 #define TBF __attribute__((target("avx512f,avx512bf16")))
@@ -345,6 +347,43 @@ TBF static void max_bf16_512(const uint16_t *qt, size_t dim, const uint16_t *con
     _mm512_store_ps(mx + 16, _mm512_max_ps(_mm512_load_ps(mx + 16), m1));
 }
 
+/* The running argmax of argmax512 over products of bf16 pairs: each lane's product with a row
+ * is the same chain of dot-product steps (kk ascending) whatever the lanes, the rows around it
+ * or the caller's blocking, so the choice depends on the inputs only. */
+TBF static void argmax_bf16_512(const uint16_t *qt, size_t dim, const uint16_t *const *rows,
+                                unsigned lanes, int32_t first, float *best, int32_t *bidx)
+{
+    R8(ABF_DECL)
+    size_t half = dim / 2;
+    __m512 b0 = _mm512_load_ps(best);
+    __m512i i0 = _mm512_load_si512(bidx);
+    if (lanes <= 16) {
+        for (size_t kk = 0; kk < half; kk++) {
+            __m512bh q0 = (__m512bh)_mm512_load_si512(qt + 64 * kk);
+            R8(ABF_DP1)
+        }
+        R8(A512_ARG1)
+        _mm512_store_ps(best, b0);
+        _mm512_store_si512(bidx, i0);
+        return;
+    }
+    for (size_t kk = 0; kk < half; kk++) {
+        __m512bh q0 = (__m512bh)_mm512_load_si512(qt + 64 * kk);
+        __m512bh q1 = (__m512bh)_mm512_load_si512(qt + 64 * kk + 32);
+        R8(ABF_DP2)
+    }
+    __m512 b1 = _mm512_load_ps(best + 16);
+    __m512i i1 = _mm512_load_si512(bidx + 16);
+    R8(A512_ARG1)
+    R8(A512_ARG2)
+    _mm512_store_ps(best, b0);
+    _mm512_store_si512(bidx, i0);
+    _mm512_store_ps(best + 16, b1);
+    _mm512_store_si512(bidx + 16, i1);
+}
+
+#endif /* TARTAN_HAVE_AVX512BF16 */
+
 static const kern_mk mk_avx512 = {
     .name = "avx512",
     .P = 32,
@@ -357,7 +396,9 @@ static const kern_mk mk_avx512 = {
     .bf16 = bf16_512,
 };
 
-/* The same with bf16 documents multiplied as bf16 (CPUs with AVX512_BF16). */
+#ifdef TARTAN_HAVE_AVX512BF16
+/* The same with bf16 documents multiplied as bf16 (CPUs with AVX512_BF16), and the bf16
+ * nearest-centroid argmax that k-means training uses. */
 static const kern_mk mk_avx512bf16 = {
     .name = "avx512bf16",
     .P = 32,
@@ -367,9 +408,11 @@ static const kern_mk mk_avx512bf16 = {
     .tile = tile512,
     .argmax = argmax512,
     .max_bf16 = max_bf16_512,
+    .argmax_bf16 = argmax_bf16_512,
     .f16 = f16_512,
     .bf16 = bf16_512,
 };
+#endif
 
 /* ---- AVX2 + FMA: P = 16 lanes (2 ymm), J = 6 rows ---------------------------------------- */
 
@@ -579,8 +622,10 @@ int kern_cpu_has_isa(const char *name)
     __builtin_cpu_init();
     if (strcmp(name, "avx512") == 0)
         return __builtin_cpu_supports("avx512f") != 0;
+#ifdef TARTAN_HAVE_AVX512BF16
     if (strcmp(name, "avx512bf16") == 0)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#endif
     if (strcmp(name, "avx2") == 0)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                cpu_has_f16c();
@@ -593,8 +638,10 @@ static const kern_mk *by_name(const char *name)
 #ifdef HAVE_X86
     if (strcmp(name, "avx512") == 0)
         return &mk_avx512;
+#ifdef TARTAN_HAVE_AVX512BF16
     if (strcmp(name, "avx512bf16") == 0)
         return &mk_avx512bf16;
+#endif
     if (strcmp(name, "avx2") == 0)
         return &mk_avx2;
 #endif

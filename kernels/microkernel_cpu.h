@@ -63,6 +63,13 @@ typedef struct kern_mk {
      * NULL where the CPU lacks the instruction. */
     void (*max_bf16)(const uint16_t *qt, size_t dim, const uint16_t *const *rows, unsigned lanes,
                      float *mx, const char *pf);
+    /* argmax over products of bf16 pairs (AVX512_BF16's dot product; fp32 accumulation,
+     * bf16 subnormals count as zero): qt a panel of bf16 pairs (kern_pack_panels_bf16), rows
+     * point at bf16 rows, dim even; otherwise as argmax. The products differ from argmax's
+     * (bf16 inputs), so the choice may differ where two scores are within bf16 rounding.
+     * NULL where the CPU (or the compiler) lacks the instruction. */
+    void (*argmax_bf16)(const uint16_t *qt, size_t dim, const uint16_t *const *rows, unsigned lanes,
+                        int32_t first, float *best, int32_t *bidx);
     /* n 16-bit values to fp32. */
     void (*f16)(const uint16_t *src, float *dst, size_t n);
     void (*bf16)(const uint16_t *src, float *dst, size_t n);
@@ -76,6 +83,13 @@ const kern_mk *kern_mk_active(void);
  * and benchmarks, not thread-safe against running kernels. KERN_ENODEV if this CPU lacks it.
  */
 int kern_cpu_force_isa(const char *name);
+
+/*
+ * Lets kern_nearest_centroid_bf16 use AMX tiles where it can (on: the default) or not (0: the
+ * AVX512_BF16 micro-kernel instead). For tests and benchmarks, not thread-safe against running
+ * kernels. KERN_ENODEV when asked on where AMX is not usable.
+ */
+int kern_cpu_use_amx(int on);
 
 /* Whether this CPU can run the named variant (1) or not (0). */
 int kern_cpu_has_isa(const char *name);

@@ -10,11 +10,18 @@
  * is the micro-kernel's (the same FMAs in the same order as kern_cpu_centroid_scores), and each
  * point sees the centroids in ascending order with strict comparisons, so the answer does not
  * depend on the blocking or the thread count.
+ *
+ * kern_cpu_nearest_centroid_bf16 (k-means training only, index/assign.c; encoding stays fp32)
+ * runs on AMX tiles where the CPU has them (nearest_amx_cpu.c), else the same loop as above over
+ * bf16 copies of the points (rounded per work item) and of the centroids (rounded once per
+ * call), with mk->argmax_bf16 (AVX512_BF16's dot product of bf16 pairs). Both keep the
+ * independence of the blocking and the thread count.
  */
 #include "config.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -25,14 +32,39 @@
 
 /* Points per work item, at most: 8 AVX-512 panels (128 KB at d 128, in L2 beside a block). */
 #define NC_POINTS 256
-/* Centroids per block: 256 KB at d 128, read from L2 by every panel of the item. */
-#define NC_BLOCK 512
+/* Bytes of centroids per block: 512 fp32 rows (1,024 bf16 rows) at d 128, read from L2 by
+ * every panel of the item. */
+#define NC_BLOCK_BYTES ((size_t)256 << 10)
 
-int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, size_t n_centroids,
-                              size_t dim, int32_t *best, float *best_score)
+/*
+ * The shared loop. bf16 == 0: fp32 products (mk->argmax). bf16 == 1: points and centroids
+ * rounded to bf16 (nearest even) and multiplied with mk->argmax_bf16; an odd dim gets a zero
+ * pad, which adds nothing to any product. The centroids are rounded once per call into cb
+ * (K x dim2 bf16, 4 MB at K 16,384, d 128: a few ms beside the products' seconds).
+ */
+static int nearest(const kern_mk *mk, int bf16, const float *x, size_t n, const float *centroids,
+                   size_t n_centroids, size_t dim, int32_t *best, float *best_score)
 {
-    const kern_mk *mk = kern_mk_active();
     size_t P = mk->P, J = mk->J;
+    size_t dim2 = bf16 ? dim + (dim & 1) : dim; /* the panels' and rows' dim */
+    size_t row_bytes = dim2 * (bf16 ? sizeof(uint16_t) : sizeof(float));
+    size_t block = NC_BLOCK_BYTES / row_bytes;
+    block = block < J ? J : block - block % J;
+    uint16_t *cb = NULL;
+    if (bf16) {
+        if (!(cb = kern_aligned_alloc(n_centroids * dim2 * sizeof(uint16_t)))) {
+            kern_set_error("nearest_centroid: out of memory for %zu bf16 centroids", n_centroids);
+            return KERN_ENOMEM;
+        }
+#pragma omp parallel for schedule(static)
+        for (long long c = 0; c < (long long)n_centroids; c++) {
+            uint16_t *r = cb + (size_t)c * dim2;
+            for (size_t k = 0; k < dim; k++)
+                r[k] = kern_f32_to_bf16(centroids[(size_t)c * dim + k]);
+            if (dim2 > dim)
+                r[dim] = 0;
+        }
+    }
     /* Items small enough that every thread has several (small inputs: the codec's held-out
      * set, small adds, tests), whole panels always. */
     int threads = 1;
@@ -50,38 +82,61 @@ int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, 
 #pragma omp parallel
     {
         size_t npmax = kern_npanels(mk, per);
-        float *panels = kern_aligned_alloc(npmax * kern_panel_floats(mk, dim) * sizeof(float));
+        float *panels = kern_aligned_alloc(npmax * kern_panel_floats(mk, dim2) * sizeof(float));
         float *bs = kern_aligned_alloc(npmax * P * sizeof(float));
         int32_t *bi = kern_aligned_alloc(npmax * P * sizeof(int32_t));
+        /* bf16: the item's points rounded, one row of dim2 each, before packing */
+        uint16_t *xb = bf16 ? kern_aligned_alloc(per * dim2 * sizeof(uint16_t)) : NULL;
         const void *prow[NC_POINTS];
         const float *rows[KERN_MK_MAX_J];
-        if (!panels || !bs || !bi) {
+        const uint16_t *rows16[KERN_MK_MAX_J];
+        int ok = panels && bs && bi && (!bf16 || xb);
+        if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
         for (size_t it = 0; it < nitems; it++) {
-            if (!panels || !bs || !bi)
+            if (!ok)
                 continue;
             size_t p0 = it * per, m = n - p0 < per ? n - p0 : per, np = kern_npanels(mk, m);
-            for (size_t i = 0; i < m; i++)
-                prow[i] = x + (p0 + i) * dim;
-            kern_pack_panels(mk, KERN_F32, prow, m, dim, panels);
+            if (bf16) {
+                for (size_t i = 0; i < m; i++) {
+                    uint16_t *r = xb + i * dim2;
+                    for (size_t k = 0; k < dim; k++)
+                        r[k] = kern_f32_to_bf16(x[(p0 + i) * dim + k]);
+                    if (dim2 > dim)
+                        r[dim] = 0;
+                    prow[i] = r;
+                }
+                kern_pack_panels_bf16(mk, prow, m, dim2, (uint16_t *)panels);
+            } else {
+                for (size_t i = 0; i < m; i++)
+                    prow[i] = x + (p0 + i) * dim;
+                kern_pack_panels(mk, KERN_F32, prow, m, dim, panels);
+            }
             for (size_t i = 0; i < np * P; i++) {
                 bs[i] = -INFINITY;
                 bi[i] = -1;
             }
-            for (size_t b0 = 0; b0 < n_centroids; b0 += NC_BLOCK) {
-                size_t b1 = n_centroids - b0 < NC_BLOCK ? n_centroids : b0 + NC_BLOCK;
+            for (size_t b0 = 0; b0 < n_centroids; b0 += block) {
+                size_t b1 = n_centroids - b0 < block ? n_centroids : b0 + block;
                 for (size_t p = 0; p < np; p++) {
                     size_t lanes = m - p * P < P ? m - p * P : P;
-                    const float *qt = panels + p * kern_panel_floats(mk, dim);
+                    const float *qt = panels + p * kern_panel_floats(mk, dim2);
                     for (size_t c0 = b0; c0 < b1; c0 += J) {
                         size_t mj = b1 - c0 < J ? b1 - c0 : J;
-                        for (size_t j = 0; j < J; j++)
-                            rows[j] = centroids + (c0 + (j < mj ? j : mj - 1)) * dim;
-                        mk->argmax(qt, dim, rows, (unsigned)lanes, (int32_t)c0, bs + p * P,
-                                   bi + p * P);
+                        if (bf16) {
+                            for (size_t j = 0; j < J; j++)
+                                rows16[j] = cb + (c0 + (j < mj ? j : mj - 1)) * dim2;
+                            mk->argmax_bf16((const uint16_t *)qt, dim2, rows16, (unsigned)lanes,
+                                            (int32_t)c0, bs + p * P, bi + p * P);
+                        } else {
+                            for (size_t j = 0; j < J; j++)
+                                rows[j] = centroids + (c0 + (j < mj ? j : mj - 1)) * dim;
+                            mk->argmax(qt, dim, rows, (unsigned)lanes, (int32_t)c0, bs + p * P,
+                                       bi + p * P);
+                        }
                     }
                 }
             }
@@ -94,10 +149,58 @@ int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, 
         free(panels);
         free(bs);
         free(bi);
+        free(xb);
     }
+    free(cb);
     if (failed) {
         kern_set_error("nearest_centroid: out of memory for the point panels");
         return KERN_ENOMEM;
     }
     return KERN_OK;
+}
+
+int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, size_t n_centroids,
+                              size_t dim, int32_t *best, float *best_score)
+{
+    return nearest(kern_mk_active(), 0, x, n, centroids, n_centroids, dim, best, best_score);
+}
+
+const char *kern_cpu_nearest_centroid_bf16_path(void)
+{
+    if (kern_cpu_amx_usable())
+        return "amx";
+    return kern_mk_active()->argmax_bf16 ? "avx512bf16" : NULL;
+}
+
+int kern_cpu_nearest_centroid_bf16_pays(void)
+{
+    const char *path = kern_cpu_nearest_centroid_bf16_path();
+    if (path && strcmp(path, "amx") == 0)
+        return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    /* AVX512_BF16's dot product does 32 products an instruction against an fp32 FMA's 16. On
+     * AMD's Zen 4 and 5 both issue at the same rate, so it doubles the rate; on Intel's Xeons
+     * (Sapphire Rapids and later) it issues at half the FMA's rate and gains nothing: measured
+     * 2x slower than the fp32 kernel (bench/RESULTS.md "Build time"), and AMX is there anyway. */
+    if (path) {
+        __builtin_cpu_init();
+        return __builtin_cpu_is("amd") != 0;
+    }
+#endif
+    return 0;
+}
+
+int kern_cpu_nearest_centroid_bf16(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    if (kern_cpu_amx_usable())
+        return kern_cpu_nearest_centroid_amx(x, n, centroids, n_centroids, dim, best, best_score);
+    const kern_mk *mk = kern_mk_active();
+    if (!mk->argmax_bf16) {
+        kern_set_error("nearest_centroid_bf16: this CPU (kernels '%s') has neither AMX nor "
+                       "AVX512_BF16",
+                       mk->name);
+        return KERN_ENODEV;
+    }
+    return nearest(mk, 1, x, n, centroids, n_centroids, dim, best, best_score);
 }

@@ -499,6 +499,216 @@ START_TEST(test_index_assign_same_any_threads)
 }
 END_TEST
 
+/* x rounded to bf16 (nearest even), back in fp32: what the bf16 kernel multiplies. */
+static float *bf16_copy(const float *x, size_t n)
+{
+    float *r = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = kern_bf16_to_f32(kern_f32_to_bf16(x[i]));
+    return r;
+}
+
+START_TEST(test_index_nearest_bf16_matches_double)
+{
+    /* The bf16 kernel against a double-precision argmax of the bf16-rounded inputs, on random
+     * shapes: n not a multiple of the 32-lane panel nor of a work item, K not a multiple of the
+     * 8-row group nor of a block (1,024 rows at d 128), odd and even dims. Every product of two
+     * bf16 values is exact in fp32, so the kernel's scores are the reference's within fp32
+     * accumulation error (1e-5 at unit norm); a different choice must be a near-tie within that.
+     * The fp32 kernel's scores are not (bf16 rounding moves them by ~4e-4), so a kernel that
+     * did not round would fail the score check. */
+    rng_init_random();
+    if (!kern_nearest_centroid_bf16_path(KERN_DEV_CPU)) {
+        /* Neither AMX nor AVX512_BF16 here: the call says so, and k-means falls back to fp32. */
+        float x[4] = {1, 0, 0, 0};
+        int32_t b;
+        ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, 1, x, 1, 4, &b, NULL),
+                         KERN_ENODEV);
+        ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), 0);
+        fprintf(stderr, "nearest_bf16: this CPU has no AVX512_BF16; only the fallback checked\n");
+        return;
+    }
+    /* Both ways where the CPU has both: AMX tiles (32 x 32 blocks, dims padded to 32), then
+     * the AVX512_BF16 micro-kernel. */
+    int paths = 1 + (kern_cpu_use_amx(1) == KERN_OK && kern_cpu_has_isa("avx512bf16"));
+    for (int t = 0; t < 8 * paths; t++) {
+        if (t == 8)
+            ck_assert_int_eq(kern_cpu_use_amx(0), KERN_OK);
+        size_t n = t % 8 == 0 ? 1 : urnd(2, 1500), k = t % 8 == 0 ? 1 : urnd(2, 2600);
+        static const size_t dims[] = {128, 33, 64, 96, 127, 2, 256};
+        size_t dim = dims[rnd_below(sizeof dims / sizeof dims[0])];
+        if (t % 8 == 1) { /* a block boundary and a ragged group at the default shape */
+            k = 1024 + 8 + 3;
+            dim = 128;
+        }
+        uint64_t s = rnd();
+        float *x = xmalloc(sizeof(float) * n * dim), *c = xmalloc(sizeof(float) * k * dim);
+        random_units(&s, x, n, dim);
+        random_units(&s, c, k, dim);
+        float *xr = bf16_copy(x, n * dim), *cr = bf16_copy(c, k * dim);
+        int32_t *best = xmalloc(sizeof(int32_t) * n), *best2 = xmalloc(sizeof(int32_t) * n);
+        float *sc = xmalloc(sizeof(float) * n);
+        memset(best, 0xab, sizeof(int32_t) * n);
+        poison(sc, n);
+        ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, n, c, k, dim, best, sc),
+                         KERN_OK);
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_msg(best[i] >= 0 && (size_t)best[i] < k, "n %zu k %zu d %zu point %zu: %d", n,
+                          k, dim, i, best[i]);
+            uint32_t ref = nearest_d(cr, k, dim, xr + i * dim);
+            double want = dot_d(cr + (size_t)ref * dim, xr + i * dim, dim);
+            double got = dot_d(cr + (size_t)best[i] * dim, xr + i * dim, dim);
+            ck_assert_msg((uint32_t)best[i] == ref || want - got < 1e-5,
+                          "n %zu k %zu d %zu point %zu: centroid %d (%.9f), the best is %u (%.9f)",
+                          n, k, dim, i, best[i], got, ref, want);
+            ck_assert_msg(fabs(sc[i] - got) < 1e-5, "n %zu k %zu d %zu point %zu: score %.9f, %.9f",
+                          n, k, dim, i, sc[i], got);
+            differ += (uint32_t)best[i] != nearest_d(c, k, dim, x + i * dim);
+        }
+        /* Without scores and with other thread counts: the same choices, bit for bit. */
+        for (int th = 1; th <= 3; th += 2) {
+#ifdef _OPENMP
+            omp_set_num_threads(th);
+#endif
+            memset(best2, 0xab, sizeof(int32_t) * n);
+            ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, n, c, k, dim, best2, NULL),
+                             KERN_OK);
+            ck_assert_msg(memcmp(best, best2, sizeof(int32_t) * n) == 0, "%d threads differ", th);
+        }
+        fprintf(stderr, "nearest_bf16 (%s): n %zu, K %zu, d %zu: %zu choices differ from fp32's\n",
+                kern_nearest_centroid_bf16_path(KERN_DEV_CPU), n, k, dim, differ);
+        free(x);
+        free(c);
+        free(xr);
+        free(cr);
+        free(best);
+        free(best2);
+        free(sc);
+    }
+    /* Ties still go to the lower index: equal centroids in different groups and blocks. */
+    enum { K = 2100, D = 64, N = 99 };
+    uint64_t s = rnd();
+    float *c = xmalloc(sizeof(float) * K * D), *x = xmalloc(sizeof(float) * N * D);
+    int32_t *b = xmalloc(sizeof(int32_t) * N);
+    random_units(&s, c, K, D);
+    random_units(&s, x, N, D);
+    static const size_t same[] = {1030, 2099, 1031, 1500};
+    for (size_t t = 0; t < sizeof same / sizeof same[0]; t++)
+        memcpy(c + same[t] * D, c + 1029 * D, sizeof(float) * D);
+    for (size_t i = 0; i < N; i += 2)
+        memcpy(x + i * D, c + 1029 * D, sizeof(float) * D);
+    for (int path = 0; path < paths; path++) {
+        ck_assert_int_eq(kern_cpu_use_amx(path == 0 && paths == 2), KERN_OK);
+        memset(b, 0xab, sizeof(int32_t) * N);
+        ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, N, c, K, D, b, NULL), KERN_OK);
+        for (size_t i = 0; i < N; i += 2)
+            ck_assert_int_eq(b[i], 1029);
+    }
+    /* Elsewhere than the CPU, or with a variant without the instruction: refused. */
+    ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CUDA, x, N, c, K, D, b, NULL),
+                     KERN_ENODEV);
+    ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, N, c, 0, D, b, NULL), KERN_EINVAL);
+    ck_assert_ptr_null(kern_nearest_centroid_bf16_path(KERN_DEV_CUDA));
+    if (kern_cpu_has_isa("avx512")) {
+        ck_assert_int_eq(kern_cpu_use_amx(0), KERN_OK);
+        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+        ck_assert_ptr_null(kern_nearest_centroid_bf16_path(KERN_DEV_CPU));
+        ck_assert_int_eq(kern_nearest_centroid_bf16(KERN_DEV_CPU, x, N, c, K, D, b, NULL),
+                         KERN_ENODEV);
+        ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), 0);
+        ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
+    }
+    free(c);
+    free(x);
+    free(b);
+}
+END_TEST
+
+/* The mean over x of the best cosine to a centroid (k-means's objective), in double. */
+static double mean_best_cosine(const float *x, size_t n, const float *c, size_t k, size_t dim)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += dot_d(c + (size_t)nearest_d(c, k, dim, x + i * dim) * dim, x + i * dim, dim);
+    return sum / (double)n;
+}
+
+START_TEST(test_index_kmeans_bf16_switch)
+{
+    /* TARTAN_KMEANS_BF16=0 gives fp32 k-means: the centroids of a CPU without AVX512_BF16 (a
+     * forced avx512 variant), bit for bit. Otherwise, where the CPU has it, the iterations
+     * assign in bf16: the centroids differ a little but serve the points as well (the mean
+     * best cosine within 0.002 of fp32's), and they are reproducible and the same whatever the
+     * thread count. */
+    enum { N = 6000, D = 64, CL = 40, K = 96 };
+    float *centers = xmalloc(sizeof(float) * CL * D), *x = xmalloc(sizeof(float) * N * D);
+    float *a = xmalloc(sizeof(float) * K * D), *b = xmalloc(sizeof(float) * K * D);
+    float *f = xmalloc(sizeof(float) * K * D);
+    fx_clustered(23, N, D, CL, 0.12, centers, x);
+    store_msg m = {{0}};
+    /* fp32 k-means as a CPU without AMX and AVX512_BF16 runs it */
+    kern_cpu_use_amx(0);
+    if (kern_cpu_has_isa("avx512")) /* else the best variant this CPU runs has no bf16 */
+        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), 0);
+    poison(f, K * D);
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 9, f, &m), 0);
+    ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
+    kern_cpu_use_amx(1);
+    ck_assert_int_eq(setenv("TARTAN_KMEANS_BF16", "0", 1), 0);
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), 0);
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CUDA), 0);
+    poison(a, K * D);
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 9, a, &m), 0);
+    ck_assert(memcmp(a, f, sizeof(float) * K * D) == 0);
+    ck_assert_int_eq(unsetenv("TARTAN_KMEANS_BF16"), 0);
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), kern_nearest_centroid_bf16_pays(KERN_DEV_CPU));
+    /* "1": bf16 wherever it runs, paying or not */
+    ck_assert_int_eq(setenv("TARTAN_KMEANS_BF16", "1", 1), 0);
+    int usable = kern_nearest_centroid_bf16_path(KERN_DEV_CPU) != NULL;
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CPU), usable);
+    if (!usable) {
+        fprintf(stderr, "kmeans_bf16_switch: no AVX512_BF16 on this CPU; fp32 checked only\n");
+        goto done;
+    }
+    /* AMX and then the AVX512_BF16 micro-kernel, where the CPU has both */
+    int paths = 1 + (kern_cpu_use_amx(1) == KERN_OK && kern_cpu_has_isa("avx512bf16"));
+    for (int path = 0; path < paths; path++) {
+        ck_assert_int_eq(kern_cpu_use_amx(path == 0 && paths == 2), KERN_OK);
+#ifdef _OPENMP
+        omp_set_num_threads(1);
+#endif
+        poison(a, K * D);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 9, a, &m), 0);
+#ifdef _OPENMP
+        omp_set_num_threads(4);
+#endif
+        poison(b, K * D);
+        ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, 9, b, &m), 0);
+        ck_assert(memcmp(a, b, sizeof(float) * K * D) == 0);
+        double obj_f = mean_best_cosine(x, N, f, K, D), obj_b = mean_best_cosine(x, N, a, K, D);
+        size_t moved = 0;
+        for (size_t i = 0; i < K; i++) {
+            double nn = dot_d(a + i * D, a + i * D, D);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "centroid %zu: squared norm %.7f", i, nn);
+            moved += memcmp(a + i * D, f + i * D, sizeof(float) * D) != 0;
+        }
+        fprintf(stderr,
+                "kmeans_bf16_switch (%s): mean best cosine fp32 %.6f, bf16 %.6f; %zu of %d "
+                "centroids differ\n",
+                kern_nearest_centroid_bf16_path(KERN_DEV_CPU), obj_f, obj_b, moved, (int)K);
+        ck_assert_msg(fabs(obj_f - obj_b) < 2e-3, "fp32 %.6f, bf16 %.6f", obj_f, obj_b);
+    }
+done:
+    free(centers);
+    free(x);
+    free(a);
+    free(b);
+    free(f);
+}
+END_TEST
+
 START_TEST(test_index_assign_rejects_bad_arguments)
 {
     enum { K = 8, D = 16, N = 4 };
@@ -537,8 +747,11 @@ START_TEST(test_index_kmeans_device_recovers_clusters)
     float *cen = xmalloc(sizeof(float) * KM_K * KM_DIM);
     float *cen2 = xmalloc(sizeof(float) * KM_K * KM_DIM);
     fx_clustered(11, KM_N, KM_DIM, KM_CL, 0.03, centers, x);
-    /* max_per_centroid 100 < KM_N / KM_K: the subsampling path runs too. */
-    for (int per = 100; per <= 256; per += 156) {
+    /* max_per_centroid 100 < KM_N / KM_K: the subsampling path runs too. Both precisions of
+     * the iterations' assignment (TARTAN_KMEANS_BF16; bf16 where the CPU has it). */
+    for (int run = 0; run < 4; run++) {
+        int per = run % 2 ? 256 : 100;
+        ck_assert_int_eq(setenv("TARTAN_KMEANS_BF16", run < 2 ? "1" : "0", 1), 0);
         store_msg m = {{0}};
         poison(cen, KM_K * KM_DIM);
         ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, KM_N, KM_DIM, KM_K, 4, per, 7, cen, &m),
@@ -591,7 +804,10 @@ START_TEST(test_index_kmeans_device_refills_empty_clusters)
     random_units(&s, x, DISTINCT + 1, D);
     for (size_t i = DISTINCT + 1; i < N; i++)
         memcpy(x + i * D, x + DISTINCT * D, sizeof(float) * D);
-    for (int seed = 1; seed <= 3; seed++) {
+    for (int run = 0; run < 6; run++) {
+        int seed = 1 + run % 3;
+        /* both precisions of the iterations' assignment, as above */
+        ck_assert_int_eq(setenv("TARTAN_KMEANS_BF16", run < 3 ? "1" : "0", 1), 0);
         store_msg m = {{0}};
         poison(cen, K * D);
         ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, 256, seed, cen, &m), 0);
@@ -680,6 +896,8 @@ int main(void)
         {"assign_ties_go_to_lower_index", test_index_assign_ties_go_to_lower_index, 0},
         {"assign_same_any_threads", test_index_assign_same_any_threads, 0},
         {"assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments, 0},
+        {"nearest_bf16_matches_double", test_index_nearest_bf16_matches_double, 0},
+        {"kmeans_bf16_switch", test_index_kmeans_bf16_switch, 0},
         {"kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters, 0},
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
          0},

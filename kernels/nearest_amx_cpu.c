@@ -1,0 +1,310 @@
+/*
+ * nearest_amx_cpu.c: nearest centroid with bf16 products on Intel AMX (the tile unit of Xeons from
+ * Sapphire Rapids on): k-means training's assignment (kern_nearest_centroid_bf16).
+ *
+ * One TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 fp32 sums: 8,192
+ * products in about 16 cycles, where AVX-512 does 32 fp32 products a cycle (two FMA ports).
+ * The centroids are the A tiles (16 rows of 32 dims, read straight from a bf16 copy of the
+ * centroid table), the points the B tiles (pairs of dims, "VNNI" layout: [dim / 2][point][2]),
+ * so a C tile holds 16 centroids (rows) x 16 points (columns): one C row is one centroid against
+ * 16 points, and the running argmax is vertical, as in the AVX-512 micro-kernel. Eight tile
+ * registers hold 2 A + 2 B + 4 C: 32 centroids x 32 points a step of 32 dims.
+ *
+ * Determinism: each (point, centroid) sum is the same chain of TDPBF16PS steps (32 dims each,
+ * in ascending order, from zero) whatever the work item, block or thread, and each point sees
+ * the centroids in ascending order with strict comparisons (ties keep the lower index), so the
+ * answer depends on the inputs only (on a given CPU: the order of the pairs inside one
+ * instruction is the hardware's).
+ *
+ * Linux hands out the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, once per
+ * process, on the first bf16 call); without it (another OS, an old kernel, or a refusal: Linux
+ * refuses where a thread's alternate signal stack is too small for the 8 KB of tile state a
+ * signal frame then carries), the kernel reports itself unusable and k-means runs on the
+ * AVX-512 kernels.
+ */
+#define _GNU_SOURCE /* syscall */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels_impl.h"
+#include "microkernel_cpu.h"
+
+#if defined(TARTAN_HAVE_AMX) && defined(__linux__) && defined(__x86_64__)
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define TAMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+
+/* arch_prctl's request for an extended state component, and AMX's tile data component. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Points per work item, at most: 8 panels of 32 (64 KB of bf16 pairs at d 128). */
+#define AMX_POINTS 128
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_ok;
+static int amx_off; /* kern_cpu_use_amx(0): tests and benchmarks */
+
+static void amx_probe(void)
+{
+    unsigned a, b, c, d;
+    /* CPUID.7.0:EDX bit 22 AMX-BF16, bit 24 AMX-TILE; leaf 0xd.0:EAX bits 17-18 say the OS
+     * manages the tile state (XCR0) */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
+        return;
+    if (!__get_cpuid_count(0xd, 0, &a, &b, &c, &d) || (a & (3u << 17)) != (3u << 17))
+        return;
+    /* the argmax runs on AVX-512 (every AMX CPU has it; an emulator may hide it) */
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f"))
+        return;
+    amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int kern_cpu_amx_usable(void)
+{
+    pthread_once(&amx_once, amx_probe);
+    return amx_ok && !amx_off;
+}
+
+int kern_cpu_use_amx(int on)
+{
+    pthread_once(&amx_once, amx_probe);
+    if (on && !amx_ok) {
+        kern_set_error("this CPU (or OS) does not let the process use AMX tiles");
+        return KERN_ENODEV;
+    }
+    amx_off = !on;
+    return KERN_OK;
+}
+
+/* The tile configuration (palette 1): every tile 16 rows of 64 bytes. Tiles 0-3: C; 4-5: A
+ * (centroids); 6-7: B (points). */
+typedef struct amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/*
+ * The argmax of one 16 x 16 C tile, stored at c (row r: centroid first + r against 16 points),
+ * into the points' running best (b, i). Most tiles improve no point once the bests are good, so
+ * a pass of maxima decides first whether the exact pass (strict >, rows ascending) is needed;
+ * skipping it when no lane's maximum beats its best changes nothing. NaN never wins: max_ps
+ * keeps its second operand when either is NaN, and the comparisons are ordered.
+ */
+TAMX static inline void tile_argmax(const float *c, int32_t first, __m512 *b, __m512i *i)
+{
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < 16; r++)
+        m = _mm512_max_ps(_mm512_load_ps(c + 16 * r), m);
+    if (!_mm512_cmp_ps_mask(m, *b, _CMP_GT_OQ))
+        return;
+    for (int r = 0; r < 16; r++) {
+        __m512 v = _mm512_load_ps(c + 16 * r);
+        __mmask16 g = _mm512_cmp_ps_mask(v, *b, _CMP_GT_OQ);
+        *b = _mm512_mask_mov_ps(*b, g, v);
+        *i = _mm512_mask_mov_epi32(*i, g, _mm512_set1_epi32(first + r));
+    }
+}
+
+/*
+ * The panels of a work item (np panels of 32 points, pk: [dimp / 2][32][2] bf16 each, panel
+ * uint16 apart) against the centroids [c0, c1) of cb (rows of dimp bf16; c1 - c0 a multiple of
+ * 32, the table padded so): running bests bs, bi [np * 32]. Each group of 32 centroids (8 KB at
+ * d 128) meets every panel while it is in L1, and the item's panels (32 KB) stay there too.
+ * c: 4 KB of scratch, 64-byte aligned.
+ */
+TAMX static void item_block(const uint16_t *pk, size_t np, size_t panel, size_t dimp,
+                            const uint16_t *cb, size_t c0, size_t c1, float *bs, int32_t *bi,
+                            float *c)
+{
+    size_t astride = dimp * sizeof(uint16_t);
+    for (size_t g = c0; g < c1; g += 32) {
+        const uint16_t *a = cb + g * dimp;
+        for (size_t q = 0; q < np; q++) {
+            const uint16_t *pq = pk + q * panel;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (size_t k = 0; k < dimp; k += 32) {
+                /* B: pair rows k/2 .. k/2 + 15, points 0-15 at byte 0, 16-31 at byte 64 */
+                const uint16_t *p = pq + (k / 2) * 64;
+                _tile_loadd(4, a + k, astride);
+                _tile_loadd(5, a + 16 * dimp + k, astride);
+                _tile_loadd(6, p, 128);
+                _tile_loadd(7, p + 32, 128);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, c, 64);
+            _tile_stored(1, c + 256, 64);
+            _tile_stored(2, c + 512, 64);
+            _tile_stored(3, c + 768, 64);
+            float *qs = bs + 32 * q;
+            int32_t *qi = bi + 32 * q;
+            __m512 b0 = _mm512_load_ps(qs), b1 = _mm512_load_ps(qs + 16);
+            __m512i i0 = _mm512_load_si512(qi), i1 = _mm512_load_si512(qi + 16);
+            /* centroids g .. g + 15, then g + 16 .. g + 31: ascending for every point */
+            tile_argmax(c, (int32_t)g, &b0, &i0);
+            tile_argmax(c + 256, (int32_t)g, &b1, &i1);
+            tile_argmax(c + 512, (int32_t)g + 16, &b0, &i0);
+            tile_argmax(c + 768, (int32_t)g + 16, &b1, &i1);
+            _mm512_store_ps(qs, b0);
+            _mm512_store_ps(qs + 16, b1);
+            _mm512_store_si512(qi, i0);
+            _mm512_store_si512(qi + 16, i1);
+        }
+    }
+}
+
+TAMX static void tiles_on(void)
+{
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    /* GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the 64, so the stores
+     * above could be dropped as dead (ldtilecfg then faults on garbage): the address escapes
+     * into an asm that clobbers memory first. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+TAMX static void tiles_off(void)
+{
+    _tile_release();
+}
+
+int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
+                                  size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    if (!kern_cpu_amx_usable()) {
+        kern_set_error("nearest_centroid_bf16: AMX is not usable here");
+        return KERN_ENODEV;
+    }
+    /* dims padded with zeros to whole tiles (32), centroids to whole groups of 32 by repeating
+     * the last one (a repeat scores the same with a higher index: it never wins) */
+    size_t dimp = (dim + 31) / 32 * 32, kp = (n_centroids + 31) / 32 * 32;
+    uint16_t *cb = kern_aligned_alloc(kp * dimp * sizeof(uint16_t));
+    if (!cb) {
+        kern_set_error("nearest_centroid_bf16: out of memory for %zu bf16 centroids", n_centroids);
+        return KERN_ENOMEM;
+    }
+#pragma omp parallel for schedule(static)
+    for (long long cc = 0; cc < (long long)kp; cc++) {
+        size_t c = (size_t)cc < n_centroids ? (size_t)cc : n_centroids - 1;
+        uint16_t *r = cb + (size_t)cc * dimp;
+        for (size_t k = 0; k < dim; k++)
+            r[k] = kern_f32_to_bf16(centroids[c * dim + k]);
+        for (size_t k = dim; k < dimp; k++)
+            r[k] = 0;
+    }
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    size_t per = (n + 4 * (size_t)threads - 1) / (4 * (size_t)threads);
+    per = (per + 31) / 32 * 32;
+    if (per > AMX_POINTS)
+        per = AMX_POINTS;
+    if (per < 32)
+        per = 32;
+    size_t nitems = (n + per - 1) / per, panel = dimp / 2 * 64; /* uint16 per panel */
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint16_t *pk = kern_aligned_alloc(per / 32 * panel * sizeof(uint16_t));
+        float *bs = kern_aligned_alloc(per * sizeof(float));
+        int32_t *bi = kern_aligned_alloc(per * sizeof(int32_t));
+        float *c = kern_aligned_alloc(1024 * sizeof(float));
+        int ok = pk && bs && bi && c;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        } else
+            tiles_on();
+#pragma omp for schedule(dynamic, 1)
+        for (size_t it = 0; it < nitems; it++) {
+            if (!ok)
+                continue;
+            size_t p0 = it * per, m = n - p0 < per ? n - p0 : per, np = (m + 31) / 32;
+            /* the points rounded to bf16 and packed as pairs; lanes past m stay zero */
+            memset(pk, 0, np * panel * sizeof(uint16_t));
+            for (size_t i = 0; i < m; i++) {
+                uint16_t *q = pk + (i / 32) * panel + (i % 32) * 2;
+                const float *xi = x + (p0 + i) * dim;
+                for (size_t k = 0; k < dim; k++)
+                    q[(k / 2) * 64 + (k & 1)] = kern_f32_to_bf16(xi[k]);
+            }
+            for (size_t i = 0; i < np * 32; i++) {
+                bs[i] = -INFINITY;
+                bi[i] = -1;
+            }
+            item_block(pk, np, panel, dimp, cb, 0, kp, bs, bi, c);
+            for (size_t i = 0; i < m; i++) {
+                best[p0 + i] = bi[i];
+                if (best_score)
+                    best_score[p0 + i] = bs[i];
+            }
+        }
+        if (ok)
+            tiles_off();
+        free(pk);
+        free(bs);
+        free(bi);
+        free(c);
+    }
+    free(cb);
+    if (failed) {
+        kern_set_error("nearest_centroid_bf16: out of memory for the point panels");
+        return KERN_ENOMEM;
+    }
+    return KERN_OK;
+}
+
+#else /* no AMX in this build */
+
+int kern_cpu_amx_usable(void)
+{
+    return 0;
+}
+
+int kern_cpu_use_amx(int on)
+{
+    if (on) {
+        kern_set_error("this build has no AMX kernels");
+        return KERN_ENODEV;
+    }
+    return KERN_OK;
+}
+
+int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
+                                  size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    (void)x, (void)n, (void)centroids, (void)n_centroids, (void)dim, (void)best, (void)best_score;
+    kern_set_error("nearest_centroid_bf16: this build has no AMX kernels");
+    return KERN_ENODEV;
+}
+
+#endif

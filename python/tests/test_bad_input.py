@@ -170,3 +170,30 @@ def test_calibration_follows_adds(tmp_path, corpus):
         assert ix.calibration()["calibrated"]
         with pytest.raises(ValueError):
             ix.calibrate(n_pseudo=-1)
+
+
+def test_gpu_options(tmp_path, corpus):
+    """gpu_devices and gpu_split reach the engine: bad values raise EINVAL before anything is
+    created; good ones open an index whose CPU searches are unchanged, and a GPU search (where
+    there is one) returns the CPU's documents with either split."""
+    ids, docs, qs = corpus
+    for kw in ({"gpu_split": "rows"}, {"gpu_devices": 0}, {"gpu_devices": -1},
+               {"gpu_devices": "some"}, {"gpu_devices": True}, {"gpu_devices": 2.0}):
+        with pytest.raises(tartan.EINVAL):
+            tartan.Index(tmp_path / "bad", dim=32, create=True, **kw)
+        assert not (tmp_path / "bad").exists()
+    ref = None
+    for split in ("documents", "queries", "auto", None):
+        path = tmp_path / f"ix-{split}"
+        with tartan.Index(path, dim=32, create=True, gpu_devices="all", gpu_split=split) as ix:
+            ix.add(ids, docs)
+            cpu = ix.search(qs, k=5, device="cpu", exhaustive=True)
+            if ref is None:
+                ref = cpu
+            assert [[h[0] for h in r] for r in cpu] == [[h[0] for h in r] for r in ref]
+            try:
+                gpu = ix.search(qs, k=5, device="cuda", exhaustive=True)
+            except tartan.ENODEV:
+                continue
+            for g, c in zip(gpu, cpu):
+                assert g[0][0] == c[0][0]

@@ -50,6 +50,8 @@ _DEVICES = {None: _tartan.DEVICE_AUTO, "auto": _tartan.DEVICE_AUTO, "cpu": _tart
             "cuda": _tartan.DEVICE_CUDA}
 _GPU_MODES = {None: _tartan.GPU_AUTO, "auto": _tartan.GPU_AUTO,
               "resident": _tartan.GPU_RESIDENT, "streaming": _tartan.GPU_STREAMING}
+_GPU_SPLITS = {None: _tartan.GPU_SPLIT_AUTO, "auto": _tartan.GPU_SPLIT_AUTO,
+               "documents": _tartan.GPU_SPLIT_DOCUMENTS, "queries": _tartan.GPU_SPLIT_QUERIES}
 
 
 def _raise(cls_name: str, detail: str) -> None:
@@ -296,6 +298,12 @@ class Index:
         map_size: initial LMDB map size in bytes; None: 256 MiB (it grows by itself).
         device: 'auto' (default), 'cpu' or 'cuda': where searches, k-means and encoding run.
         gpu_mode: 'auto', 'resident' or 'streaming': how a GPU search holds the index.
+        gpu_devices: GPUs a GPU search uses: None (the TARTAN_GPU_DEVICES variable, else 1),
+            'all', or a number (the first N visible).
+        gpu_split: how several GPUs share a search: 'queries' (a copy of the index on each,
+            a share of each batch's queries), 'documents' (a partition of the documents on
+            each, the top k merged), or 'auto'/None (the TARTAN_GPU_SPLIT variable, else
+            copies while one fits in a third of a GPU's memory).
 
     The index is a context manager (``with tartan.Index(...) as ix:``) and closes on exit.
     Threads may share one Index: searches run at once (the GIL is released), changes are
@@ -310,14 +318,28 @@ class Index:
                  nbits: int = 2, n_centroids: Optional[int] = None, kmeans_iters: int = 4,
                  sample_docs: Optional[int] = None, seed: int = 42,
                  map_size: Optional[int] = None, device: Optional[str] = None,
-                 gpu_mode: Optional[str] = None) -> None:
+                 gpu_mode: Optional[str] = None, gpu_devices: Union[None, int, str] = None,
+                 gpu_split: Optional[str] = None) -> None:
         self.path = os.fspath(path)
         if gpu_mode not in _GPU_MODES:
             _raise("EINVAL", f"gpu_mode is 'auto', 'resident' or 'streaming', not {gpu_mode!r}")
+        if gpu_split not in _GPU_SPLITS:
+            _raise("EINVAL", f"gpu_split is 'auto', 'documents' or 'queries', not {gpu_split!r}")
+        if gpu_devices is None:
+            ndev = 0
+        elif gpu_devices == "all":
+            ndev = -1
+        elif isinstance(gpu_devices, int) and not isinstance(gpu_devices, bool) \
+                and 1 <= gpu_devices <= 1024:
+            ndev = gpu_devices
+        else:
+            _raise("EINVAL", f"gpu_devices is None, 'all' or a number of GPUs (1 to 1024), "
+                             f"not {gpu_devices!r}")
         flags = (_tartan.READONLY if readonly else 0)
         self._opts = dict(nbits=nbits, n_centroids=n_centroids or 0, kmeans_iters=kmeans_iters,
                           sample_docs=sample_docs or 0, seed=seed, map_size=map_size or 0,
-                          device=_device_code(device), gpu_mode=_GPU_MODES[gpu_mode])
+                          device=_device_code(device), gpu_mode=_GPU_MODES[gpu_mode],
+                          gpu_devices=ndev, gpu_split=_GPU_SPLITS[gpu_split])
         self._lock = threading.Lock()
         self._db: Optional[_tartan.Db] = None
         self._pending_flags: Optional[int] = None

@@ -356,17 +356,18 @@ static void db_leave(DbObject *self)
 
 static int Db_init(DbObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path",        "flags",        "dim",         "nbits",
-                             "n_centroids", "kmeans_iters", "sample_docs", "seed",
-                             "map_size",    "device",       "gpu_mode",    NULL};
+    static char *kwlist[] = {"path",         "flags",       "dim",       "nbits",    "n_centroids",
+                             "kmeans_iters", "sample_docs", "seed",      "map_size", "device",
+                             "gpu_mode",     "gpu_devices", "gpu_split", NULL};
     PyObject *path = NULL;
     unsigned flags = 0, nbits = 2;
     Py_ssize_t dim = 0, n_centroids = 0, sample_docs = 0, map_size = 0;
-    int kmeans_iters = 4, device = 0, gpu_mode = 0;
+    int kmeans_iters = 4, device = 0, gpu_mode = 0, gpu_devices = 0, gpu_split = 0;
     unsigned long long seed = 42;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|InInInKnii", kwlist, PyUnicode_FSConverter,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|InInInKniiii", kwlist, PyUnicode_FSConverter,
                                      &path, &flags, &dim, &nbits, &n_centroids, &kmeans_iters,
-                                     &sample_docs, &seed, &map_size, &device, &gpu_mode))
+                                     &sample_docs, &seed, &map_size, &device, &gpu_mode,
+                                     &gpu_devices, &gpu_split))
         return -1;
     if (self->db) {
         Py_DECREF(path);
@@ -390,6 +391,8 @@ static int Db_init(DbObject *self, PyObject *args, PyObject *kw)
     o.map_size = (size_t)map_size;
     o.device = (tartan_device)device;
     o.gpu_mode = (tartan_gpu_mode)gpu_mode;
+    o.gpu_devices = gpu_devices;
+    o.gpu_split = (tartan_gpu_split)gpu_split;
     const char *p = PyBytes_AS_STRING(path);
     tartan_db *db = NULL;
     int rc;
@@ -1389,6 +1392,9 @@ PyMODINIT_FUNC PyInit__tartan(void)
         add_int(m, "DEVICE_CUDA", TARTAN_DEVICE_CUDA) || add_int(m, "GPU_AUTO", TARTAN_GPU_AUTO) ||
         add_int(m, "GPU_RESIDENT", TARTAN_GPU_RESIDENT) ||
         add_int(m, "GPU_STREAMING", TARTAN_GPU_STREAMING) ||
+        add_int(m, "GPU_SPLIT_AUTO", TARTAN_GPU_SPLIT_AUTO) ||
+        add_int(m, "GPU_SPLIT_DOCUMENTS", TARTAN_GPU_SPLIT_DOCUMENTS) ||
+        add_int(m, "GPU_SPLIT_QUERIES", TARTAN_GPU_SPLIT_QUERIES) ||
         add_int(m, "MAX_K", (long long)TARTAN_MAX_K))
         goto fail;
     if (PyModule_AddStringConstant(m, "HEADER_VERSION", TARTAN_VERSION_STRING) < 0)

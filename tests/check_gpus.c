@@ -325,23 +325,34 @@ START_TEST(test_gpus_remade_under_lock)
 }
 END_TEST
 
-START_TEST(test_gpus_subset)
+/* A subset of db's documents: every step-th number from first, at most 60 (*bits and list; the
+ * caller frees *bits). Returns how many. */
+static size_t subset_every(tartan_db *db, uint32_t first, uint32_t step, uint64_t **bits,
+                           uint32_t list[60])
 {
-    rng_state = 303;
-    tartan_db *db = open_ix();
-    add_random(db, 200, "a");
     idx_reader r;
     store_msg m;
     ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
     uint32_t next = r.h.next_docno;
     idx_reader_close(&r);
-    uint64_t *bits = calloc((next + 63) / 64, 8);
-    uint32_t list[60];
+    *bits = calloc((next + 63) / 64, 8);
+    ck_assert_ptr_nonnull(*bits);
     size_t n = 0;
-    for (uint32_t d = 3; d < next && n < 60; d += 3) {
-        bits[d / 64] |= 1ull << (d % 64);
+    for (uint32_t d = first; d < next && n < 60; d += step) {
+        (*bits)[d / 64] |= 1ull << (d % 64);
         list[n++] = d;
     }
+    return n;
+}
+
+START_TEST(test_gpus_subset)
+{
+    rng_state = 303;
+    tartan_db *db = open_ix();
+    add_random(db, 200, "a");
+    uint64_t *bits;
+    uint32_t list[60];
+    size_t n = subset_every(db, 3, 3, &bits, list);
     eng_gpus *g = NULL;
     memset(slot_of, 0, sizeof slot_of);
     run_and_compare(db, &g, 3, 0, bits, list, n);
@@ -396,19 +407,9 @@ START_TEST(test_gpus_copies)
     ck_assert_uint_eq(nd, 3);
     run_and_compare(db, &g, 4, 0, NULL, NULL, 0);
     run_and_compare(db, &g, 4, 1, NULL, NULL, 0);
-    idx_reader r;
-    store_msg m;
-    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
-    uint32_t next = r.h.next_docno;
-    idx_reader_close(&r);
-    uint64_t *bits = calloc((next + 63) / 64, 8);
+    uint64_t *bits;
     uint32_t list[60];
-    size_t n = 0;
-    for (uint32_t d = 2; d < next && n < 60; d += 4)
-        if (d != 3 && d != 77) {
-            bits[d / 64] |= 1ull << (d % 64);
-            list[n++] = d;
-        }
+    size_t n = subset_every(db, 2, 4, &bits, list);
     run_and_compare(db, &g, 3, 0, bits, list, n);
     run_and_compare(db, &g, 3, 1, bits, list, n);
     free(bits);

@@ -126,7 +126,7 @@ int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, s
     }
     if (bad == SIZE_MAX)
         return 0;
-    size_t i = 0, lo = 0, hi = q->n_queries; /* the query holding row bad */
+    size_t lo = 0, hi = q->n_queries; /* the query holding row bad: off[lo] <= bad < off[lo + 1] */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (out->off[mid + 1] <= bad)
@@ -134,20 +134,17 @@ int eng_queries_prepare(const tartan_queries *q, size_t dim, eng_queries *out, s
         else
             hi = mid;
     }
-    i = lo;
-    float *row = out->emb + bad * dim;
-    double ss = load_row(q->embeddings, q->dtype, bad, dim, row);
-    int rc;
-    if (isnan(ss)) {
-        size_t j = 0;
-        while (j < dim && isfinite(row[j]))
-            j++;
-        rc = store_fail(m, TARTAN_ENONFINITE, "query %zu: token %zu has %s at dimension %zu", i,
-                        bad - out->off[i], isnan(row[j < dim ? j : 0]) ? "NaN" : "infinity", j);
-    } else {
-        rc = store_fail(m, TARTAN_ERANGE, "query %zu: token %zu is all zeros (it has no direction)",
-                        i, bad - out->off[i]);
-    }
+    /* The loop left the failing row loaded and unscaled: a value not finite, else all zeros. */
+    const float *row = out->emb + bad * dim;
+    size_t j = 0;
+    while (j < dim && isfinite(row[j]))
+        j++;
+    int rc = j < dim
+                 ? store_fail(m, TARTAN_ENONFINITE, "query %zu: token %zu has %s at dimension %zu",
+                              lo, bad - out->off[lo], isnan(row[j]) ? "NaN" : "infinity", j)
+                 : store_fail(m, TARTAN_ERANGE,
+                              "query %zu: token %zu is all zeros (it has no direction)", lo,
+                              bad - out->off[lo]);
     eng_queries_free(out);
     return rc;
 }

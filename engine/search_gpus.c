@@ -19,9 +19,10 @@
  * whole index and takes a contiguous share of the call's queries, its hits written straight
  * into the caller's slots. Partitions pay, on every device, the work that does not shrink with
  * the documents: the probe of every centroid for every query token, and the exact scoring a
- * top k needs whatever the partition's size (measured: 2M documents on 2 GPUs, 1.38x one GPU's
- * batched queries/s by documents, 1.95x for exhaustive search; bench/RESULTS.md "MPI
- * scaling"). Copies divide all of it, at the price of the index's memory on every device.
+ * top k needs whatever the partition's size (measured: 2M documents on 2 GPUs, 1.37x one GPU's
+ * batched queries/s by documents, 1.92x for exhaustive search; copies 1.59x and 1.97x;
+ * bench/RESULTS.md "MPI scaling"). Copies divide all of it, at the price of the index's memory
+ * on every device.
  */
 #include "config.h"
 

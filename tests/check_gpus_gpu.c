@@ -327,10 +327,9 @@ START_TEST(test_gpus_copies)
     unsetenv("TARTAN_GPU_PARTITIONS");
     tartan_results *one = search(db, &c, 10, 0, TARTAN_DEVICE_CUDA, NULL, 0);
     double r1 = recall(one, exh);
-    setenv("TARTAN_GPU_SPLIT", "queries", 1);
     for (int n = 2; n <= 5; n++) {
         set_parts(n);
-        setenv("TARTAN_GPU_SPLIT", "queries", 1);
+        setenv("TARTAN_GPU_SPLIT", "queries", 1); /* set_parts asks for documents */
         tartan_results *g = search(db, &c, 10, 1, TARTAN_DEVICE_CUDA, NULL, 0);
         expect_close(g, exh);
         tartan_results_free(g);

@@ -505,6 +505,19 @@ START_TEST(test_tools_run_write_reads_back)
     }
     tool_run_free(&r);
 
+    /* A float32 whose shortest digits ("0.1") read back below a double just under it. */
+    const char *pair_ids[] = {"f", "d"};
+    double pair[] = {(double)0.1f, 0.1000000005};
+    f = fopen(p, "w");
+    ck_assert_int_eq(tool_run_write(f, "q", pair_ids, pair, 2, "t"), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(tool_run_read(&r, p, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(r.q[0].n, 2);
+    ck_assert((float)r.q[0].d[0].score == 0.1f);
+    ck_assert(r.q[0].d[1].score == pair[1]);
+    ck_assert(r.q[0].d[0].score > r.q[0].d[1].score);
+    tool_run_free(&r);
+
     f = fopen(p, "w");
     const char *bad_ids[] = {"a b"};
     double one = 1.0, nan_score = NAN;

@@ -1,6 +1,7 @@
 /* trec_run.c: reading and writing TREC runs (see trec_run.h). */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,19 +109,52 @@ void tool_run_free(tool_run *r)
     memset(r, 0, sizeof *r);
 }
 
+/* Whether a score is written as a float32 (the shortest digits that read back as that float). */
+static int is_float_score(double s)
+{
+    return (double)(float)s == s;
+}
+
+static int sign(double a)
+{
+    return (a > 0) - (a < 0);
+}
+
 /*
  * The fewest significant digits that read back as the same value: as a float32 when the
  * score is one (at most 9 digits: 0.5, not 0.50000000000000000), else as a double (at most
- * 17). Reading rounds monotonically, so distinct scores of one kind keep their order and
- * equal ones stay equal: trec_eval's reordering by score reproduces the order given.
+ * 17). Distinct float32 scores keep their order when read back as doubles (their rounding
+ * intervals do not overlap) and equal ones stay equal; doubles read back exactly. What is
+ * left is a float32 next to a double inside that float's rounding interval: the short digits
+ * could cross it. So a float's digits must also keep its order against each neighbour that
+ * is a double (s[-1] and s[1] where present), and where no 6-9 digit form does, the float is
+ * written as the exact double it is. trec_eval's reordering by score then reproduces the
+ * order given.
  */
-static void format_score(double s, char *buf, size_t len)
+static void format_score(const double *s, size_t i, size_t n, char *buf, size_t len)
 {
-    int is_float = (double)(float)s == s;
-    for (int digits = is_float ? 6 : 15;; digits++) {
-        snprintf(buf, len, "%.*g", digits, s);
-        if (digits >= (is_float ? 9 : 17) ||
-            (is_float ? strtof(buf, NULL) == (float)s : strtod(buf, NULL) == s))
+    double v = s[i];
+    if (is_float_score(v)) {
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, len, "%.*g", digits, v);
+            if (strtof(buf, NULL) != (float)v)
+                continue;
+            double back = strtod(buf, NULL);
+            int ok = 1;
+            for (int side = -1; side <= 1; side += 2) {
+                if ((side < 0 && i == 0) || (side > 0 && i + 1 >= n))
+                    continue;
+                double w = s[(ptrdiff_t)i + side];
+                if (!is_float_score(w) && sign(back - w) != sign(v - w))
+                    ok = 0;
+            }
+            if (ok)
+                return;
+        }
+    }
+    for (int digits = 15;; digits++) {
+        snprintf(buf, len, "%.*g", digits, v);
+        if (digits >= 17 || strtod(buf, NULL) == v)
             return;
     }
 }
@@ -143,7 +177,7 @@ int tool_run_write(FILE *f, const char *qid, const char *const *docids, const do
     }
     for (size_t i = 0; i < n; i++) {
         char num[40];
-        format_score(scores[i], num, sizeof num);
+        format_score(scores, i, n, num, sizeof num);
         if (fprintf(f, "%s Q0 %s %zu %s %s\n", qid, docids[i], i + 1, num, tag) < 0)
             return errno ? errno : EIO;
     }

@@ -38,6 +38,7 @@
 #include "assign.h"
 #include "codec.h"
 #include "kernels.h"
+#include "kernels_impl.h"
 #include "microkernel_cpu.h"
 #include "npy.h"
 #include "store.h"
@@ -308,6 +309,26 @@ int main(int argc, char **argv)
             bad += fabs(a - b) >= 1e-5;
         }
     }
+    /* The AMX screen of the fp32 argmax (kernels/nearest_amx_cpu.c) on the same points, against
+     * the unscreened fp32 kernel: codes and scores equal bit for bit, and how many points its
+     * bf16 window left to the fp32 kernel. */
+    size_t scr_fp32 = 0, scr_differ = 0;
+    int screened = 0;
+    if (dev == KERN_DEV_CPU) {
+        int32_t *b1 = xmalloc(check * sizeof(int32_t)), *b2 = xmalloc(check * sizeof(int32_t));
+        float *s1 = xmalloc(check * sizeof(float)), *s2 = xmalloc(check * sizeof(float));
+        if (kern_cpu_nearest_centroid_fp32(x, check, cen, k, dim, b1, s1) == KERN_OK &&
+            kern_cpu_nearest_centroid_screened(x, check, cen, k, dim, b2, s2, &scr_fp32) ==
+                KERN_OK) {
+            screened = 1;
+            for (size_t i = 0; i < check; i++)
+                scr_differ += b1[i] != b2[i] || memcmp(s1 + i, s2 + i, sizeof(float)) != 0;
+        }
+        free(b1);
+        free(b2);
+        free(s1);
+        free(s2);
+    }
     free(ref);
 
     /* Residual compression of every token (CPU, OpenMP), with a codec trained on a slice. */
@@ -357,6 +378,12 @@ int main(int argc, char **argv)
            (double)n / t_assign, 70e6 * t_assign / (double)n, (double)n / t_compress);
     printf("check: %zu of %zu codes differ from the CPU kernel's, %zu beyond a near-tie\n", differ,
            check, bad);
+    if (screened)
+        printf("fp32 screened on AMX: %zu of %zu points left to the fp32 kernel; %zu codes or "
+               "scores differ from the unscreened kernel's\n",
+               scr_fp32, check, scr_differ);
+    else if (dev == KERN_DEV_CPU)
+        printf("fp32 screened on AMX: not here (%s)\n", kern_last_error());
     printf("k-means assignment in %s (%s); mean cosine of a token to its centroid %.6f\n",
            idx_kmeans_bf16(dev) ? "bf16" : "fp32",
            idx_kmeans_bf16(dev) ? kern_nearest_centroid_bf16_path(dev) : "fp32 kernel", mean_cos);
@@ -370,10 +397,12 @@ int main(int argc, char **argv)
                 "\"kmeans_iters\": %zu, \"kmeans_flop\": %.6g, \"kmeans_s\": %.6g, "
                 "\"compress_s\": %.6g, \"check_points\": %zu, \"check_differ\": %zu, "
                 "\"check_beyond_tie\": %zu, \"kmeans_per_centroid\": %zu, "
-                "\"kmeans_bf16\": %d, \"mean_cosine\": %.6f}\n",
+                "\"kmeans_bf16\": %d, \"mean_cosine\": %.6f, \"screened\": %d, "
+                "\"screen_fp32_points\": %zu, \"screen_differ\": %zu}\n",
                 dev == KERN_DEV_CUDA ? "cuda" : "cpu", cpu, threads, n, k, dim, flop,
                 isnan(t_kernel) ? -1.0 : t_kernel, t_assign, km_n, iters, km_flop, t_kmeans,
-                t_compress, check, differ, bad, per, idx_kmeans_bf16(dev), mean_cos);
+                t_compress, check, differ, bad, per, idx_kmeans_bf16(dev), mean_cos, screened,
+                scr_fp32, scr_differ);
         fclose(f);
     }
     free(centers);

@@ -40,6 +40,17 @@ const char *kern_cpu_nearest_centroid_bf16_path(void);
 int kern_cpu_nearest_centroid_bf16_pays(void);
 int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
                                   size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+/* The fp32 nearest centroid without screening (nearest_cpu.c's micro-kernel loop), and the same
+ * answer bit for bit screened on AMX tiles (nearest_amx_cpu.c): the bf16 scores list every
+ * centroid that can be the fp32 argmax, which the fp32 products then choose among. n_fp32 (or
+ * NULL): how many points the screen left to the fp32 kernel. KERN_ENODEV where AMX is not
+ * usable. kern_cpu_nearest_centroid takes the screened path where it pays. */
+int kern_cpu_nearest_centroid_fp32(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best,
+                                   float *best_score);
+int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
+                                       size_t n_centroids, size_t dim, int32_t *best,
+                                       float *best_score, size_t *n_fp32);
 /* AMX tiles usable by this process (nearest_amx_cpu.c): the CPU has AMX-BF16 and the OS granted the
  * tile state; and not switched off by kern_cpu_use_amx(0) (microkernel_cpu.h). */
 int kern_cpu_amx_usable(void);

@@ -45,7 +45,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define TAMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+#define TAMX __attribute__((target("amx-tile,amx-bf16,avx512f,fma")))
 
 /* arch_prctl's request for an extended state component, and AMX's tile data component. */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -122,6 +122,35 @@ TAMX static inline void tile_argmax(const float *c, int32_t first, __m512 *b, __
     }
 }
 
+/* The 4 C tiles of centroids a .. a + 31 (rows of dimp bf16) against one panel of 32 points
+ * pq, stored at c (4 KB, 64-byte aligned): c + 256 t holds tile t, 16 rows (centroids) of 16
+ * points; tiles 0 and 1 are centroids 0-15 against points 0-15 and 16-31, tiles 2 and 3
+ * centroids 16-31. Each sum is the same chain of TDPBF16PS steps, 32 dims each, ascending. */
+TAMX static inline void group_tiles(const uint16_t *a, const uint16_t *pq, size_t dimp, float *c)
+{
+    size_t astride = dimp * sizeof(uint16_t);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (size_t k = 0; k < dimp; k += 32) {
+        /* B: pair rows k/2 .. k/2 + 15, points 0-15 at byte 0, 16-31 at byte 64 */
+        const uint16_t *p = pq + (k / 2) * 64;
+        _tile_loadd(4, a + k, astride);
+        _tile_loadd(5, a + 16 * dimp + k, astride);
+        _tile_loadd(6, p, 128);
+        _tile_loadd(7, p + 32, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 256, 64);
+    _tile_stored(2, c + 512, 64);
+    _tile_stored(3, c + 768, 64);
+}
+
 /*
  * The panels of a work item (np panels of 32 points, pk: [dimp / 2][32][2] bf16 each, panel
  * uint16 apart) against the centroids [c0, c1) of cb (rows of dimp bf16; c1 - c0 a multiple of
@@ -133,31 +162,10 @@ TAMX static void item_block(const uint16_t *pk, size_t np, size_t panel, size_t 
                             const uint16_t *cb, size_t c0, size_t c1, float *bs, int32_t *bi,
                             float *c)
 {
-    size_t astride = dimp * sizeof(uint16_t);
     for (size_t g = c0; g < c1; g += 32) {
         const uint16_t *a = cb + g * dimp;
         for (size_t q = 0; q < np; q++) {
-            const uint16_t *pq = pk + q * panel;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (size_t k = 0; k < dimp; k += 32) {
-                /* B: pair rows k/2 .. k/2 + 15, points 0-15 at byte 0, 16-31 at byte 64 */
-                const uint16_t *p = pq + (k / 2) * 64;
-                _tile_loadd(4, a + k, astride);
-                _tile_loadd(5, a + 16 * dimp + k, astride);
-                _tile_loadd(6, p, 128);
-                _tile_loadd(7, p + 32, 128);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-            _tile_stored(0, c, 64);
-            _tile_stored(1, c + 256, 64);
-            _tile_stored(2, c + 512, 64);
-            _tile_stored(3, c + 768, 64);
+            group_tiles(a, pk + q * panel, dimp, c);
             float *qs = bs + 32 * q;
             int32_t *qi = bi + 32 * q;
             __m512 b0 = _mm512_load_ps(qs), b1 = _mm512_load_ps(qs + 16);
@@ -173,6 +181,97 @@ TAMX static void item_block(const uint16_t *pk, size_t np, size_t panel, size_t 
             _mm512_store_si512(qi + 16, i1);
         }
     }
+}
+
+/*
+ * Screening's second pass over one 16 x 16 C tile (as tile_argmax's): every centroid first + r
+ * whose bf16 score reaches its point's threshold t (lane l: point lane0 + l) joins that point's
+ * list (cap entries; cnt counts on past cap, which sends the point to the fp32 kernel).
+ * Centroids at or past nk are the table's padding, never listed. Most tiles reach no threshold:
+ * a pass of maxima skips them.
+ */
+TAMX static inline void tile_collect(const float *c, int32_t first, __m512 t, size_t lane0,
+                                     int32_t nk, uint32_t *cnt, int32_t *list, size_t cap)
+{
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < 16; r++)
+        m = _mm512_max_ps(_mm512_load_ps(c + 16 * r), m);
+    if (!_mm512_cmp_ps_mask(m, t, _CMP_GE_OQ))
+        return;
+    for (int r = 0; r < 16 && first + r < nk; r++) {
+        unsigned g = _mm512_cmp_ps_mask(_mm512_load_ps(c + 16 * r), t, _CMP_GE_OQ);
+        while (g) {
+            size_t p = lane0 + (size_t)__builtin_ctz(g);
+            g &= g - 1;
+            if (cnt[p] < cap)
+                list[p * cap + cnt[p]] = first + r;
+            cnt[p]++;
+        }
+    }
+}
+
+/* The second pass of a work item: as item_block, collecting instead of taking the argmax. */
+TAMX static void item_collect(const uint16_t *pk, size_t np, size_t panel, size_t dimp,
+                              const uint16_t *cb, size_t kp, int32_t nk, const float *thr,
+                              uint32_t *cnt, int32_t *list, size_t cap, float *c)
+{
+    for (size_t g = 0; g < kp; g += 32) {
+        const uint16_t *a = cb + g * dimp;
+        for (size_t q = 0; q < np; q++) {
+            group_tiles(a, pk + q * panel, dimp, c);
+            __m512 t0 = _mm512_load_ps(thr + 32 * q), t1 = _mm512_load_ps(thr + 32 * q + 16);
+            tile_collect(c, (int32_t)g, t0, 32 * q, nk, cnt, list, cap);
+            tile_collect(c + 256, (int32_t)g, t1, 32 * q + 16, nk, cnt, list, cap);
+            tile_collect(c + 512, (int32_t)g + 16, t0, 32 * q, nk, cnt, list, cap);
+            tile_collect(c + 768, (int32_t)g + 16, t1, 32 * q + 16, nk, cnt, list, cap);
+        }
+    }
+}
+
+/*
+ * The fp32 argmax of one point x over its listed centroids (ascending indices): each product
+ * the chain the AVX-512 micro-kernel computes for a lane (a fused multiply-add a dim, in
+ * ascending order, from zero), so score and choice are kern_cpu_nearest_centroid_fp32's bit for
+ * bit; strict comparisons keep the lower index on ties. Four chains at a time for the FMA
+ * latency.
+ */
+TAMX static void rescore(const float *x, const float *centroids, size_t dim, const int32_t *list,
+                         size_t nc, int32_t *best, float *best_score)
+{
+    float bs = -INFINITY;
+    int32_t bi = -1;
+    size_t j = 0;
+    for (; j + 4 <= nc; j += 4) {
+        const float *r0 = centroids + (size_t)list[j] * dim,
+                    *r1 = centroids + (size_t)list[j + 1] * dim;
+        const float *r2 = centroids + (size_t)list[j + 2] * dim,
+                    *r3 = centroids + (size_t)list[j + 3] * dim;
+        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (size_t k = 0; k < dim; k++) {
+            a0 = __builtin_fmaf(x[k], r0[k], a0);
+            a1 = __builtin_fmaf(x[k], r1[k], a1);
+            a2 = __builtin_fmaf(x[k], r2[k], a2);
+            a3 = __builtin_fmaf(x[k], r3[k], a3);
+        }
+        float a[4] = {a0, a1, a2, a3};
+        for (int u = 0; u < 4; u++)
+            if (a[u] > bs) {
+                bs = a[u];
+                bi = list[j + (size_t)u];
+            }
+    }
+    for (; j < nc; j++) {
+        const float *r = centroids + (size_t)list[j] * dim;
+        float a = 0;
+        for (size_t k = 0; k < dim; k++)
+            a = __builtin_fmaf(x[k], r[k], a);
+        if (a > bs) {
+            bs = a;
+            bi = list[j];
+        }
+    }
+    *best = bi;
+    *best_score = bs;
 }
 
 TAMX static void tiles_on(void)
@@ -196,13 +295,43 @@ TAMX static void tiles_off(void)
     _tile_release();
 }
 
-int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
-                                  size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+/* bf16 as AMX reads it: a subnormal (exponent field zero) counts as zero. */
+static inline float bf16_daz(uint16_t h)
 {
-    if (!kern_cpu_amx_usable()) {
-        kern_set_error("nearest_centroid_bf16: AMX is not usable here");
-        return KERN_ENODEV;
-    }
+    return (h & 0x7f80u) ? kern_bf16_to_f32(h) : 0.0f;
+}
+
+/* Screening's bounds over the centroids: the largest |c|, |bf16(c)| and |bf16(c) - c|. */
+typedef struct screen_bounds {
+    double cn, cbn, dcn;
+} screen_bounds;
+
+/* Candidates a point may list before it goes to the fp32 kernel. */
+#define SCREEN_CAP 64
+
+/*
+ * The shared driver. screen == 0: the bf16 argmax (kern_cpu_nearest_centroid_amx). screen == 1:
+ * the fp32 argmax, screened (kern_cpu_nearest_centroid_screened): after the bf16 pass, a second
+ * pass lists each point's centroids whose bf16 score is within 2 E of its bf16 best, E a bound
+ * on |bf16 score - fp32 score| over every centroid (below), and rescore() takes the fp32 argmax
+ * of the list. The fp32 argmax c* is always listed: s32(c*) >= s32(b) for the bf16 winner b,
+ * so sb(c*) >= s32(c*) - E >= s32(b) - E >= sb(b) - 2E. Points whose list overflows, or whose
+ * bound or bf16 best is not finite (NaN or infinite input), are flagged in fb for the fp32
+ * kernel.
+ *
+ * The bound, for a point x and any centroid c, with x~ and c~ their bf16 roundings (subnormals
+ * zero, as the tile unit reads them), u = 2^-24 and g = d u / (1 - d u) (a sum of d products
+ * in fp32, in any order, is within g sum |x_i c_i| of the exact one):
+ *   |sb - s32| <= |sb - x~.c~| + |x~.c~ - x.c| + |x.c - s32|
+ *             <= g |x~| |c~| + (|x~ - x| |c~| + |x| |c~ - c|) + g |x| |c|    (Cauchy-Schwarz)
+ * with the centroid norms at their maxima over the table, plus 2^-100 for flushed subnormal
+ * sums. Measured over real rounding errors, |x~ - x| is about 0.15% of |x| where the worst
+ * case is 0.39%, so the window is about 0.006 for unit vectors (d 128) and lists 1-3 centroids
+ * a point on the build corpora.
+ */
+static int amx_nearest(const float *x, size_t n, const float *centroids, size_t n_centroids,
+                       size_t dim, int32_t *best, float *best_score, int screen, uint8_t *fb)
+{
     /* dims padded with zeros to whole tiles (32), centroids to whole groups of 32 by repeating
      * the last one (a repeat scores the same with a higher index: it never wins) */
     size_t dimp = (dim + 31) / 32 * 32, kp = (n_centroids + 31) / 32 * 32;
@@ -211,15 +340,30 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
         kern_set_error("nearest_centroid_bf16: out of memory for %zu bf16 centroids", n_centroids);
         return KERN_ENOMEM;
     }
-#pragma omp parallel for schedule(static)
+    double cn = 0, cbn = 0, dcn = 0;
+#pragma omp parallel for schedule(static) reduction(max : cn, cbn, dcn)
     for (long long cc = 0; cc < (long long)kp; cc++) {
         size_t c = (size_t)cc < n_centroids ? (size_t)cc : n_centroids - 1;
         uint16_t *r = cb + (size_t)cc * dimp;
-        for (size_t k = 0; k < dim; k++)
-            r[k] = kern_f32_to_bf16(centroids[c * dim + k]);
+        const float *f = centroids + c * dim;
+        double s = 0, sb = 0, sd = 0;
+        for (size_t k = 0; k < dim; k++) {
+            r[k] = kern_f32_to_bf16(f[k]);
+            if (screen) {
+                double v = f[k], vb = bf16_daz(r[k]);
+                s += v * v;
+                sb += vb * vb;
+                sd += (vb - v) * (vb - v);
+            }
+        }
         for (size_t k = dim; k < dimp; k++)
             r[k] = 0;
+        cn = s > cn ? s : cn;
+        cbn = sb > cbn ? sb : cbn;
+        dcn = sd > dcn ? sd : dcn;
     }
+    screen_bounds sbd = {sqrt(cn), sqrt(cbn), sqrt(dcn)};
+    double gam = (double)dim * 0x1p-24 / (1 - (double)dim * 0x1p-24);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -238,7 +382,12 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
         float *bs = kern_aligned_alloc(per * sizeof(float));
         int32_t *bi = kern_aligned_alloc(per * sizeof(int32_t));
         float *c = kern_aligned_alloc(1024 * sizeof(float));
-        int ok = pk && bs && bi && c;
+        /* screening: each point's bound E, threshold, list count and list */
+        double *eb = screen ? malloc(per * sizeof(double)) : NULL;
+        float *thr = screen ? kern_aligned_alloc(per * sizeof(float)) : NULL;
+        uint32_t *cnt = screen ? malloc(per * sizeof(uint32_t)) : NULL;
+        int32_t *list = screen ? malloc(per * SCREEN_CAP * sizeof(int32_t)) : NULL;
+        int ok = pk && bs && bi && c && (!screen || (eb && thr && cnt && list));
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -254,18 +403,63 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
             for (size_t i = 0; i < m; i++) {
                 uint16_t *q = pk + (i / 32) * panel + (i % 32) * 2;
                 const float *xi = x + (p0 + i) * dim;
-                for (size_t k = 0; k < dim; k++)
-                    q[(k / 2) * 64 + (k & 1)] = kern_f32_to_bf16(xi[k]);
+                double s = 0, sb = 0, sd = 0;
+                for (size_t k = 0; k < dim; k++) {
+                    uint16_t h = kern_f32_to_bf16(xi[k]);
+                    q[(k / 2) * 64 + (k & 1)] = h;
+                    if (screen) {
+                        double v = xi[k], vb = bf16_daz(h);
+                        s += v * v;
+                        sb += vb * vb;
+                        sd += (vb - v) * (vb - v);
+                    }
+                }
+                if (screen)
+                    eb[i] = gam * sqrt(sb) * sbd.cbn + sqrt(sd) * sbd.cbn + sqrt(s) * sbd.dcn +
+                            gam * sqrt(s) * sbd.cn + 0x1p-100;
             }
             for (size_t i = 0; i < np * 32; i++) {
                 bs[i] = -INFINITY;
                 bi[i] = -1;
             }
             item_block(pk, np, panel, dimp, cb, 0, kp, bs, bi, c);
+            if (!screen) {
+                for (size_t i = 0; i < m; i++) {
+                    best[p0 + i] = bi[i];
+                    if (best_score)
+                        best_score[p0 + i] = bs[i];
+                }
+                continue;
+            }
+            for (size_t i = 0; i < np * 32; i++) {
+                thr[i] = INFINITY; /* lanes past m, and flagged points: nothing listed */
+                cnt[i] = 0;
+                if (i >= m)
+                    continue;
+                /* 2E and a relative 1e-6 for the double sums' own rounding; the threshold
+                 * rounded down to a float */
+                double t = (double)bs[i] - 2 * eb[i] * (1 + 1e-6);
+                if (!isfinite(bs[i]) || !isfinite(t)) {
+                    fb[p0 + i] = 1;
+                    continue;
+                }
+                float tf = (float)t;
+                thr[i] = (double)tf > t ? nextafterf(tf, -INFINITY) : tf;
+            }
+            item_collect(pk, np, panel, dimp, cb, kp, (int32_t)n_centroids, thr, cnt, list,
+                         SCREEN_CAP, c);
             for (size_t i = 0; i < m; i++) {
-                best[p0 + i] = bi[i];
+                if (fb[p0 + i])
+                    continue;
+                if (cnt[i] == 0 || cnt[i] > SCREEN_CAP) { /* 0: cannot happen; safe anyway */
+                    fb[p0 + i] = 1;
+                    continue;
+                }
+                float sc;
+                rescore(x + (p0 + i) * dim, centroids, dim, list + i * SCREEN_CAP, cnt[i],
+                        best + p0 + i, &sc);
                 if (best_score)
-                    best_score[p0 + i] = bs[i];
+                    best_score[p0 + i] = sc;
             }
         }
         if (ok)
@@ -274,6 +468,10 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
         free(bs);
         free(bi);
         free(c);
+        free(eb);
+        free(thr);
+        free(cnt);
+        free(list);
     }
     free(cb);
     if (failed) {
@@ -281,6 +479,64 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
         return KERN_ENOMEM;
     }
     return KERN_OK;
+}
+
+int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroids,
+                                  size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    if (!kern_cpu_amx_usable()) {
+        kern_set_error("nearest_centroid_bf16: AMX is not usable here");
+        return KERN_ENODEV;
+    }
+    return amx_nearest(x, n, centroids, n_centroids, dim, best, best_score, 0, NULL);
+}
+
+int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
+                                       size_t n_centroids, size_t dim, int32_t *best,
+                                       float *best_score, size_t *n_fp32)
+{
+    if (!kern_cpu_amx_usable()) {
+        kern_set_error("nearest_centroid: AMX is not usable here");
+        return KERN_ENODEV;
+    }
+    uint8_t *fb = calloc(n ? n : 1, 1);
+    if (!fb) {
+        kern_set_error("nearest_centroid: out of memory for %zu flags", n);
+        return KERN_ENOMEM;
+    }
+    int rc = amx_nearest(x, n, centroids, n_centroids, dim, best, best_score, 1, fb);
+    size_t nf = 0;
+    for (size_t i = 0; rc == KERN_OK && i < n; i++)
+        nf += fb[i];
+    /* the flagged points, gathered, through the fp32 kernel */
+    if (rc == KERN_OK && nf) {
+        float *xf = malloc(nf * dim * sizeof(float));
+        int32_t *bf = malloc(nf * sizeof(int32_t));
+        float *sf = malloc(nf * sizeof(float));
+        if (!xf || !bf || !sf) {
+            kern_set_error("nearest_centroid: out of memory for %zu points", nf);
+            rc = KERN_ENOMEM;
+        } else {
+            for (size_t i = 0, j = 0; i < n; i++)
+                if (fb[i])
+                    memcpy(xf + dim * j++, x + i * dim, dim * sizeof(float));
+            rc = kern_cpu_nearest_centroid_fp32(xf, nf, centroids, n_centroids, dim, bf, sf);
+            for (size_t i = 0, j = 0; rc == KERN_OK && i < n; i++)
+                if (fb[i]) {
+                    best[i] = bf[j];
+                    if (best_score)
+                        best_score[i] = sf[j];
+                    j++;
+                }
+        }
+        free(xf);
+        free(bf);
+        free(sf);
+    }
+    free(fb);
+    if (n_fp32)
+        *n_fp32 = nf;
+    return rc;
 }
 
 #else /* no AMX in this build */
@@ -304,6 +560,16 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
 {
     (void)x, (void)n, (void)centroids, (void)n_centroids, (void)dim, (void)best, (void)best_score;
     kern_set_error("nearest_centroid_bf16: this build has no AMX kernels");
+    return KERN_ENODEV;
+}
+
+int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
+                                       size_t n_centroids, size_t dim, int32_t *best,
+                                       float *best_score, size_t *n_fp32)
+{
+    (void)x, (void)n, (void)centroids, (void)n_centroids, (void)dim, (void)best, (void)best_score;
+    (void)n_fp32;
+    kern_set_error("nearest_centroid: this build has no AMX kernels");
     return KERN_ENODEV;
 }
 

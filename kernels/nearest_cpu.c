@@ -159,10 +159,38 @@ static int nearest(const kern_mk *mk, int bf16, const float *x, size_t n, const 
     return KERN_OK;
 }
 
+int kern_cpu_nearest_centroid_fp32(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best, float *best_score)
+{
+    return nearest(kern_mk_active(), 0, x, n, centroids, n_centroids, dim, best, best_score);
+}
+
+/*
+ * Whether the fp32 argmax goes through the AMX screen: where the tile unit is usable, the
+ * micro-kernel in use is AVX-512's, either variant (whose products rescore() reproduces: one fused
+ * chain a lane), and the call is large enough for the bf16 passes to pay (two bf16 passes over the
+ * centroids cost about a fifth of one fp32 pass on the XeonVM). TARTAN_NEAREST_SCREEN=0 turns
+ * it off (to compare; the answers are the same).
+ */
+static int screen_pays(size_t n, size_t n_centroids)
+{
+    const char *e = getenv("TARTAN_NEAREST_SCREEN");
+    if (e && strcmp(e, "0") == 0)
+        return 0;
+    return n >= 64 && n_centroids >= 256 && kern_cpu_amx_usable() &&
+           strncmp(kern_mk_active()->name, "avx512", 6) == 0;
+}
+
 int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, size_t n_centroids,
                               size_t dim, int32_t *best, float *best_score)
 {
-    return nearest(kern_mk_active(), 0, x, n, centroids, n_centroids, dim, best, best_score);
+    if (screen_pays(n, n_centroids)) {
+        int rc = kern_cpu_nearest_centroid_screened(x, n, centroids, n_centroids, dim, best,
+                                                    best_score, NULL);
+        if (rc != KERN_ENODEV)
+            return rc;
+    }
+    return kern_cpu_nearest_centroid_fp32(x, n, centroids, n_centroids, dim, best, best_score);
 }
 
 const char *kern_cpu_nearest_centroid_bf16_path(void)

@@ -21,6 +21,7 @@
 #include "codec.h"
 #include "fixture.h"
 #include "kernels.h"
+#include "kernels_impl.h"
 #include "kmeans.h"
 #include "microkernel_cpu.h"
 #include "plan.h"
@@ -625,6 +626,119 @@ START_TEST(test_index_nearest_bf16_matches_double)
 }
 END_TEST
 
+/*
+ * The AMX screen (kern_cpu_nearest_centroid_screened) gives the fp32 kernel's answer bit for
+ * bit: codes and scores, on inputs built to sit inside the bf16 window: points that are
+ * centroids, points between two centroids a few ulps apart, duplicated centroids (ties),
+ * clustered centroids (many within the window), vectors far from unit norm, subnormal and
+ * zero values, and NaN and infinite points (which go to the fp32 kernel whole).
+ */
+START_TEST(test_index_assign_screened_is_fp32)
+{
+    rng_init_random();
+    if (!kern_cpu_amx_usable() || !kern_cpu_has_isa("avx512")) {
+        int32_t b;
+        float x[4] = {1, 0, 0, 0};
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened(x, 1, x, 1, 4, &b, NULL, NULL),
+                         KERN_ENODEV);
+        fprintf(stderr, "assign_screened: no AMX here; only the refusal checked\n");
+        return;
+    }
+    static const size_t dims[] = {128, 96, 33, 256, 64, 2};
+    for (int t = 0; t < 10; t++) {
+        size_t n = urnd(64, 1200), k = urnd(256, 3000), dim = dims[t % 6];
+        if (t == 0) {
+            n = 1500;
+            k = 4096 + 31;
+            dim = 128;
+        }
+        uint64_t s = rnd();
+        float *x = xmalloc(sizeof(float) * n * dim), *c = xmalloc(sizeof(float) * k * dim);
+        random_units(&s, c, k, dim);
+        /* a third of the centroids in tight clusters around 64 (cosines above 0.99); at t 0,
+         * 100 of them around centroid 0 alone, more than a point's list holds */
+        for (size_t j = k / 3; j < 2 * k / 3; j++) {
+            const float *base = c + (t == 0 && j < k / 3 + 100 ? 0 : j % 64) * dim;
+            float *r = c + j * dim;
+            double nn = 0;
+            for (size_t d = 0; d < dim; d++) {
+                r[d] = base[d] + 0.01f * (float)gauss() / sqrtf((float)dim);
+                nn += (double)r[d] * r[d];
+            }
+            for (size_t d = 0; d < dim; d++)
+                r[d] = (float)(r[d] / sqrt(nn));
+        }
+        /* duplicates and one-ulp neighbours */
+        memcpy(c + 40 * dim, c + 7 * dim, sizeof(float) * dim);
+        memcpy(c + 41 * dim, c + 7 * dim, sizeof(float) * dim);
+        c[41 * dim] = nextafterf(c[41 * dim], 2.0f);
+        random_units(&s, x, n, dim);
+        for (size_t i = 0; i < n; i++) {
+            float *xi = x + i * dim;
+            switch (i % 8) {
+            case 0: /* a centroid itself, or the duplicated one */
+                memcpy(xi, c + (i % 3 == 0 ? 7 : rnd_below(k)) * dim, sizeof(float) * dim);
+                break;
+            case 1: /* between two centroids of one cluster */
+                for (size_t d = 0; d < dim; d++)
+                    xi[d] = 0.5f * (c[(k / 3 + 100 + i % 50) * dim + d] +
+                                    c[(k / 3 + 164 + i % 50) * dim + d]);
+                break;
+            case 2: /* near a cluster's base (at t 0, centroid 0's crowd for a fifth of them) */
+                for (size_t d = 0; d < dim; d++)
+                    xi[d] =
+                        c[(t == 0 && i % 5 == 0 ? 0 : i % 64) * dim + d] + 0.003f * (float)gauss();
+                break;
+            case 3: /* far from unit norm */
+                for (size_t d = 0; d < dim; d++)
+                    xi[d] *= i % 16 == 3 ? 1e3f : 1e-3f;
+                break;
+            case 4: /* subnormal and zero values */
+                for (size_t d = 0; d < dim; d += 3)
+                    xi[d] = d % 2 ? 1e-39f : 0.0f;
+                break;
+            default:
+                break;
+            }
+        }
+        x[5 * dim] = 0; /* point 5: all zero (every score 0: the lowest index wins) */
+        memset(x + 5 * dim, 0, sizeof(float) * dim);
+        x[6 * dim + 1] = NAN;  /* point 6: NaN */
+        x[7 * dim] = INFINITY; /* point 7: infinite */
+        int32_t *b32 = xmalloc(sizeof(int32_t) * n), *bs = xmalloc(sizeof(int32_t) * n);
+        float *s32 = xmalloc(sizeof(float) * n), *ss = xmalloc(sizeof(float) * n);
+        memset(bs, 0xab, sizeof(int32_t) * n);
+        poison(ss, n);
+        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+        ck_assert_int_eq(kern_cpu_nearest_centroid_fp32(x, n, c, k, dim, b32, s32), KERN_OK);
+        size_t nf = 12345;
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened(x, n, c, k, dim, bs, ss, &nf), KERN_OK);
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_msg(bs[i] == b32[i], "t %d n %zu k %zu d %zu point %zu: %d, fp32 %d", t, n, k,
+                          dim, i, bs[i], b32[i]);
+            ck_assert_msg(memcmp(ss + i, s32 + i, sizeof(float)) == 0,
+                          "t %d point %zu: score %.9g, fp32 %.9g", t, i, ss[i], s32[i]);
+        }
+        /* the NaN and infinite points went to the fp32 kernel (at t 0 also the crowd's), and
+         * few others did (but at d 2, where hundreds of centroids crowd one circle) */
+        size_t crowd = t == 0 ? n / 40 : 0;
+        ck_assert_msg(nf >= 2 + crowd && (dim < 32 || nf <= 2 + crowd + n / 20),
+                      "t %d: %zu of %zu points unscreened", t, nf, n);
+        /* the dispatcher (screened here, n and k large enough) and no scores wanted */
+        memset(bs, 0xab, sizeof(int32_t) * n);
+        ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, bs, NULL), KERN_OK);
+        ck_assert(memcmp(bs, b32, sizeof(int32_t) * n) == 0);
+        ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
+        free(x);
+        free(c);
+        free(b32);
+        free(bs);
+        free(s32);
+        free(ss);
+    }
+}
+END_TEST
+
 /* The mean over x of the best cosine to a centroid (k-means's objective), in double. */
 static double mean_best_cosine(const float *x, size_t n, const float *c, size_t k, size_t dim)
 {
@@ -897,6 +1011,7 @@ int main(void)
         {"assign_same_any_threads", test_index_assign_same_any_threads, 0},
         {"assign_rejects_bad_arguments", test_index_assign_rejects_bad_arguments, 0},
         {"nearest_bf16_matches_double", test_index_nearest_bf16_matches_double, 0},
+        {"assign_screened_is_fp32", test_index_assign_screened_is_fp32, 0},
         {"kmeans_bf16_switch", test_index_kmeans_bf16_switch, 0},
         {"kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters, 0},
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,

@@ -169,6 +169,13 @@ int tartan_results_merge(const tartan_results *const *parts, size_t n_parts, siz
             res->stats.seconds_total = s->seconds_total;
         res->stats.n_candidates += s->n_candidates;
         res->stats.n_exact += s->n_exact;
+        res->stats.n_probes += s->n_probes;
+        res->stats.n_damaged += s->n_damaged;
+        /* each part probed with its own index's margin: the widest stands for the merge */
+        if (p == 0 || s->probe_margin > res->stats.probe_margin)
+            res->stats.probe_margin = s->probe_margin;
+        if (p == 0 || s->rerank_z > res->stats.rerank_z)
+            res->stats.rerank_z = s->rerank_z;
     }
     size_t h = 0;
     for (size_t i = 0; i < nq; i++) {

@@ -784,7 +784,8 @@ TARTAN_API uint32_t tartan_shard_of(const char *id, uint32_t n_shards);
  *   k: 1 .. TARTAN_MAX_K.
  *   out: out, the merged results (ids copied into them; parts may be freed afterwards),
  *     freed with tartan_results_free. Its stats add up the parts' (seconds_total: the
- *     longest part's).
+ *     longest part's; probe_margin and rerank_z: the largest part's, since each part
+ *     probed with its own index's calibration).
  * Returns 0, or TARTAN_EINVAL (NULL out or parts, n_parts 0, a NULL part, parts with
  * different numbers of queries, offsets or counts outside a part's hits, a NULL id, a NaN
  * score), TARTAN_ERANGE (k), ENOMEM; the message is tartan_errmsg(NULL)'s. Any thread.

@@ -483,6 +483,10 @@ static void build_part(built *b, size_t nq, size_t maxhits)
     b->r.hits = b->hits;
     b->r.stats.seconds_total = unif();
     b->r.stats.n_exact = rnd() % 100;
+    b->r.stats.n_probes = rnd() % 1000;
+    b->r.stats.n_damaged = rnd() % 3;
+    b->r.stats.probe_margin = rnd() % 4 ? (float)unif() * 0.1f : -1.f; /* -1: fixed ncells */
+    b->r.stats.rerank_z = (float)unif() * 4;
 }
 
 static void free_part(built *b)
@@ -510,14 +514,23 @@ START_TEST(test_shards_merge_brute_force)
         ck_assert_int_eq(tartan_results_merge(pp, np, k, &out), 0);
         ck_assert_uint_eq(out->n_queries, NQM);
         double total_s = 0;
-        uint64_t exact = 0;
+        uint64_t exact = 0, probes = 0, damaged = 0;
+        float margin = -INFINITY, z = -INFINITY;
         for (size_t p = 0; p < np; p++) {
             if (pp[p]->stats.seconds_total > total_s)
                 total_s = pp[p]->stats.seconds_total;
             exact += pp[p]->stats.n_exact;
+            probes += pp[p]->stats.n_probes;
+            damaged += pp[p]->stats.n_damaged;
+            margin = fmaxf(margin, pp[p]->stats.probe_margin);
+            z = fmaxf(z, pp[p]->stats.rerank_z);
         }
         ck_assert(out->stats.seconds_total == total_s);
         ck_assert_uint_eq(out->stats.n_exact, exact);
+        ck_assert_uint_eq(out->stats.n_probes, probes);
+        ck_assert_uint_eq(out->stats.n_damaged, damaged);
+        ck_assert(out->stats.probe_margin == margin);
+        ck_assert(out->stats.rerank_z == z);
         for (size_t i = 0; i < NQM; i++) {
             /* Reference: each pool id's best score over all parts (-inf: absent); then repeatedly
              * the best (score, then smallest id) not yet taken. */

@@ -646,7 +646,7 @@ START_TEST(test_index_assign_screened_is_fp32)
     }
     static const size_t dims[] = {128, 96, 33, 256, 64, 2};
     for (int t = 0; t < 10; t++) {
-        size_t n = urnd(64, 1200), k = urnd(256, 3000), dim = dims[t % 6];
+        size_t n = urnd(64, 1200), k = urnd(700, 3000), dim = dims[t % 6]; /* k: see case 1 */
         if (t == 0) {
             n = 1500;
             k = 4096 + 31;
@@ -679,7 +679,7 @@ START_TEST(test_index_assign_screened_is_fp32)
             case 0: /* a centroid itself, or the duplicated one */
                 memcpy(xi, c + (i % 3 == 0 ? 7 : rnd_below(k)) * dim, sizeof(float) * dim);
                 break;
-            case 1: /* between two centroids of one cluster */
+            case 1: /* between two centroids of one cluster (both below 2k / 3 as k >= 700) */
                 for (size_t d = 0; d < dim; d++)
                     xi[d] = 0.5f * (c[(k / 3 + 100 + i % 50) * dim + d] +
                                     c[(k / 3 + 164 + i % 50) * dim + d]);

@@ -724,7 +724,7 @@ START_TEST(test_index_assign_screened_is_fp32)
         size_t crowd = t == 0 ? n / 40 : 0;
         ck_assert_msg(nf >= 2 + crowd && (dim < 32 || nf <= 2 + crowd + n / 20),
                       "t %d: %zu of %zu points unscreened", t, nf, n);
-        /* the dispatcher (screened here, n and k large enough) and no scores wanted */
+        /* the dispatcher (screened where k >= 1,024) and no scores wanted */
         memset(bs, 0xab, sizeof(int32_t) * n);
         ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, bs, NULL), KERN_OK);
         ck_assert(memcmp(bs, b32, sizeof(int32_t) * n) == 0);

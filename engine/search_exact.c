@@ -7,7 +7,9 @@
  * queries at once (work items are (query, slice of the chunk) pairs, so that one query still
  * uses every thread), and each query's running top-k takes the chunk's scores. Documents are
  * read once per group of queries; a group holds as many queries as their score tables
- * (q . C, [lq, K] floats each) fit in GROUP_BYTES.
+ * (q . C, [lq, K] floats each) fit in GROUP_BYTES. On CPUs with AMX tiles the scores go
+ * through a screen first (screened()): bf16 scores with proven error bounds rule out most
+ * documents, and only the rest are scored in fp32; the results are the same bit for bit.
  */
 #include "config.h"
 
@@ -41,7 +43,83 @@ typedef struct scan {
     int64_t *ids;    /* [CHUNK] */
     kern_pdoc *pd;   /* [CHUNK] */
     float *score;    /* [(g1 - g0) * CHUNK] */
+    int screen;      /* exact scores through the AMX screen (screened()) */
 } scan;
+
+static int cmp_desc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* The k-th largest of v [n] (1 <= k <= n; v reordered). */
+static float kth_largest(float *v, size_t n, size_t k)
+{
+    qsort(v, n, sizeof *v, cmp_desc);
+    return v[k - 1];
+}
+
+/*
+ * One item's exact scores through the AMX screen (where usable: see eng_exact_scan): bf16
+ * scores with a per-document bound on their error (kern_cpu_maxsim_residual_amx), then the
+ * fp32 kernel for the documents the bound cannot rule out of the top k; the others score
+ * KERN_EMPTY_SCORE, which top-k never takes. A document is ruled out when (1) at least k
+ * documents of the item have a higher bf16 score less their bound than its score plus its
+ * bound can reach, or (2) its score plus bound stays below the query's running k-th exact
+ * score (top-k full). Either way k documents beat it exactly, so the top k, ties and order
+ * included, is the unscreened search's. The bf16 pass runs at the tile unit's rate; the fp32
+ * one on a few percent of the documents.
+ */
+static int screened(scan *c, size_t g, const kern_residual *a, float *out)
+{
+    size_t nd = a->nd, k = c->s->k;
+    float *ap = malloc(nd * sizeof *ap), *bd = malloc(nd * sizeof *bd), *lo = NULL;
+    kern_pdoc *pick = NULL;
+    size_t *at = NULL;
+    int rc = ap && bd ? kern_maxsim_residual_screen(KERN_DEV_CPU, a, ap, bd) : KERN_ENOMEM;
+    /* the k-th largest lower end (score - bound) of the item: nothing reaching below it... */
+    float kth = -INFINITY;
+    if (!rc && nd > k && (lo = malloc(nd * sizeof *lo))) {
+        size_t nl = 0;
+        for (size_t i = 0; i < nd; i++)
+            if (ap[i] != KERN_EMPTY_SCORE)
+                lo[nl++] = ap[i] - bd[i];
+        if (nl >= k)
+            kth = kth_largest(lo, nl, k);
+    } else if (!rc && nd > k)
+        rc = KERN_ENOMEM;
+    /* ... and nothing below the running k-th exact score can enter */
+    float run = kern_topk_threshold(c->tk[g]);
+    if (!rc) {
+        pick = malloc(nd * sizeof *pick);
+        at = malloc(nd * sizeof *at);
+        if (!pick || !at)
+            rc = KERN_ENOMEM;
+    }
+    size_t np = 0;
+    for (size_t i = 0; !rc && i < nd; i++) {
+        out[i] = KERN_EMPTY_SCORE;
+        float hi = ap[i] + bd[i];
+        if (ap[i] == KERN_EMPTY_SCORE || hi < kth || hi < run)
+            continue;
+        pick[np] = a->docs[i];
+        at[np++] = i;
+    }
+    if (!rc && np) {
+        kern_residual b = *a;
+        b.docs = pick;
+        b.nd = np;
+        rc = kern_maxsim_residual(KERN_DEV_CPU, &b, ap); /* ap reused for the exact scores */
+        for (size_t j = 0; !rc && j < np; j++)
+            out[at[j]] = ap[j];
+    }
+    free(ap);
+    free(bd);
+    free(lo);
+    free(pick);
+    free(at);
+    return rc;
+}
 
 static int score_chunk(scan *c, size_t n, store_msg *m)
 {
@@ -78,7 +156,8 @@ static int score_chunk(scan *c, size_t n, store_msg *m)
             .docs = c->pd + b,
             .nd = e - b,
         };
-        int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, c->score + g * CHUNK + b);
+        int krc = c->screen ? screened(c, g, &a, c->score + g * CHUNK + b)
+                            : kern_maxsim_residual(KERN_DEV_CPU, &a, c->score + g * CHUNK + b);
         if (krc) {
 #pragma omp critical(eng_exact_err)
             if (!err)
@@ -171,6 +250,11 @@ int eng_exact_scan(idx_reader *r, const eng_search *s, int threads, eng_stage_st
     const eng_queries *q = s->q;
     size_t K = r->h.n_centroids, nq = q->n;
     scan c = {.r = r, .s = s, .threads = threads > 0 ? threads : 1};
+    /* The AMX screen where the CPU has the tiles (TARTAN_EXACT_SCREEN=0: off, to compare; the
+     * results are the same) */
+    const char *e = getenv("TARTAN_EXACT_SCREEN");
+    c.screen =
+        s->k > 0 && kern_maxsim_residual_screen_usable(KERN_DEV_CPU) && !(e && strcmp(e, "0") == 0);
     c.S = calloc(nq, sizeof *c.S);
     c.tk = calloc(nq, sizeof *c.tk);
     c.docno = malloc(CHUNK * sizeof *c.docno);

@@ -26,6 +26,13 @@ static int bad(const char *what)
     return KERN_EINVAL;
 }
 
+/* bad() for the messages that name their caller: "who: what". */
+static int bad2(const char *who, const char *what)
+{
+    kern_set_error("%s: %s", who, what);
+    return KERN_EINVAL;
+}
+
 static int dtype_ok(kern_dtype t)
 {
     return t == KERN_F32 || t == KERN_F16 || t == KERN_BF16 || t == KERN_E4M3;
@@ -126,20 +133,55 @@ int kern_nearest_centroid_bf16_pays(kern_dev dev)
     return dev == KERN_DEV_CPU && kern_cpu_nearest_centroid_bf16_pays();
 }
 
-int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
+/* kern_maxsim_residual's checks of its arguments (then nd == 0 or docs non-NULL). */
+static int residual_args(const kern_residual *a, const float *scores, const char *who)
 {
     if (!a || !scores || !a->q || !a->qc || !a->bucket_weights || a->dim == 0)
-        return bad("maxsim_residual: NULL argument or zero dim");
+        return bad2(who, "NULL argument or zero dim");
     if (!(a->nbits == 1 || a->nbits == 2 || a->nbits == 4 || a->nbits == 8) ||
         (a->dim * a->nbits) % 8 != 0)
-        return bad("maxsim_residual: nbits must be 1, 2, 4 or 8 and dim * nbits a multiple of 8");
+        return bad2(who, "nbits must be 1, 2, 4 or 8 and dim * nbits a multiple of 8");
     if (a->code_bytes != 2 && a->code_bytes != 4)
-        return bad("maxsim_residual: code_bytes must be 2 or 4");
-    if (a->nd == 0)
-        return KERN_OK;
-    if (!a->docs)
-        return bad("maxsim_residual: NULL documents");
+        return bad2(who, "code_bytes must be 2 or 4");
+    if (a->nd && !a->docs)
+        return bad2(who, "NULL documents");
+    return KERN_OK;
+}
+
+int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
+{
+    int rc = residual_args(a, scores, "maxsim_residual");
+    if (rc || a->nd == 0)
+        return rc;
     return DISPATCH(dev, kern_cpu_maxsim_residual(a, scores), kern_gpu_maxsim_residual(a, scores));
+}
+
+int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *approx, float *bound)
+{
+    int rc = residual_args(a, approx, "maxsim_residual_screen");
+    if (rc)
+        return rc;
+    if (!bound)
+        return bad("maxsim_residual_screen: NULL bound");
+    if (dev != KERN_DEV_CPU || !kern_cpu_amx_usable()) {
+        kern_set_error("maxsim_residual_screen: needs AMX tiles on the CPU");
+        return KERN_ENODEV;
+    }
+    if (a->nd == 0 || a->lq == 0) {
+        for (size_t i = 0; i < a->nd; i++) {
+            approx[i] = a->lq ? KERN_EMPTY_SCORE : 0.0f; /* lq 0: every score is the empty sum */
+            bound[i] = 0;
+        }
+        return KERN_OK;
+    }
+    if (!kern_cpu_residual_docs_ok(a, "maxsim_residual_screen"))
+        return KERN_EINVAL;
+    return kern_cpu_maxsim_residual_amx(a, approx, bound);
+}
+
+int kern_maxsim_residual_screen_usable(kern_dev dev)
+{
+    return dev == KERN_DEV_CPU && kern_cpu_amx_usable();
 }
 
 int kern_centroid_interaction(kern_dev dev, const float *S, size_t lq, size_t n_centroids,

@@ -218,6 +218,19 @@ typedef struct kern_residual {
 int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores);
 
 /*
+ * A screen for it: approx [nd], the same MaxSim with bf16 products (on AMX tiles), and bound
+ * [nd], a proven bound on |approx - kern_maxsim_residual's score| for each document (from the
+ * query's and the bucket weights' bf16 rounding errors and both sides' fp32 rounding; about
+ * 0.1 for 32 unit query tokens; INFINITY where it cannot say, for non-finite inputs). A
+ * document without tokens: KERN_EMPTY_SCORE, bound 0. Exhaustive search keeps the exact top
+ * k by rescoring only the documents the bounds cannot rule out (engine/search_exact.c).
+ * KERN_ENODEV where kern_maxsim_residual_screen_usable says 0 (not the CPU, no AMX);
+ * arguments as kern_maxsim_residual's.
+ */
+int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *approx, float *bound);
+int kern_maxsim_residual_screen_usable(kern_dev dev);
+
+/*
  * Centroid interaction (PLAID stages 2 and 3): approx[n] = sum_i max over tokens t of doc n
  * whose code is kept of S[i, code_t]. keep [n_centroids] (nonzero = kept) or NULL for all.
  * Codes only are read from docs (residuals and norms may be NULL). A document with no kept
@@ -249,6 +262,9 @@ kern_topk *kern_topk_new(size_t k);
 int kern_topk_push(kern_topk *t, const float *scores, const int64_t *ids, size_t n);
 size_t kern_topk_take(kern_topk *t, int64_t *idx, float *val);
 void kern_topk_free(kern_topk *t);
+/* The k-th best score held once k are held (a score below it can no longer enter), else
+ * -INFINITY. */
+float kern_topk_threshold(const kern_topk *t);
 
 /* ---------------------------------------------------------------------------------------
  * The GPU search pipeline (CUDA only: KERN_ENODEV in a build without CUDA). Batched PLAID

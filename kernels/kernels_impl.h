@@ -51,6 +51,15 @@ int kern_cpu_nearest_centroid_fp32(const float *x, size_t n, const float *centro
 int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
                                        size_t n_centroids, size_t dim, int32_t *best,
                                        float *best_score, size_t *n_fp32);
+/* Residual-coded MaxSim (as kern_cpu_maxsim_residual) with bf16 products on AMX tiles:
+ * approx [nd] and, per document, bound [nd] >= |approx - kern_cpu_maxsim_residual's score|
+ * (INFINITY where it cannot say: non-finite inputs). Documents without tokens: approx
+ * KERN_EMPTY_SCORE, bound 0. KERN_ENODEV where AMX is not usable. Arguments are checked by
+ * kern_maxsim_residual_screen. nearest_amx_cpu.c. */
+int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *bound);
+/* Every document with tokens has its arrays and every code names a centroid (else 0, and the
+ * message set, who first). residual_cpu.c. */
+int kern_cpu_residual_docs_ok(const kern_residual *a, const char *who);
 /* AMX tiles usable by this process (nearest_amx_cpu.c): the CPU has AMX-BF16 and the OS granted the
  * tile state; and not switched off by kern_cpu_use_amx(0) (microkernel_cpu.h). */
 int kern_cpu_amx_usable(void);

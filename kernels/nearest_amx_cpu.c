@@ -579,6 +579,236 @@ int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *ce
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Residual-coded MaxSim with bf16 products on the tiles, and a bound on its error: the
+ * screen of exhaustive search (engine/search_exact.c), which rescores in fp32 only the
+ * documents the bound cannot rule out.
+ *
+ * For query token i and document token t the fp32 kernel (kern_cpu_maxsim_residual) computes
+ * v = (q_i . r_t + S[i][code_t]) * inv_t, r_t the decoded residual, S the fp32 centroid scores.
+ * Here q_i . r_t comes from the tiles (q_i and r_t rounded to bf16); S and inv are the same
+ * fp32 values. Per query token, with R, R~ and dR the largest |r|, |bf16(r)| and
+ * |bf16(r) - r| any token can have (sqrt(dim) times the largest bucket weight, its bf16
+ * rounding and their difference), A_i = max |S[i][c]|, g = d u / (1 - d u), u = 2^-24:
+ *   |acc~ - acc| <= |bf16(q_i) - q_i| R~ + |q_i| dR + g (|q_i| R + |bf16(q_i)| R~)
+ *   |v~ - v| <= inv_max (|acc~ - acc| + 8 u (|q_i| max(R, R~) + A_i))
+ * (two roundings on each side: the add and the multiply), and the maximum over tokens moves
+ * no more than its terms. The document score sums lq maxima in the same order on both sides,
+ * so |score~ - score| <= D + g_lq (2 sum |max~_i| + D), D the sum of the per-token bounds,
+ * inv_max the document's largest inverse norm.
+ * ------------------------------------------------------------------------------------- */
+
+/* One document's per-query-token maxima mx [lqp] (kern_cpu_maxsim_residual_amx), 16 tokens at
+ * a time: decoded to bf16 rows in rb (16 x dimp), two query groups of 16 a pass through tiles
+ * 0 and 1 (c: 512 floats of scratch), the fp32 centroid scores added and the inverse norm
+ * applied as the fp32 kernel does. Returns the document's largest inverse norm. */
+TAMX static float amx_doc(const kern_residual *a, const kern_pdoc *d, size_t dimp, size_t ng,
+                          size_t lqp, size_t tb, unsigned per, const uint16_t *dec,
+                          const uint16_t *qb, const float *qcT, uint16_t *rb, float *c, float *mx)
+{
+    size_t dim = a->dim;
+    for (size_t i = 0; i < lqp; i++)
+        mx[i] = -INFINITY;
+    float inv_max = 0;
+    for (size_t t0 = 0; t0 < d->ntok; t0 += 16) {
+        size_t m = d->ntok - t0 < 16 ? d->ntok - t0 : 16;
+        /* decode 16 tokens (the last repeated past m) to bf16 rows, dims padded */
+        for (size_t r = 0; r < 16; r++) {
+            size_t tt = t0 + (r < m ? r : m - 1);
+            const uint8_t *src = d->residuals + tt * tb;
+            uint16_t *dst = rb + r * dimp;
+            /* fixed-size copies per nbits, inlined as single moves */
+            switch (per) {
+            case 4:
+                for (size_t b = 0; b < tb; b++)
+                    memcpy(dst + b * 4, dec + src[b] * 4, 4 * sizeof(uint16_t));
+                break;
+            case 8:
+                for (size_t b = 0; b < tb; b++)
+                    memcpy(dst + b * 8, dec + src[b] * 8, 8 * sizeof(uint16_t));
+                break;
+            case 2:
+                for (size_t b = 0; b < tb; b++)
+                    memcpy(dst + b * 2, dec + src[b] * 2, 2 * sizeof(uint16_t));
+                break;
+            default:
+                for (size_t b = 0; b < tb; b++)
+                    dst[b] = dec[src[b]];
+            }
+            for (size_t k = dim; k < dimp; k++)
+                dst[k] = 0;
+        }
+        for (size_t g = 0; g < ng; g += 2) {
+            int two = g + 1 < ng;
+            _tile_zero(0);
+            _tile_zero(1);
+            for (size_t k = 0; k < dimp; k += 32) {
+                _tile_loadd(4, rb + k, dimp * sizeof(uint16_t));
+                _tile_loadd(6, qb + g * dimp * 16 + (k / 2) * 32, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                if (two) {
+                    _tile_loadd(7, qb + (g + 1) * dimp * 16 + (k / 2) * 32, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+            }
+            _tile_stored(0, c, 64);
+            if (two)
+                _tile_stored(1, c + 256, 64);
+            __m512 m0 = _mm512_loadu_ps(mx + 16 * g);
+            __m512 m1 = two ? _mm512_loadu_ps(mx + 16 * (g + 1)) : m0;
+            for (size_t r = 0; r < m; r++) {
+                size_t tt = t0 + r;
+                uint32_t code;
+                if (a->code_bytes == 2) {
+                    uint16_t c16;
+                    memcpy(&c16, (const char *)d->codes + 2 * tt, 2);
+                    code = c16;
+                } else
+                    memcpy(&code, (const char *)d->codes + 4 * tt, 4);
+                float inv;
+                memcpy(&inv, (const char *)d->inv_norms + 4 * tt, 4);
+                inv_max = inv > inv_max ? inv : inv_max;
+                __m512 sc = _mm512_set1_ps(inv);
+                const float *add = qcT + (size_t)code * lqp + 16 * g;
+                m0 = _mm512_max_ps(
+                    m0, _mm512_mul_ps(
+                            _mm512_add_ps(_mm512_load_ps(c + 16 * r), _mm512_loadu_ps(add)), sc));
+                if (two)
+                    m1 = _mm512_max_ps(m1,
+                                       _mm512_mul_ps(_mm512_add_ps(_mm512_load_ps(c + 256 + 16 * r),
+                                                                   _mm512_loadu_ps(add + 16)),
+                                                     sc));
+            }
+            _mm512_storeu_ps(mx + 16 * g, m0);
+            if (two)
+                _mm512_storeu_ps(mx + 16 * (g + 1), m1);
+        }
+    }
+    return inv_max;
+}
+
+int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *bound)
+{
+    if (!kern_cpu_amx_usable()) {
+        kern_set_error("maxsim_residual_amx: AMX is not usable here");
+        return KERN_ENODEV;
+    }
+    size_t dim = a->dim, lq = a->lq, K = a->n_centroids;
+    size_t dimp = (dim + 31) / 32 * 32, ng = (lq + 15) / 16, lqp = ng * 16;
+    unsigned nbits = a->nbits, per = 8 / nbits;
+    size_t tb = dim * nbits / 8;
+    if (lq == 0 || nbits == 0 || nbits > 8 || (dim * nbits) % 8) {
+        kern_set_error("maxsim_residual_amx: bad shape");
+        return KERN_EINVAL;
+    }
+    /* the query: bf16 pairs, [ng][dimp / 2][16][2]; each token's norms */
+    uint16_t *qb = kern_aligned_alloc(ng * dimp * 16 * sizeof(uint16_t));
+    float *qcT = kern_transpose_scores(a->qc, lq, K, lqp); /* [K][lqp], lanes past lq 0 */
+    uint16_t *dec = malloc(256 * per * sizeof(uint16_t));
+    if (!qb || !qcT || !dec) {
+        free(qb);
+        free(qcT);
+        free(dec);
+        kern_set_error("maxsim_residual_amx: out of memory");
+        return KERN_ENOMEM;
+    }
+    memset(qb, 0, ng * dimp * 16 * sizeof(uint16_t));
+    /* residual bounds: the bucket weights, their bf16 roundings */
+    double wmax = 0, wbmax = 0, dwmax = 0;
+    unsigned nb = 1u << nbits;
+    for (unsigned b = 0; b < nb; b++) {
+        double w = a->bucket_weights[b], wb = bf16_daz(kern_f32_to_bf16(a->bucket_weights[b]));
+        wmax = fmax(wmax, fabs(w));
+        wbmax = fmax(wbmax, fabs(wb));
+        dwmax = fmax(dwmax, fabs(wb - w));
+    }
+    double sd = sqrt((double)dim), R = sd * wmax, Rb = sd * wbmax, dR = sd * dwmax;
+    double gam = (double)dim * 0x1p-24 / (1 - (double)dim * 0x1p-24), u = 0x1p-24;
+    double qe = 0; /* sum over query tokens of the bound without inv_max */
+    int finite = isfinite(R) && isfinite(Rb);
+    for (size_t i = 0; i < lq; i++) {
+        const float *qi = a->q + i * dim;
+        double s = 0, sb = 0, sdq = 0, amax = 0;
+        uint16_t *grp = qb + (i / 16) * dimp * 16;
+        for (size_t k = 0; k < dim; k++) {
+            uint16_t h = kern_f32_to_bf16(qi[k]);
+            grp[(k / 2) * 32 + (i % 16) * 2 + (k & 1)] = h;
+            double v = qi[k], vb = bf16_daz(h);
+            s += v * v;
+            sb += vb * vb;
+            sdq += (vb - v) * (vb - v);
+        }
+        const float *Si = a->qc + i * K;
+        float am = 0;
+        for (size_t c = 0; c < K; c++) {
+            float v = fabsf(Si[c]);
+            am = v > am ? v : am;
+        }
+        amax = isnan(am) ? INFINITY : am; /* a NaN score: no bound (the max skips NaN) */
+        double qn = sqrt(s), qbn = sqrt(sb);
+        qe += sqrt(sdq) * Rb + qn * dR + gam * (qn * R + qbn * Rb) +
+              8 * u * (qn * fmax(R, Rb) + amax);
+    }
+    finite = finite && isfinite(qe);
+    for (unsigned v = 0; v < 256; v++)
+        for (unsigned jj = 0; jj < per; jj++) {
+            unsigned bucket = 0;
+            for (unsigned b = 0; b < nbits; b++)
+                bucket |= ((v >> (7 - (jj * nbits + b))) & 1u) << b;
+            dec[v * per + jj] = kern_f32_to_bf16(a->bucket_weights[bucket]);
+        }
+    double glq = (double)lq * u / (1 - (double)lq * u);
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint16_t *rb = kern_aligned_alloc(16 * dimp * sizeof(uint16_t)); /* 16 tokens */
+        float *c = kern_aligned_alloc(512 * sizeof(float));
+        float *mx = kern_aligned_alloc(lqp * sizeof(float));
+        int ok = rb && c && mx;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        } else
+            tiles_on();
+#pragma omp for schedule(dynamic, 16)
+        for (size_t n = 0; n < a->nd; n++) {
+            if (!ok)
+                continue;
+            const kern_pdoc *d = &a->docs[n];
+            if (!d->ntok) {
+                approx[n] = KERN_EMPTY_SCORE;
+                bound[n] = 0;
+                continue;
+            }
+            float inv_max = amx_doc(a, d, dimp, ng, lqp, tb, per, dec, qb, qcT, rb, c, mx);
+            float sum = 0.0f;
+            double asum = 0;
+            for (size_t i = 0; i < lq; i++) {
+                sum += mx[i];
+                asum += fabs((double)mx[i]);
+            }
+            approx[n] = sum;
+            double D = (double)inv_max * qe;
+            double bnd = (D + glq * (2 * asum + D)) * (1 + 1e-5) + 1e-30;
+            bound[n] =
+                finite && isfinite(bnd) && isfinite(sum) ? (float)(bnd * (1 + 1e-6)) : INFINITY;
+        }
+        if (ok)
+            tiles_off();
+        free(rb);
+        free(c);
+        free(mx);
+    }
+    free(qb);
+    free(qcT);
+    free(dec);
+    if (failed) {
+        kern_set_error("maxsim_residual_amx: out of memory");
+        return KERN_ENOMEM;
+    }
+    return KERN_OK;
+}
+
 #else /* no AMX in this build */
 
 int kern_cpu_amx_usable(void)
@@ -600,6 +830,13 @@ int kern_cpu_nearest_centroid_amx(const float *x, size_t n, const float *centroi
 {
     (void)x, (void)n, (void)centroids, (void)n_centroids, (void)dim, (void)best, (void)best_score;
     kern_set_error("nearest_centroid_bf16: this build has no AMX kernels");
+    return KERN_ENODEV;
+}
+
+int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *bound)
+{
+    (void)a, (void)approx, (void)bound;
+    kern_set_error("maxsim_residual_amx: this build has no AMX kernels");
     return KERN_ENODEV;
 }
 

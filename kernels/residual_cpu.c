@@ -119,6 +119,11 @@ static int docs_ok(const kern_pdoc *docs, size_t nd, unsigned code_bytes, size_t
     return 1;
 }
 
+int kern_cpu_residual_docs_ok(const kern_residual *a, const char *who)
+{
+    return docs_ok(a->docs, a->nd, a->code_bytes, a->n_centroids, 1, who);
+}
+
 int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
 {
     const kern_mk *mk = kern_mk_active();

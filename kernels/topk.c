@@ -171,6 +171,12 @@ size_t kern_topk_take(kern_topk *t, int64_t *idx, float *val)
     return t->n;
 }
 
+float kern_topk_threshold(const kern_topk *t)
+{
+    /* the heap's root is its worst entry */
+    return t && t->k && t->n == t->k ? t->v[0] : -INFINITY;
+}
+
 void kern_topk_free(kern_topk *t)
 {
     if (!t)

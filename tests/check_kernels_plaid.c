@@ -342,6 +342,129 @@ START_TEST(test_kernels_residual_bad_input)
 }
 END_TEST
 
+/*
+ * The screen (kern_maxsim_residual_screen): its bound holds for every document against the
+ * fp32 kernel's score (AVX-512, the screen's partner), empty documents included, over nbits,
+ * code widths, dims not a multiple of 32 and query lengths around the tile's 16; it stays
+ * small (under 1% of the largest score a query can have); and an adversarial query, whose
+ * every value bf16 rounds by the most in the direction of the residuals' signs, still stays
+ * within it. Bad codes are refused as the exact kernel refuses them.
+ */
+START_TEST(test_kernels_residual_screen_bound)
+{
+    rng_init_random();
+    if (!kern_maxsim_residual_screen_usable(KERN_DEV_CPU)) {
+        float w[4] = {0}, q[8] = {0}, qc[1] = {0}, ap[1], bd[1];
+        kern_residual a = {8, 2, 2, q, 1, qc, 1, w, NULL, 0};
+        ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_ENODEV);
+        fprintf(stderr, "residual_screen: no AMX here; only the refusal checked\n");
+        return;
+    }
+    static const struct {
+        size_t dim, K, nd, maxlen, lq;
+        unsigned nbits, code_bytes;
+    } sh[] = {{128, 300, 200, 80, 32, 2, 2},
+              {128, 64, 50, 40, 16, 1, 4},
+              {96, 500, 80, 20, 17, 4, 2},
+              {200, 40, 30, 33, 1, 8, 2},
+              {64, 1000, 60, 50, 40, 2, 4}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        size_t dim = sh[s].dim, K = sh[s].K, nd = sh[s].nd, lq = sh[s].lq;
+        plaid p;
+        plaid_make(&p, dim, K, nd, sh[s].maxlen, sh[s].nbits, sh[s].code_bytes);
+        emb q;
+        emb_rand(&q, KERN_F32, lq, dim);
+        if (s == 0) {
+            /* query token 0: (1 + 2^-8) times the sign of document 0's first token's
+             * residual in each dim: bf16 rounds each value down by 2^-8 (a tie, to even),
+             * all in the one direction that moves the residual product most */
+            int64_t f = p.off[0];
+            for (size_t n = 0; p.off[n + 1] == p.off[n] && n + 1 < nd; n++)
+                f = p.off[n + 1];
+            for (size_t j = 0; j < dim; j++)
+                q.val[j] =
+                    (p.w[p.buckets[(size_t)f * dim + j]] >= 0 ? 1.0f : -1.0f) * (1.0f + 0x1p-8f);
+        }
+        float *qc = xcalloc(lq * K, sizeof(float)), *ex = xcalloc(nd, sizeof(float));
+        float *ap = xcalloc(nd, sizeof(float)), *bd = xcalloc(nd, sizeof(float));
+        ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
+        kern_residual a = {dim, sh[s].nbits, sh[s].code_bytes, q.val, lq, qc, K, p.w, p.docs, nd};
+        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+        ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, ex), KERN_OK);
+        poison(ap, nd);
+        poison(bd, nd);
+        ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_OK);
+        double qsum = 0;
+        for (size_t i = 0; i < lq; i++) {
+            double nn = 0;
+            for (size_t j = 0; j < dim; j++)
+                nn += (double)q.val[i * dim + j] * q.val[i * dim + j];
+            qsum += sqrt(nn);
+        }
+        for (size_t n = 0; n < nd; n++) {
+            if (p.off[n + 1] == p.off[n]) {
+                ck_assert(ap[n] == KERN_EMPTY_SCORE && ex[n] == KERN_EMPTY_SCORE && bd[n] == 0);
+                continue;
+            }
+            ck_assert_msg(isfinite(ap[n]) && isfinite(bd[n]), "shape %zu doc %zu", s, n);
+            double err = fabs((double)ap[n] - (double)ex[n]);
+            ck_assert_msg(err <= bd[n], "shape %zu doc %zu: bf16 %.9g, fp32 %.9g, bound %.3g", s, n,
+                          ap[n], ex[n], bd[n]);
+            ck_assert_msg(bd[n] < 0.01 * qsum, "shape %zu doc %zu: bound %.3g of %.3g", s, n, bd[n],
+                          qsum);
+        }
+        kern_cpu_force_isa(NULL);
+        emb_free(&q);
+        free(qc);
+        free(ex);
+        free(ap);
+        free(bd);
+        plaid_free(&p);
+    }
+    /* The sharp case: one token, its centroid zero, weights bf16 holds exactly, a query
+     * (1 + 2^-8) sign(r) that bf16 rounds down by 2^-8 in every dim: the whole error is
+     * 2^-8 sum |r_d| inv, which only the bound's query-rounding term covers. */
+    {
+        enum { D = 128 };
+        float w4[4] = {-0.1875f, -0.0625f, 0.0625f, 0.1875f}, C1[D] = {0}, qv[D], qc1[1];
+        uint8_t bk[D], pk[D / 4];
+        uint16_t code = 0;
+        double nn = 0;
+        for (size_t j = 0; j < D; j++) {
+            bk[j] = (uint8_t)(rnd() % 4);
+            nn += (double)w4[bk[j]] * w4[bk[j]];
+            qv[j] = (w4[bk[j]] > 0 ? 1.0f : -1.0f) * (1.0f + 0x1p-8f);
+        }
+        ref_pack(bk, D, 2, pk);
+        float inv1 = (float)(1 / sqrt(nn)), ex1, ap1, bd1;
+        kern_pdoc d1 = {&code, pk, &inv1, 1};
+        ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, qv, 1, C1, 1, D, qc1), KERN_OK);
+        kern_residual a1 = {D, 2, 2, qv, 1, qc1, 1, w4, &d1, 1};
+        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+        ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a1, &ex1), KERN_OK);
+        kern_cpu_force_isa(NULL);
+        ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a1, &ap1, &bd1), KERN_OK);
+        double err = fabs((double)ap1 - ex1);
+        double sabs = 0;
+        for (size_t j = 0; j < D; j++)
+            sabs += fabs(w4[bk[j]]);
+        ck_assert_msg(err > 0.9 * 0x1p-8 * sabs * inv1,
+                      "the adversarial query lost its error: %.3g", err);
+        ck_assert_msg(err <= bd1, "adversarial: bf16 %.9g, fp32 %.9g, bound %.3g", ap1, ex1, bd1);
+    }
+    /* refused as the exact kernel refuses */
+    float w[4] = {0}, q[8] = {0}, qc[2] = {0}, inv[2] = {1, 1}, ap[1], bd[1];
+    uint16_t codes[2] = {0, 2};
+    uint8_t res[4] = {0};
+    kern_pdoc doc = {codes, res, inv, 2};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1};
+    ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
+    ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CUDA, &a, ap, bd), KERN_ENODEV);
+}
+END_TEST
+
 /* ---- centroid interaction ------------------------------------------------------------------ */
 
 static void check_interaction(size_t K, size_t nd, size_t maxlen, size_t lq, unsigned cb,
@@ -426,6 +549,7 @@ int main(void)
         {"residual_long_docs", test_kernels_residual_long_docs, 0},
         {"residual_unaligned", test_kernels_residual_unaligned, 0},
         {"residual_bad_input", test_kernels_residual_bad_input, 0},
+        {"residual_screen_bound", test_kernels_residual_screen_bound, 0},
         {"interaction_all_kept", test_kernels_interaction_all_kept, 0},
         {"interaction_keep_mask", test_kernels_interaction_keep_mask, 0},
         {"interaction_bad_code", test_kernels_interaction_bad_code, 0},

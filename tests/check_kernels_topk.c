@@ -127,6 +127,33 @@ START_TEST(test_kernels_topk_stream_chunks)
 }
 END_TEST
 
+/* kern_topk_threshold: -inf until k scores are held, then the k-th best so far. */
+START_TEST(test_kernels_topk_threshold)
+{
+    rng_init_random();
+    size_t n = 6000, k = 50;
+    float *x = xcalloc(n, sizeof(float));
+    pair *ref = xcalloc(n, sizeof(pair));
+    tie_scores(x, n);
+    kern_topk *t = kern_topk_new(k);
+    ck_assert(kern_topk_threshold(t) == -INFINITY);
+    for (size_t i = 0; i < n;) {
+        size_t c = urnd(0, 400);
+        c = c > n - i ? n - i : c;
+        ck_assert_int_eq(kern_topk_push(t, x + i, NULL, c), KERN_OK);
+        i += c;
+        size_t m = ref_topk(x, NULL, i, ref);
+        float want = m >= k ? ref[k - 1].v : -INFINITY;
+        ck_assert_msg(kern_topk_threshold(t) == want, "after %zu: %g, want %g", i,
+                      kern_topk_threshold(t), want);
+    }
+    kern_topk_free(t);
+    ck_assert(kern_topk_threshold(NULL) == -INFINITY);
+    free(x);
+    free(ref);
+}
+END_TEST
+
 START_TEST(test_kernels_topk_stream_ids)
 {
     /* Explicit ids, ties to the lower id whatever the push order; k above the count. */
@@ -193,6 +220,7 @@ int main(void)
     const fx_case cases[] = {
         {"topk_rows", test_kernels_topk_rows, 0},
         {"topk_stream_chunks", test_kernels_topk_stream_chunks, 0},
+        {"topk_threshold", test_kernels_topk_threshold, 0},
         {"topk_stream_ids", test_kernels_topk_stream_ids, 0},
         {"topk_stream_edges", test_kernels_topk_stream_edges, 0},
     };

@@ -76,6 +76,66 @@ START_TEST(test_search_exhaustive_matches_bruteforce)
 }
 END_TEST
 
+/*
+ * Exhaustive search through the AMX screen (engine/search_exact.c: bf16 scores with a bound,
+ * fp32 for what the bound cannot rule out) returns exactly what the unscreened search returns:
+ * the same ids in the same order with the same scores bit for bit, at k 1, 10 and 100, over
+ * more documents than one chunk (4,096; so the running k-th score rules documents out too),
+ * on one and two threads, with every document present twice under two ids (ties everywhere).
+ */
+START_TEST(test_search_exhaustive_screen_same)
+{
+    enum { N = 2600, NQ = 6 };
+    fx_corpus c;
+    fx_corpus_default(&c, N, 31);
+    tartan_db *db = fx_open(fx_path("ix"), TARTAN_CREATE, DIM, 64);
+    fx_add_range(db, &c, 0, N);
+    /* the same documents again under other ids */
+    const char **ids2 = xmalloc(N * sizeof *ids2);
+    char(*buf)[32] = xmalloc(N * sizeof *buf);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(buf[i], sizeof buf[i], "twin-%zu", i);
+        ids2[i] = buf[i];
+    }
+    tartan_batch b = {N, ids2, c.doclens, c.emb, c.n_rows, DIM, TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    size_t rows;
+    float *q = fx_queries(&c, NQ, LQ, NULL, 0.8, &rows);
+    tartan_queries qs = fx_fixed_queries(q, NQ, LQ, DIM);
+    static const size_t ks[] = {1, 10, 100};
+    for (size_t ki = 0; ki < 3; ki++)
+        for (int threads = 1; threads <= 2; threads++) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, ks[ki]);
+            p.exhaustive = 1;
+            p.threads = threads;
+            ck_assert_int_eq(setenv("TARTAN_EXACT_SCREEN", "0", 1), 0);
+            tartan_results *r0 = fx_search_ok(db, &qs, &p);
+            ck_assert_int_eq(unsetenv("TARTAN_EXACT_SCREEN"), 0);
+            tartan_results *r1 = fx_search_ok(db, &qs, &p);
+            for (size_t i = 0; i < NQ; i++) {
+                ck_assert_uint_eq(r0->counts[i], ks[ki]);
+                ck_assert_uint_eq(r1->counts[i], ks[ki]);
+                for (size_t j = 0; j < ks[ki]; j++) {
+                    const tartan_hit *x = &r0->hits[r0->offsets[i] + j];
+                    const tartan_hit *y = &r1->hits[r1->offsets[i] + j];
+                    ck_assert_msg(!strcmp(x->id, y->id) &&
+                                      memcmp(&x->score, &y->score, sizeof x->score) == 0,
+                                  "k %zu threads %d query %zu rank %zu: %s %.9g, screened %s %.9g",
+                                  ks[ki], threads, i, j, x->id, x->score, y->id, y->score);
+                }
+            }
+            tartan_results_free(r0);
+            tartan_results_free(r1);
+        }
+    free(q);
+    free(ids2);
+    free(buf);
+    tartan_close(db);
+    fx_corpus_free(&c);
+}
+END_TEST
+
 START_TEST(test_search_plaid_wide_equals_exhaustive)
 {
     fx_corpus c;
@@ -314,6 +374,7 @@ int main(void)
     const fx_case cases[] = {
         {"params_defaults", test_search_params_defaults, 0},
         {"exhaustive_matches_bruteforce", test_search_exhaustive_matches_bruteforce, 0},
+        {"exhaustive_screen_same", test_search_exhaustive_screen_same, 0},
         {"plaid_wide_equals_exhaustive", test_search_plaid_wide_equals_exhaustive, 0},
         {"default_recall", test_search_default_recall, 0},
         {"subset_only_allowed", test_search_subset_only_allowed, 0},

@@ -22,6 +22,7 @@ WARP's num_threads (its rayon pool). One JSON line a setting (bench/peers_common
 """
 import argparse
 import os
+import re
 import sys
 import time
 import types
@@ -42,6 +43,21 @@ def import_warp():
         warnings.simplefilter("ignore")
         import xtr_warp
     return xtr_warp
+
+
+def search_bytes(d):
+    """Bytes of the files a search loads. WARP keeps each indexing chunk's codes, residuals,
+    passage ids and doclens beside the compacted lists it searches (for add and update), so
+    the directory holds the residuals twice; a copy without the chunk files gives the same
+    answers (checked on a 5,000-document index)."""
+    n = 0
+    for f in os.listdir(d):
+        if re.match(r"^(\d+\.(codes|residuals|passage_ids|metadata)\.|doclens\.\d+\.npy$)", f):
+            continue
+        p = os.path.join(d, f)
+        if os.path.isfile(p):
+            n += os.path.getsize(p)
+    return n
 
 
 def main():
@@ -97,11 +113,14 @@ def main():
         build_s = time.perf_counter() - t0
         del docs
         nbytes = pc.dir_bytes(a.index_dir)
+        sbytes = search_bytes(a.index_dir)
         r = rec.write({"kind": "build", "threads": a.threads, "build_s": build_s,
                        "index_bytes": nbytes, "bytes_per_token": nbytes / c.n_tokens,
+                       "search_bytes": sbytes, "search_bytes_per_token": sbytes / c.n_tokens,
                        "params": {"nbits": a.nbits, "kmeans_iters": a.kmeans_iters}})
         pc.log(f"build {build_s:.2f} s, {nbytes / 2**20:.1f} MiB "
-               f"({r['bytes_per_token']:.1f} B a token)")
+               f"({r['bytes_per_token']:.1f} B a token; the files search reads: "
+               f"{r['search_bytes_per_token']:.1f})")
     if a.no_search:
         return
 

@@ -14,10 +14,14 @@ timed from the list of documents to the index on disk, load timed apart.
 
 Search: WARP's defaults (its hyperparams.optimize: nprobe, t_prime, bound, threshold and
 max_candidates from the index's density and k), then its speed/recall knobs: each nprobe of
---nprobe at each centroid score threshold of --thresholds (default 0: at WARP's own 0.5,
-recall against exact MaxSim stays near 0.5-0.65 on `tartan gen` corpora whatever nprobe is),
-each nprobe at the default threshold, and each t_prime of --t-prime at the default nprobe
-(bound raised to at least 8 nprobe, as its heuristic does). --threads sets torch's threads and
+--nprobe at each centroid score threshold of --thresholds (default 0: WARP's own 0.5 drops
+query tokens whose best centroid scores under it, which on `tartan gen --model 1` holds
+recall near 0.42-0.50 whatever nprobe is; on model 2 it changes little), each nprobe at the
+default threshold, and each t_prime of --t-prime at the default nprobe (bound raised to at
+least 8 nprobe, as its heuristic does). WARP's recall against exact MaxSim is low at its
+defaults by design: it scores a document from the probed clusters only and imputes the
+other query tokens' similarities, without rescoring (bench/peers_warp_check.py measures
+it; bench/RESULTS.md, "Side by side with the peers"). --threads sets torch's threads and
 WARP's num_threads (its rayon pool). One JSON line a setting (bench/peers_common.py).
 """
 import argparse

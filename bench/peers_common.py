@@ -13,7 +13,7 @@ one JSON object a line to the same kind of file:
   recall_exact, recall_tartan, ...}.
 
 Timing: batched = all nq queries in one call of the engine, best of --repeats after one
-warm-up call; latency = one query a call over the first --latency-nq queries after 5 warm-up
+warm-up call (with the process's CPU seconds in that call: qps_per_cpu_s); latency = one query a call over the first --latency-nq queries after 5 warm-up
 calls, wall clock of the Python call (every engine here is Python over native code).
 queries/s per core = batched queries/s / threads on the CPU (on a GPU: the queries/s).
 
@@ -296,12 +296,19 @@ def measure(search_batch, search_one, nq, repeats, latency_nq, ids_of, sync=None
     sync()
     first = time.perf_counter() - t0
     times = [first] if max_batch_s and first > max_batch_s else []
+    cpu = [float("nan")] if times else []
     for _ in range(repeats if not times else 0):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         res = search_batch(nq)
         sync()
         times.append(time.perf_counter() - t0)
-    out = {"nq": nq, "batch_s": times, "batch_qps": nq / min(times),
+        cpu.append(time.process_time() - c0)
+    best = min(range(len(times)), key=times.__getitem__)
+    # CPU seconds of the process (all its threads) in the fastest batch: on a shared machine
+    # queries per CPU second stays put where wall-clock rates drop with the load
+    out = {"nq": nq, "batch_s": times, "batch_qps": nq / times[best],
+           "batch_cpu_s": cpu, "qps_per_cpu_s": nq / cpu[best] if cpu[best] > 0 else None,
            "warmup_s": first}
     lat_n = min(latency_nq, nq)
     if lat_n > 0:

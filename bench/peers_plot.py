@@ -23,7 +23,7 @@ import sys
 ENGINE_ORDER = ["tartan", "tartan-nb4", "warp", "fast-plaid", "voyager"]
 COLOURS = {"tartan": "#1f77b4", "tartan-nb4": "#17becf", "warp": "#d62728",
            "fast-plaid": "#2ca02c", "voyager": "#9467bd"}
-MARKERS = {1: "o", 4: "s", 16: "^"}
+MARKERS = {1: "o", 2: "D", 4: "s", 16: "^"}
 LEVELS = [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99]
 
 
@@ -60,6 +60,12 @@ def eng_key(e):
     return ENGINE_ORDER.index(e) if e in ENGINE_ORDER else len(ENGINE_ORDER)
 
 
+def load_str(r):
+    """The 1-minute load average when the record was written."""
+    ld = (r.get("machine") or {}).get("load")
+    return f"{ld[0]:.1f}" if ld else ""
+
+
 def kind_of(r):
     return r.get("device_kind") or ("cpu" if r.get("device") == "cpu" else "gpu")
 
@@ -77,27 +83,33 @@ def table(corpus, recs):
                f"commit {m.get('commit')}; {min(r['date'] for r in recs)} to "
                f"{max(r['date'] for r in recs)}.\n")
     if builds:
-        out.append("| engine | version | build s | where (threads) | index bytes | bytes/token | build settings |")
-        out.append("|---|---|---|---|---|---|---|")
+        out.append("| engine | version | build s | where (threads) | load | index bytes | "
+                   "bytes/token | build settings |")
+        out.append("|---|---|---|---|---|---|---|---|")
         for r in sorted(builds, key=lambda r: eng_key(r["engine"])):
+            sb = r.get("search_bytes_per_token")
+            extra = f"; files search reads: {sb:.1f} B/token" if sb else ""
             out.append(f"| {r['engine']} | {r.get('version')} | {fmt(r['build_s'], 2)} | "
-                       f"{r['device']} ({r.get('threads')}) | {r['index_bytes']:,} | "
-                       f"{fmt(r['bytes_per_token'], 1)} | {params_str(r.get('params'))} |")
+                       f"{r['device']} ({r.get('threads')}) | {load_str(r)} | "
+                       f"{r['index_bytes']:,} | {fmt(r['bytes_per_token'], 1)} | "
+                       f"{params_str(r.get('params'))}{extra} |")
         out.append("")
     nq = sorted({r.get("nq") for r in searches})
     out.append(f"Searches: k 10, {'/'.join(str(x) for x in nq)} queries a batch (best of the "
                "timed batches); latency: one query a call. recall@10 vs exact: against exact "
                "MaxSim on the original vectors; vs tartan: against tartan's exhaustive search.\n")
     out.append("| engine | device | threads | setting | recall@10 vs exact | vs tartan | "
-               "queries/s | queries/s per core | p50 ms | p99 ms | parameters |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+               "queries/s | queries/s per core | queries/CPU-s | p50 ms | p99 ms | load | "
+               "parameters |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(searches, key=lambda r: (eng_key(r["engine"]), kind_of(r), r["threads"],
                                              -(r.get("recall_exact") or 0))):
         out.append(f"| {r['engine']} | {kind_of(r)} | {r['threads']} | {r['setting']} | "
                    f"{fmt(r.get('recall_exact'), 4)} | {fmt(r.get('recall_tartan'), 4)} | "
                    f"{fmt(r['batch_qps'])} | {fmt(r['qps_per_core'])} | "
+                   f"{fmt(r.get('qps_per_cpu_s'))} | "
                    f"{fmt(r.get('latency_p50_ms'), 2)} | {fmt(r.get('latency_p99_ms'), 2)} | "
-                   f"{params_str(r.get('params'))} |")
+                   f"{load_str(r)} | {params_str(r.get('params'))} |")
     out.append("")
     # at equal recall
     groups = sorted({(kind_of(r), r["threads"]) for r in searches})
@@ -105,10 +117,13 @@ def table(corpus, recs):
     levels = [x for x in LEVELS if x <= top + 1e-9]
     engines = [e for e in ENGINE_ORDER if any(r["engine"] == e for r in searches)]
     engines += sorted({r["engine"] for r in searches} - set(engines))
-    if levels:
-        out.append("At equal recall: the best queries/s per core (GPU: queries/s) among an "
-                   "engine's settings whose recall@10 vs exact reaches the level; ratio = "
-                   "tartan's best (any nbits) / the best peer's.\n")
+    for metric, what in (("qps_per_core", "queries/s per core (GPU: queries/s)"),
+                         ("qps_per_cpu_s", "queries per CPU second of the process")):
+        if not levels or not any(r.get(metric) for r in searches):
+            continue
+        out.append(f"At equal recall, {what}: the best among an engine's settings whose "
+                   "recall@10 vs exact reaches the level; ratio = tartan's best (any nbits) / "
+                   "the best peer's.\n")
         out.append("| device | threads | recall@10 vs exact >= | "
                    + " | ".join(engines) + " | tartan / best peer |")
         out.append("|---|---|---|" + "---|" * len(engines) + "---|")
@@ -116,9 +131,9 @@ def table(corpus, recs):
             for lv in levels:
                 best = {}
                 for e in engines:
-                    ok = [r["qps_per_core"] for r in searches
+                    ok = [r[metric] for r in searches
                           if r["engine"] == e and kind_of(r) == kind and r["threads"] == t
-                          and (r.get("recall_exact") or 0) >= lv]
+                          and (r.get("recall_exact") or 0) >= lv and r.get(metric)]
                     best[e] = max(ok) if ok else None
                 peers = [v for e, v in best.items() if not e.startswith("tartan") and v]
                 ours = [v for e, v in best.items() if e.startswith("tartan") and v]

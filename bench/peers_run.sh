@@ -130,7 +130,8 @@ search() {
         --threads "$([[ $dev == cpu ]] && echo "$t" || echo 0)" --device "$dev" --nq "$NQ" \
         --latency-nq "$LAT_NQ" --repeats "$REPEATS" --max-seconds "$max_s" \
         --reference "$d/tartan-exhaustive.trec" --exact-truth "$d/exact.trec" \
-        --index-dir "$w/fastplaid" --reuse-index --probes "$FP_PROBES" --full-scores "$FP_FULL" \
+        --index-dir "$w/fastplaid" --reuse-index --nbits "$FP_NBITS" \
+        --probes "$FP_PROBES" --full-scores "$FP_FULL" \
         --out "$d/$tag.json" --run "$d/$tag.run" --jsonl "$d/$tag.jsonl" ;;
   esac
 }

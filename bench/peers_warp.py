@@ -14,14 +14,19 @@ timed from the list of documents to the index on disk, load timed apart.
 
 Search: WARP's defaults (its hyperparams.optimize: nprobe, t_prime, bound, threshold and
 max_candidates from the index's density and k), then its speed/recall knobs: each nprobe of
---nprobe at each centroid score threshold of --thresholds (default 0: at WARP's own 0.5,
-recall against exact MaxSim stays near 0.5-0.65 on `tartan gen` corpora whatever nprobe is),
-each nprobe at the default threshold, and each t_prime of --t-prime at the default nprobe
-(bound raised to at least 8 nprobe, as its heuristic does). --threads sets torch's threads and
+--nprobe at each centroid score threshold of --thresholds (default 0: WARP's own 0.5 drops
+query tokens whose best centroid scores under it, which on `tartan gen --model 1` holds
+recall near 0.42-0.50 whatever nprobe is; on model 2 it changes little), each nprobe at the
+default threshold, and each t_prime of --t-prime at the default nprobe (bound raised to at
+least 8 nprobe, as its heuristic does). WARP's recall against exact MaxSim is low at its
+defaults by design: it scores a document from the probed clusters only and imputes the
+other query tokens' similarities, without rescoring (bench/peers_warp_check.py measures
+it; bench/RESULTS.md, "Side by side with the peers"). --threads sets torch's threads and
 WARP's num_threads (its rayon pool). One JSON line a setting (bench/peers_common.py).
 """
 import argparse
 import os
+import re
 import sys
 import time
 import types
@@ -42,6 +47,21 @@ def import_warp():
         warnings.simplefilter("ignore")
         import xtr_warp
     return xtr_warp
+
+
+def search_bytes(d):
+    """Bytes of the files a search loads. WARP keeps each indexing chunk's codes, residuals,
+    passage ids and doclens beside the compacted lists it searches (for add and update), so
+    the directory holds the residuals twice; a copy without the chunk files gives the same
+    answers (checked on a 5,000-document index)."""
+    n = 0
+    for f in os.listdir(d):
+        if re.match(r"^(\d+\.(codes|residuals|passage_ids|metadata)\.|doclens\.\d+\.npy$)", f):
+            continue
+        p = os.path.join(d, f)
+        if os.path.isfile(p):
+            n += os.path.getsize(p)
+    return n
 
 
 def main():
@@ -97,11 +117,14 @@ def main():
         build_s = time.perf_counter() - t0
         del docs
         nbytes = pc.dir_bytes(a.index_dir)
+        sbytes = search_bytes(a.index_dir)
         r = rec.write({"kind": "build", "threads": a.threads, "build_s": build_s,
                        "index_bytes": nbytes, "bytes_per_token": nbytes / c.n_tokens,
+                       "search_bytes": sbytes, "search_bytes_per_token": sbytes / c.n_tokens,
                        "params": {"nbits": a.nbits, "kmeans_iters": a.kmeans_iters}})
         pc.log(f"build {build_s:.2f} s, {nbytes / 2**20:.1f} MiB "
-               f"({r['bytes_per_token']:.1f} B a token)")
+               f"({r['bytes_per_token']:.1f} B a token; the files search reads: "
+               f"{r['search_bytes_per_token']:.1f})")
     if a.no_search:
         return
 

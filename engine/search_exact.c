@@ -79,15 +79,18 @@ static int screened(scan *c, size_t g, const kern_residual *a, float *out)
     int rc = ap && bd ? kern_maxsim_residual_screen(KERN_DEV_CPU, a, ap, bd) : KERN_ENOMEM;
     /* the k-th largest lower end (score - bound) of the item: nothing reaching below it... */
     float kth = -INFINITY;
-    if (!rc && nd > k && (lo = malloc(nd * sizeof *lo))) {
-        size_t nl = 0;
-        for (size_t i = 0; i < nd; i++)
-            if (ap[i] != KERN_EMPTY_SCORE)
-                lo[nl++] = ap[i] - bd[i];
-        if (nl >= k)
-            kth = kth_largest(lo, nl, k);
-    } else if (!rc && nd > k)
-        rc = KERN_ENOMEM;
+    if (!rc && nd > k) {
+        if (!(lo = malloc(nd * sizeof *lo))) {
+            rc = KERN_ENOMEM;
+        } else {
+            size_t nl = 0;
+            for (size_t i = 0; i < nd; i++)
+                if (ap[i] != KERN_EMPTY_SCORE)
+                    lo[nl++] = ap[i] - bd[i];
+            if (nl >= k)
+                kth = kth_largest(lo, nl, k);
+        }
+    }
     /* ... and nothing below the running k-th exact score can enter */
     float run = kern_topk_threshold(c->tk[g]);
     if (!rc) {

@@ -332,10 +332,30 @@ static inline float bf16_daz(uint16_t h)
     return (h & 0x7f80u) ? kern_bf16_to_f32(h) : 0.0f;
 }
 
-/* Screening's bounds over the centroids: the largest |c|, |bf16(c)| and |bf16(c) - c|. */
-typedef struct screen_bounds {
-    double cn, cbn, dcn;
-} screen_bounds;
+/* The norms the screens' bounds are built from, of a vector v [n] and of its bf16 rounding as
+ * the tile unit reads it: |v|, |bf16(v)| and |bf16(v) - v|, summed in double. */
+typedef struct bf16_norms {
+    double v, b, d;
+} bf16_norms;
+
+static bf16_norms norms_of(const float *v, size_t n)
+{
+    double s = 0, sb = 0, sd = 0;
+    for (size_t k = 0; k < n; k++) {
+        double x = v[k], xb = bf16_daz(kern_f32_to_bf16(v[k]));
+        s += x * x;
+        sb += xb * xb;
+        sd += (xb - x) * (xb - x);
+    }
+    return (bf16_norms){sqrt(s), sqrt(sb), sqrt(sd)};
+}
+
+/* g = n u / (1 - n u), u = 2^-24: a sum of n fp32 products, in any order, is within g times
+ * the sum of their magnitudes of the exact one. */
+static double sum_gamma(size_t n)
+{
+    return (double)n * 0x1p-24 / (1 - (double)n * 0x1p-24);
+}
 
 /* Candidates a point may list before it goes to the fp32 kernel. */
 #define SCREEN_CAP 64
@@ -372,30 +392,25 @@ static int amx_nearest(const float *x, size_t n, const float *centroids, size_t 
         kern_set_error("nearest_centroid_bf16: out of memory for %zu bf16 centroids", n_centroids);
         return KERN_ENOMEM;
     }
+    /* screening: the largest |c|, |bf16(c)| and |bf16(c) - c| over the centroids */
     double cn = 0, cbn = 0, dcn = 0;
 #pragma omp parallel for schedule(static) reduction(max : cn, cbn, dcn)
     for (long long cc = 0; cc < (long long)kp; cc++) {
         size_t c = (size_t)cc < n_centroids ? (size_t)cc : n_centroids - 1;
         uint16_t *r = cb + (size_t)cc * dimp;
         const float *f = centroids + c * dim;
-        double s = 0, sb = 0, sd = 0;
-        for (size_t k = 0; k < dim; k++) {
+        for (size_t k = 0; k < dim; k++)
             r[k] = kern_f32_to_bf16(f[k]);
-            if (screen) {
-                double v = f[k], vb = bf16_daz(r[k]);
-                s += v * v;
-                sb += vb * vb;
-                sd += (vb - v) * (vb - v);
-            }
-        }
         for (size_t k = dim; k < dimp; k++)
             r[k] = 0;
-        cn = s > cn ? s : cn;
-        cbn = sb > cbn ? sb : cbn;
-        dcn = sd > dcn ? sd : dcn;
+        if (screen) {
+            bf16_norms nc = norms_of(f, dim);
+            cn = nc.v > cn ? nc.v : cn;
+            cbn = nc.b > cbn ? nc.b : cbn;
+            dcn = nc.d > dcn ? nc.d : dcn;
+        }
     }
-    screen_bounds sbd = {sqrt(cn), sqrt(cbn), sqrt(dcn)};
-    double gam = (double)dim * 0x1p-24 / (1 - (double)dim * 0x1p-24);
+    double gam = sum_gamma(dim);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -436,20 +451,12 @@ static int amx_nearest(const float *x, size_t n, const float *centroids, size_t 
             for (size_t i = 0; i < m; i++) {
                 uint16_t *q = pk + (i / 32) * panel + (i % 32) * 2;
                 const float *xi = x + (p0 + i) * dim;
-                double s = 0, sb = 0, sd = 0;
-                for (size_t k = 0; k < dim; k++) {
-                    uint16_t h = kern_f32_to_bf16(xi[k]);
-                    q[(k / 2) * 64 + (k & 1)] = h;
-                    if (screen) {
-                        double v = xi[k], vb = bf16_daz(h);
-                        s += v * v;
-                        sb += vb * vb;
-                        sd += (vb - v) * (vb - v);
-                    }
+                for (size_t k = 0; k < dim; k++)
+                    q[(k / 2) * 64 + (k & 1)] = kern_f32_to_bf16(xi[k]);
+                if (screen) {
+                    bf16_norms nx = norms_of(xi, dim);
+                    eb[i] = gam * nx.b * cbn + nx.d * cbn + nx.v * dcn + gam * nx.v * cn + 0x1p-100;
                 }
-                if (screen)
-                    eb[i] = gam * sqrt(sb) * sbd.cbn + sqrt(sd) * sbd.cbn + sqrt(s) * sbd.dcn +
-                            gam * sqrt(s) * sbd.cn + 0x1p-100;
             }
             for (size_t i = 0; i < np * 32; i++) {
                 bs[i] = -INFINITY;
@@ -723,31 +730,24 @@ int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *b
         dwmax = fmax(dwmax, fabs(wb - w));
     }
     double sd = sqrt((double)dim), R = sd * wmax, Rb = sd * wbmax, dR = sd * dwmax;
-    double gam = (double)dim * 0x1p-24 / (1 - (double)dim * 0x1p-24), u = 0x1p-24;
+    double gam = sum_gamma(dim), u = 0x1p-24;
     double qe = 0; /* sum over query tokens of the bound without inv_max */
     int finite = isfinite(R) && isfinite(Rb);
     for (size_t i = 0; i < lq; i++) {
         const float *qi = a->q + i * dim;
-        double s = 0, sb = 0, sdq = 0, amax = 0;
         uint16_t *grp = qb + (i / 16) * dimp * 16;
-        for (size_t k = 0; k < dim; k++) {
-            uint16_t h = kern_f32_to_bf16(qi[k]);
-            grp[(k / 2) * 32 + (i % 16) * 2 + (k & 1)] = h;
-            double v = qi[k], vb = bf16_daz(h);
-            s += v * v;
-            sb += vb * vb;
-            sdq += (vb - v) * (vb - v);
-        }
+        for (size_t k = 0; k < dim; k++)
+            grp[(k / 2) * 32 + (i % 16) * 2 + (k & 1)] = kern_f32_to_bf16(qi[k]);
+        bf16_norms nq = norms_of(qi, dim);
         const float *Si = a->qc + i * K;
         float am = 0;
         for (size_t c = 0; c < K; c++) {
             float v = fabsf(Si[c]);
             am = v > am ? v : am;
         }
-        amax = isnan(am) ? INFINITY : am; /* a NaN score: no bound (the max skips NaN) */
-        double qn = sqrt(s), qbn = sqrt(sb);
-        qe += sqrt(sdq) * Rb + qn * dR + gam * (qn * R + qbn * Rb) +
-              8 * u * (qn * fmax(R, Rb) + amax);
+        double amax = isnan(am) ? INFINITY : am; /* a NaN score: no bound (max skips NaN) */
+        qe += nq.d * Rb + nq.v * dR + gam * (nq.v * R + nq.b * Rb) +
+              8 * u * (nq.v * fmax(R, Rb) + amax);
     }
     finite = finite && isfinite(qe);
     for (unsigned v = 0; v < 256; v++)
@@ -757,7 +757,7 @@ int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *b
                 bucket |= ((v >> (7 - (jj * nbits + b))) & 1u) << b;
             dec[v * per + jj] = kern_f32_to_bf16(a->bucket_weights[bucket]);
         }
-    double glq = (double)lq * u / (1 - (double)lq * u);
+    double glq = sum_gamma(lq);
     int failed = 0;
 #pragma omp parallel
     {

@@ -13,11 +13,19 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_check.cuh"
 
 namespace
 {
+
+/* An environment variable set to "0": a benchmark's switch back to the former kernel. */
+static int getenv_flag_off(const char *name)
+{
+    const char *e = getenv(name);
+    return e && !strcmp(e, "0");
+}
 
 /* ---- probes: each column's best ncells rows of ST ------------------------------------- */
 
@@ -43,11 +51,54 @@ __device__ __forceinline__ void keep_best(float (&v)[NC], int (&ix)[NC], int n, 
     ix[p] = r;
 }
 
+/* Floats as unsigned keys in the same order (NaN excluded by the callers: keep_best drops it,
+ * fmaxf skips it). */
+__device__ __forceinline__ unsigned order_key(float x)
+{
+    const unsigned u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_value(unsigned k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+/* Phase 0 (with a finite margin): each column's best value, as an order key in colkey[j]
+ * (zeroed by the caller: below every value's key). Why: the merge keeps only rows within margin
+ * of that best, so a segment that knows it skips every row below at once; without it, every
+ * segment kept its own best n, and the first few hundred rows of each segment inserted into a
+ * list in local memory with the warp diverged (15% of a default search's GPU time at 2M
+ * documents, H200). The same grid and loads as phase 1, one atomic a segment and column. */
+__global__ void __launch_bounds__(PROBE_THREADS)
+    probe_colmax_kernel(const float *__restrict__ ST, long long K, long long ld, long long seg_rows,
+                        unsigned *__restrict__ colkey)
+{
+    const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
+    if (j >= ld)
+        return;
+    const long long r0 = (long long)blockIdx.y * seg_rows;
+    const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
+    float best = -INFINITY;
+    for (long long r = r0; r < r1; r += PROBE_BATCH) {
+        float x[PROBE_BATCH];
+#pragma unroll
+        for (int u = 0; u < PROBE_BATCH; u++)
+            x[u] = r + u < r1 ? __ldg(ST + (r + u) * ld + j) : -INFINITY;
+#pragma unroll
+        for (int u = 0; u < PROBE_BATCH; u++)
+            best = fmaxf(best, x[u]);
+    }
+    if (best > -INFINITY)
+        atomicMax(colkey + j, order_key(best));
+}
+
 /* Phase 1: segment s of the rows, column j: its best n into part [(s * ld + j) * n ...]. */
 template <int NC>
 __global__ void __launch_bounds__(PROBE_THREADS)
     probe_segment_kernel(const float *__restrict__ ST, long long K, long long ld, int n,
-                         long long seg_rows, float *__restrict__ pv, int *__restrict__ pi)
+                         long long seg_rows, const unsigned *__restrict__ colkey, float margin,
+                         float *__restrict__ pv, int *__restrict__ pi)
 {
     const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
     if (j >= ld)
@@ -61,6 +112,14 @@ __global__ void __launch_bounds__(PROBE_THREADS)
     const long long r0 = (long long)blockIdx.y * seg_rows;
     const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
     float last = -INFINITY;
+    /* Rows below the merge's threshold (the column's best less margin, the same float
+     * operation as the merge's) are never probed: skipped here. No column best (all rows
+     * NaN or -INFINITY): nothing is kept, as before. */
+    float thr = -INFINITY;
+    if (colkey) {
+        const unsigned k = colkey[j];
+        thr = k ? key_value(k) - margin : INFINITY;
+    }
     /* PROBE_BATCH loads in flight before they are kept: one at a time, each row waited for
      * its load (a latency chain of seg_rows loads). Rows past r1 read as -INFINITY, never
      * kept. */
@@ -73,7 +132,7 @@ __global__ void __launch_bounds__(PROBE_THREADS)
              * the (local-memory) list. */
 #pragma unroll
         for (int u = 0; u < PROBE_BATCH; u++)
-            if (x[u] > last) {
+            if (x[u] > last && x[u] >= thr) {
                 keep_best<NC>(v, ix, n, x[u], (int)(r + u));
                 last = v[n - 1];
             }
@@ -94,18 +153,6 @@ __global__ void __launch_bounds__(PROBE_THREADS)
  * descending, row ascending, as keep_best orders them), so the output is the serial merge's. */
 constexpr int MERGE_THREADS = 256;
 constexpr int MERGE_CAP = 1024;
-
-/* Floats as unsigned keys in the same order (NaN excluded by the callers: keep_best drops it). */
-__device__ __forceinline__ unsigned order_key(float x)
-{
-    const unsigned u = __float_as_uint(x);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ float key_value(unsigned k)
-{
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 __device__ __forceinline__ float block_max(float x, float *red)
 {
@@ -279,12 +326,26 @@ int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int3
         return rc;
     int *pi = (int *)(pv + part);
     const unsigned cols = (unsigned)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
+    /* A finite margin: the columns' best first (phase 0). */
+    unsigned *colkey = NULL;
+    const int pre = margin < INFINITY && !getenv_flag_off("TARTAN_PROBE_COLMAX");
+    if (pre) {
+        if ((rc = kern_scratch((void **)&colkey, ld * sizeof(unsigned))) != KERN_OK) {
+            kern_scratch_free(pv, part * (sizeof(float) + sizeof(int)));
+            return rc;
+        }
+        cudaMemsetAsync(colkey, 0, ld * sizeof(unsigned), 0);
+        probe_colmax_kernel<<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
+            ST, (long long)K, (long long)ld, seg_rows, colkey);
+    }
     probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
-        ST, (long long)K, (long long)ld, n, seg_rows, pv, pi);
+        ST, (long long)K, (long long)ld, n, seg_rows, colkey, margin, pv, pi);
     probe_merge_kernel<NC>
         <<<(unsigned)ld, MERGE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, margin, probes);
     cudaError_t e = cudaGetLastError();
     rc = e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, "launch of probe kernels", __FILE__, __LINE__);
+    if (colkey)
+        kern_scratch_free(colkey, ld * sizeof(unsigned));
     kern_scratch_free(pv, part * (sizeof(float) + sizeof(int)));
     return rc;
 }
@@ -464,6 +525,126 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
             total += __shfl_xor_sync(0xffffffffu, total, o);
         if (lane == 0)
             approx[it] = any ? total : KERN_EMPTY_SCORE;
+    }
+}
+
+/*
+ * The same sums with IX_LANES lanes per document, IX_DOCS documents a warp at once. Why: the
+ * warp-per-document kernel above waits on a chain of loads per document (its number, its token
+ * range, its codes, then its score rows four at a time) with one document in flight; documents
+ * of ten tokens or so leave it latency-bound (58% of a default search's GPU time at 2M
+ * documents of doc-len 10, H200). Here each lane of a group holds four consecutive query
+ * tokens (float4 loads of a score row when every query's column offset and ld allow, else four
+ * scalars), a group folds up to IX_LANES of its document's tokens per step (one code a lane,
+ * every row of the step loaded before any is folded), and four documents run side by side.
+ * The sum is taken in the warp kernel's order exactly (its lane j is element j % 4 of lane
+ * j / 4 of a group; the butterfly's levels 16, 8, 4 are the group's, 2 and 1 inside the
+ * lane), so both kernels give the same bits.
+ */
+constexpr int IX_LANES = 8;
+constexpr int IX_DOCS = 32 / IX_LANES;
+constexpr int IX_WARPS = 8;
+
+template <bool VEC>
+__global__ void __launch_bounds__(IX_WARPS * 32)
+    interaction_group_kernel(const float *__restrict__ ST, long long ld,
+                             const int64_t *__restrict__ q_off, const int64_t *__restrict__ doc_off,
+                             const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
+                             long long width, long long n, int prune,
+                             const int64_t *__restrict__ counts, long long prune_over,
+                             const uint32_t *__restrict__ keep, long long kw,
+                             float *__restrict__ approx)
+{
+    const int lane = threadIdx.x & 31, sub = lane / IX_LANES, l = lane % IX_LANES;
+    const long long warps = (long long)gridDim.x * IX_WARPS;
+    for (long long base = ((long long)blockIdx.x * IX_WARPS + (threadIdx.x >> 5)) * IX_DOCS;
+         base < n; base += warps * IX_DOCS) {
+        const long long it = base + sub;
+        const bool valid = it < n;
+        const uint32_t d = valid ? docs[it] : KERN_NO_DOC;
+        const bool live = d != KERN_NO_DOC;
+        const long long qi = valid ? it / width : 0;
+        long long col0 = 0, t0 = 0;
+        int lq = 0, ntok = 0;
+        bool pr = false;
+        if (live) {
+            col0 = q_off[qi];
+            lq = (int)(q_off[qi + 1] - col0);
+            t0 = doc_off[d];
+            ntok = (int)(doc_off[d + 1] - t0);
+            pr = prune && (!counts || counts[qi] > prune_over);
+        }
+        const int lq_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)lq);
+        const int ntok_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)ntok);
+        const float *S = ST + col0;
+        const uint32_t *kq = keep + qi * kw;
+        float tot[4] = {0.f, 0.f, 0.f, 0.f};
+        bool any = false;
+        for (int g0 = 0; g0 < lq_max; g0 += 32) {
+            const int j = g0 + 4 * l; /* this lane's first query token */
+            float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            for (int tb = 0; tb < ntok_max; tb += IX_LANES) {
+                const bool in = tb + l < ntok;
+                const uint32_t mycode = in ? __ldg(codes + t0 + tb + l) : 0;
+                const bool kept = in && (!pr || ((__ldg(kq + (mycode >> 5)) >> (mycode & 31)) & 1));
+                unsigned left =
+                    (__ballot_sync(0xffffffffu, kept) >> (sub * IX_LANES)) & ((1u << IX_LANES) - 1);
+                const bool some = left != 0;
+                any |= some;
+                /* A missing token repeats the first kept one (max is idempotent). */
+                uint32_t cs[IX_LANES];
+#pragma unroll
+                for (int u = 0; u < IX_LANES; u++) {
+                    const int t = left ? __ffs(left) - 1 : -1;
+                    left &= left - 1;
+                    const uint32_t c =
+                        __shfl_sync(0xffffffffu, mycode, sub * IX_LANES + (t < 0 ? 0 : t));
+                    cs[u] = t < 0 ? cs[0] : c;
+                }
+                if (some && j < lq) {
+                    if (VEC) {
+                        float4 x[IX_LANES];
+#pragma unroll
+                        for (int u = 0; u < IX_LANES; u++)
+                            x[u] = __ldg(
+                                reinterpret_cast<const float4 *>(S + (long long)cs[u] * ld + j));
+#pragma unroll
+                        for (int u = 0; u < IX_LANES; u++) {
+                            m[0] = fmaxf(m[0], x[u].x);
+                            m[1] = fmaxf(m[1], x[u].y);
+                            m[2] = fmaxf(m[2], x[u].z);
+                            m[3] = fmaxf(m[3], x[u].w);
+                        }
+                    } else {
+                        float x[IX_LANES][4];
+#pragma unroll
+                        for (int u = 0; u < IX_LANES; u++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                x[u][e] = __ldg(S + (long long)cs[u] * ld + j + e);
+#pragma unroll
+                        for (int u = 0; u < IX_LANES; u++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                m[e] = fmaxf(m[e], x[u][e]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (j + e < lq)
+                    tot[e] += m[e];
+        }
+        /* The warp kernel's butterfly: levels 16, 8, 4 across the group's lanes... */
+#pragma unroll
+        for (int o = IX_LANES / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                tot[e] += __shfl_xor_sync(0xffffffffu, tot[e], o);
+        /* ... then 2 and 1 inside the lane. */
+        const float total = (tot[0] + tot[2]) + (tot[1] + tot[3]);
+        if (valid && l == 0)
+            approx[it] = !live ? __int_as_float(0x7fc00000) : any ? total : KERN_EMPTY_SCORE;
     }
 }
 
@@ -745,7 +926,6 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
                                      float threshold, float *approx)
 {
     cudaGetLastError();
-    (void)h_q_off;
     if (!ST || !q_off || !doc_off || !codes || !docs || !approx) {
         kern_set_error("interaction (cuda): NULL argument");
         return KERN_EINVAL;
@@ -768,10 +948,34 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
         keep_kernel<<<grid, 256>>>(ST, (long long)n_centroids, (long long)ld, q_off, threshold,
                                    kw, keep);
     }
-    interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(ST, (long long)ld, q_off, doc_off, codes,
-                                                         docs, (long long)width, n, prune,
-                                                         counts, (long long)prune_over, keep, kw,
-                                                         approx);
+    const char *var = getenv("TARTAN_INTERACTION");
+    if (var && !strcmp(var, "warp")) {
+        interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(
+            ST, (long long)ld, q_off, doc_off, codes, docs, (long long)width, n, prune, counts,
+            (long long)prune_over, keep, kw, approx);
+    } else {
+        /* float4 rows when every query's first column and ld are multiples of 4. */
+        bool vec = h_q_off && ld % 4 == 0;
+        for (size_t i = 0; vec && i <= nq; i++)
+            vec = h_q_off[i] % 4 == 0;
+        int gblocks = 0;
+        const void *fn = vec ? (const void *)interaction_group_kernel<true>
+                             : (const void *)interaction_group_kernel<false>;
+        if ((rc = kern_persistent_grid(fn, IX_WARPS * 32, 0,
+                                       (n + IX_WARPS * IX_DOCS - 1) / (IX_WARPS * IX_DOCS),
+                                       &gblocks)) != KERN_OK) {
+            kern_scratch_free(keep, keep_bytes);
+            return rc;
+        }
+        if (vec)
+            interaction_group_kernel<true><<<gblocks, IX_WARPS * 32>>>(
+                ST, (long long)ld, q_off, doc_off, codes, docs, (long long)width, n, prune, counts,
+                (long long)prune_over, keep, kw, approx);
+        else
+            interaction_group_kernel<false><<<gblocks, IX_WARPS * 32>>>(
+                ST, (long long)ld, q_off, doc_off, codes, docs, (long long)width, n, prune, counts,
+                (long long)prune_over, keep, kw, approx);
+    }
     cudaError_t e = cudaGetLastError();
     rc = e == cudaSuccess ? KERN_OK
                           : kern_cuda_fail(e, "launch of the interaction kernels", __FILE__, __LINE__);

@@ -1184,6 +1184,124 @@ START_TEST(test_kernels_gpu_adaptive_stages)
 }
 END_TEST
 
+/* ---- batch interaction: both kernels, against a double reference --------------------------- */
+/* nq queries of lq[q] tokens (ld columns of ST in all, ld >= sum), candidates [nq, width] with
+ * KERN_NO_DOC slots and empty documents, pruned or not: the default (group) kernel and the
+ * warp kernel give the same bits, and both match the double reference. */
+static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed, size_t ld_pad,
+                                  size_t n_docs, size_t max_len, size_t width, int prune)
+{
+    int64_t *q_off = xmalloc((nq + 1) * 8);
+    q_off[0] = 0;
+    for (size_t q = 0; q < nq; q++)
+        q_off[q + 1] = q_off[q] + (int64_t)(fixed ? lq_max : urnd(0, lq_max));
+    const size_t ld = (size_t)q_off[nq] + ld_pad;
+    const size_t st_n = K * ld + KERN_CUDA_ST_SLACK;
+    float *ST = xmalloc(st_n * 4);
+    for (size_t i = 0; i < st_n; i++)
+        ST[i] = (float)(unif() * 2 - 1);
+    int64_t *doc_off = xmalloc((n_docs + 1) * 8);
+    doc_off[0] = 0;
+    for (size_t d = 0; d < n_docs; d++)
+        doc_off[d + 1] = doc_off[d] + (int64_t)(rnd_below(9) == 0 ? 0 : urnd(1, max_len));
+    const size_t ntok = (size_t)doc_off[n_docs];
+    uint32_t *codes = xmalloc((ntok ? ntok : 1) * 4);
+    for (size_t t = 0; t < ntok; t++)
+        codes[t] = (uint32_t)rnd_below(K);
+    uint32_t *docs = xmalloc(nq * width * 4);
+    int64_t *counts = xmalloc(nq * 8);
+    for (size_t q = 0; q < nq; q++) {
+        size_t c = rnd_below(width + 1);
+        counts[q] = (int64_t)c;
+        for (size_t i = 0; i < width; i++)
+            docs[q * width + i] = i < c ? (uint32_t)rnd_below(n_docs) : KERN_NO_DOC;
+    }
+    const float threshold = 0.9f;
+    const int64_t prune_over = (int64_t)(width / 3);
+    float *dST = dev_put(ST, st_n * 4);
+    int64_t *dq = dev_put(q_off, (nq + 1) * 8), *ddo = dev_put(doc_off, (n_docs + 1) * 8);
+    uint32_t *dc = dev_put(codes, (ntok ? ntok : 1) * 4), *dd = dev_put(docs, nq * width * 4);
+    int64_t *dcnt = dev_put(counts, nq * 8);
+    float *got[2];
+    const char *variant[2] = {"warp", NULL};
+    for (int v = 0; v < 2; v++) {
+        if (variant[v])
+            setenv("TARTAN_INTERACTION", variant[v], 1);
+        else
+            unsetenv("TARTAN_INTERACTION");
+        float *da = dev_poisoned(nq * width);
+        expect_ok(kern_cuda_interaction(dST, K, ld, dq, q_off, nq, ddo, dc, dd, width, prune,
+                                        prune ? dcnt : NULL, prune_over, threshold, da));
+        got[v] = dev_get_floats(da, nq * width);
+        kern_gpu_free(da);
+    }
+    unsetenv("TARTAN_INTERACTION");
+    ck_assert_int_eq(memcmp(got[0], got[1], nq * width * 4), 0);
+    for (size_t q = 0; q < nq; q++) {
+        const int64_t c0 = q_off[q], lq = q_off[q + 1] - c0;
+        const int pr = prune && counts[q] > prune_over;
+        for (size_t i = 0; i < width; i++) {
+            const float g = got[1][q * width + i];
+            const uint32_t d = docs[q * width + i];
+            if (d == KERN_NO_DOC) {
+                ck_assert(isnan(g));
+                continue;
+            }
+            double total = 0;
+            int any = 0;
+            for (int64_t j = 0; j < lq; j++) {
+                double best = -INFINITY;
+                for (int64_t t = doc_off[d]; t < doc_off[d + 1]; t++) {
+                    const uint32_t c = codes[t];
+                    if (pr) {
+                        float mx = -INFINITY;
+                        for (int64_t jj = 0; jj < lq; jj++)
+                            mx = fmaxf(mx, ST[c * ld + (size_t)(c0 + jj)]);
+                        if (!(mx >= threshold))
+                            continue;
+                    }
+                    any = 1;
+                    best = fmax(best, ST[c * ld + (size_t)(c0 + j)]);
+                }
+                total += best;
+            }
+            if (!any || lq == 0) {
+                ck_assert(g == KERN_EMPTY_SCORE);
+                continue;
+            }
+            ck_assert_msg(fabs(g - total) <= 1e-5 * (1 + fabs(total)),
+                          "query %zu slot %zu: %.9g against %.9g", q, i, (double)g, total);
+        }
+    }
+    kern_gpu_free(dST);
+    kern_gpu_free(dq);
+    kern_gpu_free(ddo);
+    kern_gpu_free(dc);
+    kern_gpu_free(dd);
+    kern_gpu_free(dcnt);
+    free(got[0]);
+    free(got[1]);
+    free(ST);
+    free(q_off);
+    free(doc_off);
+    free(codes);
+    free(docs);
+    free(counts);
+}
+
+START_TEST(test_kernels_gpu_batch_interaction)
+{
+    /* 32-token queries, ld a multiple of 4: float4 rows; 64 tokens: two passes. */
+    run_batch_interaction(300, 12, 32, 1, 0, 500, 12, 200, 0);
+    run_batch_interaction(500, 6, 64, 1, 4, 300, 20, 120, 0);
+    /* Ragged queries (0 to 70 tokens: up to three passes of 32), odd ld: scalar rows. */
+    run_batch_interaction(257, 9, 70, 0, 3, 400, 40, 150, 0);
+    /* Long documents, pruned queries beside unpruned ones, both row forms. */
+    run_batch_interaction(1000, 7, 32, 1, 0, 300, 150, 100, 1);
+    run_batch_interaction(64, 5, 37, 0, 1, 50, 9, 60, 1);
+}
+END_TEST
+
 /* ---- peak device memory ------------------------------------------------------------------ */
 START_TEST(test_kernels_gpu_memory_stays_within_inputs)
 {
@@ -1404,6 +1522,7 @@ int main(void)
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"adaptive_stages", test_kernels_gpu_adaptive_stages, 120},
+        {"batch_interaction", test_kernels_gpu_batch_interaction, 120},
         {"memory", test_kernels_gpu_memory_stays_within_inputs, 120},
         {"errors", test_kernels_gpu_errors_become_codes, 60},
         {"i8", test_kernels_gpu_i8_matches_reference, 120},

@@ -67,3 +67,16 @@ int eng_gpu_mode_pick(tartan_gpu_mode want, tartan_gpu_mode *out, store_msg *m)
     *out = want;
     return 0;
 }
+
+int tartan_device_resolve(tartan_device want, tartan_device *where)
+{
+    if (!where)
+        return TARTAN_EINVAL;
+    store_msg m = {{0}};
+    kern_dev dev = KERN_DEV_CPU;
+    int rc = eng_device_pick(want, &dev, &m);
+    if (rc)
+        return rc;
+    *where = dev == KERN_DEV_CUDA ? TARTAN_DEVICE_CUDA : TARTAN_DEVICE_CPU;
+    return 0;
+}

@@ -170,6 +170,15 @@ typedef enum tartan_device {
 } tartan_device;
 
 /*
+ * tartan_device_resolve: where work asked for on device want would run now, by the rule
+ * above: *where is TARTAN_DEVICE_CPU or TARTAN_DEVICE_CUDA. For a caller that arranges its own
+ * work around the device (tartan search keeps two batches in flight on a GPU). Returns 0,
+ * TARTAN_EINVAL (want not a tartan_device, TARTAN_DEVICE malformed, where NULL), TARTAN_ENODEV
+ * (TARTAN_DEVICE_CUDA, or TARTAN_DEVICE=cuda, where no usable GPU is). Any thread.
+ */
+TARTAN_API int tartan_device_resolve(tartan_device want, tartan_device *where);
+
+/*
  * How a GPU search holds the index. TARTAN_GPU_RESIDENT: codes, residuals, norms, centroids
  * and inverted lists are copied to GPU memory at the first GPU search and kept in step with
  * every later change (each search first applies what was committed since). TARTAN_GPU_STREAMING:

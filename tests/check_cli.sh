@@ -126,6 +126,26 @@ PY
     search --exhaustive --qlens "$work/qlens.npy" --batch 7 -o "$work/padded.run"
     cmp -s "$work/packed.run" "$work/padded.run" && ok "packed = padded queries with --qlens" ||
         fail "packed and padded queries differ"
+    # Two batches in flight (as on a GPU): the same run, and the same failure.
+    for layout in "--batch 1" "--batch 4" "--qlens $work/qlens.npy --batch 3" \
+        "--queries $work/packed.npy --qlens $work/qlens.npy --batch 5"; do
+        export TARTAN_SEARCH_INFLIGHT=1
+        # shellcheck disable=SC2086
+        search $layout -o "$work/in1.run"
+        export TARTAN_SEARCH_INFLIGHT=2
+        # shellcheck disable=SC2086
+        search $layout -o "$work/in2.run"
+        unset TARTAN_SEARCH_INFLIGHT
+        cmp -s "$work/in1.run" "$work/in2.run" && [ -s "$work/in1.run" ] &&
+            ok "two batches in flight: the same run ($layout)" ||
+            fail "two batches in flight: another run ($layout)"
+    done
+    export TARTAN_SEARCH_INFLIGHT=2
+    expect 1 "nan.npy: query 5 (id 'q5'): token 3 has NaN" search "$idx" \
+        --queries "$work/nan.npy" --query-ids "$qids" --batch 2 -o "$work/nan2.run"
+    unset TARTAN_SEARCH_INFLIGHT
+    [ ! -e "$work/nan2.run" ] && [ ! -e "$work/nan2.run.tmp" ] ||
+        fail "a failed search with two batches in flight left its run"
     search --exhaustive --queries "$work/q16.npy" -o "$work/q16.run"
     same=$(paste "$work/q16.run" "$work/exh.run" | awk '$3 == $9 { n++ } END { print n + 0 }')
     [ "$same" -ge 270 ] && ok "float16 queries: $same/300 results as float32" ||

@@ -288,7 +288,29 @@ START_TEST(test_search_device_choice)
         r = fx_search_ok(db, &qs, &p);
         tartan_results_free(r);
     }
+    /* tartan_device_resolve tells the same rule. */
+    tartan_device where = (tartan_device)9;
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_CPU, &where), 0);
+    ck_assert_int_eq(where, TARTAN_DEVICE_CPU);
+    where = (tartan_device)9;
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_AUTO, &where), 0);
+    ck_assert_int_eq(where, kern_cuda_device_count() > 0 ? TARTAN_DEVICE_CUDA : TARTAN_DEVICE_CPU);
+    setenv("TARTAN_DEVICE", "cpu", 1);
+    where = (tartan_device)9;
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_AUTO, &where), 0);
+    ck_assert_int_eq(where, TARTAN_DEVICE_CPU);
+    setenv("TARTAN_DEVICE", "cuda", 1);
+    where = (tartan_device)9;
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_AUTO, &where),
+                     kern_cuda_device_count() > 0 ? 0 : TARTAN_ENODEV);
+    ck_assert_int_eq(where, kern_cuda_device_count() > 0 ? TARTAN_DEVICE_CUDA : (tartan_device)9);
+    unsetenv("TARTAN_DEVICE");
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_CUDA, &where),
+                     kern_cuda_device_count() > 0 ? 0 : TARTAN_ENODEV);
+    ck_assert_int_eq(tartan_device_resolve((tartan_device)7, &where), TARTAN_EINVAL);
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_CPU, NULL), TARTAN_EINVAL);
     setenv("TARTAN_DEVICE", "tpu", 1);
+    ck_assert_int_eq(tartan_device_resolve(TARTAN_DEVICE_AUTO, &where), TARTAN_EINVAL);
     p.device = TARTAN_DEVICE_AUTO;
     ck_assert_int_eq(tartan_search(db, &qs, &p, &r), TARTAN_EINVAL);
     ck_assert_ptr_nonnull(strstr(tartan_errmsg(db), "TARTAN_DEVICE"));

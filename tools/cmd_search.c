@@ -9,11 +9,12 @@
  * queries at a time, so memory is bounded by two batches' results, not by the number of
  * queries.
  *
- * A writer thread writes each batch's results while the next batch is searched. Why: with the
- * search on a GPU, writing a batch's lines (10 a query at k 10, each score in its shortest
- * exact digits) and the rest outside the search calls took about a fifth of the time of the
- * calls, time in which the GPUs idled; with two GPUs sharing each batch, that part did not
- * shrink. Results and their order are unchanged.
+ * A writer thread writes each batch's results while the next batch is searched, and where the
+ * search runs on a GPU two threads search, so that one prepares its queries and names its
+ * hits while the other's call holds the GPU (search_loop). Why: the work outside the GPU
+ * (reading queries, writing lines, turning document numbers into ids) took about a fifth of
+ * the time at 2M documents on an H200, time in which the GPUs idled and which two GPUs
+ * sharing each batch could not divide. Results and their order are unchanged.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -194,7 +195,7 @@ static void local_close(void *ctx)
 int tool_cmd_search(int argc, char **argv)
 {
     local_index l = {NULL};
-    tool_search_backend be = {local_open, local_search, local_errmsg, local_close, &l};
+    tool_search_backend be = {local_open, local_search, local_errmsg, local_close, &l, 1};
     return tool_search_run(argc, argv, &be);
 }
 
@@ -332,6 +333,149 @@ static void report_write_error(const char *out_path, int rc)
 {
     fprintf(stderr, "tartan search: %s: writing the run: %s\n",
             out_path ? out_path : "standard output", tartan_strerror(rc));
+}
+
+/*
+ * The search loop: batches claimed in order by one or two searching threads, their results
+ * handed to the writer in order. Two on a GPU: while one call holds the GPU, the other
+ * prepares its queries and turns its hits into ids (about a fifth of a call's time at 2M
+ * documents on an H200: the GPUs' idle time that two GPUs sharing each batch could not
+ * divide). One on the CPU, whose search already takes every core, and over MPI, whose calls
+ * are collective.
+ */
+typedef struct search_loop {
+    const tool_search_backend *be;
+    const tartan_search_params *p;
+    const tool_qfile *src;
+    const tool_idlist *qids;
+    const char *out_path;
+    writer *wr;
+    tool_progress *prog;
+    size_t bq, maxlen, limit; /* batch size; longest query; batches that may be claimed */
+    int quiet;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t next_batch, next_give, released;
+    int stop, rc; /* a failure stops everyone; rc is the first one's code */
+    tartan_search_stats total;
+    double lib_s, st_c, st_p, st_e, t_first; /* after the first batch (see below) */
+} search_loop;
+
+/* Stops the loop with rc (the caller holds mu and has reported the failure). */
+static void loop_fail(search_loop *L, int rc)
+{
+    if (!L->stop) {
+        L->stop = 1;
+        L->rc = rc;
+    }
+    pthread_cond_broadcast(&L->cv);
+}
+
+static void *search_batches(void *arg)
+{
+    search_loop *L = arg;
+    const tool_qfile *src = L->src;
+    const size_t nb = (src->nq + L->bq - 1) / L->bq;
+    char *buf = NULL;
+    size_t *blens = malloc(L->bq * sizeof *blens);
+    if (blens && src->have_lens && !src->start)
+        buf = malloc(L->bq * L->maxlen * src->dim * src->elsize);
+    if (!blens || (src->have_lens && !src->start && !buf)) {
+        pthread_mutex_lock(&L->mu);
+        if (!L->stop)
+            fprintf(stderr, "tartan search: out of memory\n");
+        loop_fail(L, ENOMEM);
+        pthread_mutex_unlock(&L->mu);
+        free(blens);
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&L->mu);
+        if (L->stop || L->next_batch >= nb || L->next_batch >= L->limit) {
+            pthread_mutex_unlock(&L->mu);
+            break;
+        }
+        const size_t b = L->next_batch++;
+        pthread_mutex_unlock(&L->mu);
+        const size_t q0 = b * L->bq, q1 = q0 + L->bq < src->nq ? q0 + L->bq : src->nq;
+        tartan_queries q;
+        tool_qfile_batch(src, q0, q1, buf, blens, &q);
+        tartan_results *res = NULL;
+        int rc = L->be->search(L->be->ctx, &q, L->p, &res);
+        pthread_mutex_lock(&L->mu);
+        /* Results go out in batch order. */
+        while (!L->stop && L->next_give != b)
+            pthread_cond_wait(&L->cv, &L->mu);
+        if (L->stop) {
+            pthread_mutex_unlock(&L->mu);
+            tartan_results_free(res);
+            break;
+        }
+        if (rc) {
+            if (!L->quiet && L->prog->tty)
+                fputc('\n', stderr);
+            report_failure(L->be, src, L->p, q0, q1, buf, blens, L->qids->n ? L->qids->ids : NULL);
+            loop_fail(L, rc);
+            pthread_mutex_unlock(&L->mu);
+            break;
+        }
+        const tartan_search_stats *st = &res->stats;
+        if (b > 0) {
+            L->lib_s += st->seconds_total;
+            L->st_c += st->seconds_candidates;
+            L->st_p += st->seconds_prune;
+            L->st_e += st->seconds_exact;
+        }
+        L->total.seconds_candidates += st->seconds_candidates;
+        L->total.seconds_prune += st->seconds_prune;
+        L->total.seconds_exact += st->seconds_exact;
+        L->total.n_candidates += st->n_candidates;
+        L->total.n_exact += st->n_exact;
+        L->total.n_probes += st->n_probes;
+        L->total.probe_margin = st->probe_margin;
+        L->total.rerank_z = st->rerank_z;
+        L->total.n_damaged += st->n_damaged;
+        /* This batch's queries are done with (the other thread's are later ones). */
+        tool_qfile_release(src, q1, &L->released);
+        if ((rc = writer_give(L->wr, res, q0))) {
+            report_write_error(L->out_path, rc);
+            loop_fail(L, rc);
+            pthread_mutex_unlock(&L->mu);
+            break;
+        }
+        L->next_give++;
+        if (!L->quiet)
+            tool_progress_update(L->prog, q1);
+        if (b == 0)
+            L->t_first = tool_now();
+        pthread_cond_broadcast(&L->cv);
+        pthread_mutex_unlock(&L->mu);
+    }
+    free(buf);
+    free(blens);
+    return NULL;
+}
+
+/* Searches every batch: the first alone (it also loads what a search keeps: a GPU's copy of
+ * the index), the rest by `threads` searching threads (1 or 2). Returns the first failure's
+ * code (already reported), or 0. */
+static int search_all(search_loop *L, int threads)
+{
+    if (pthread_mutex_init(&L->mu, NULL) || pthread_cond_init(&L->cv, NULL)) {
+        fprintf(stderr, "tartan search: could not set up the search threads\n");
+        return ENOMEM;
+    }
+    L->limit = 1;
+    search_batches(L);
+    L->limit = SIZE_MAX;
+    pthread_t th;
+    int second = threads > 1 && !L->stop && pthread_create(&th, NULL, search_batches, L) == 0;
+    search_batches(L);
+    if (second)
+        pthread_join(th, NULL);
+    pthread_cond_destroy(&L->cv);
+    pthread_mutex_destroy(&L->mu);
+    return L->rc;
 }
 
 int tool_search_run(int argc, char **argv, const tool_search_backend *be)
@@ -509,8 +653,6 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     size_t n_subset = 0;
     FILE *out = stdout;
     char *tmp_path = NULL;
-    char *buf = NULL;
-    size_t *blens = NULL;
     double *scores = NULL;
     const char **docids = NULL;
     writer wr = {0};
@@ -578,16 +720,11 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
         if (src.qlen[i] > maxlen)
             maxlen = src.qlen[i];
     size_t bq = batch < src.nq ? batch : src.nq;
-    if (!(blens = malloc(bq * sizeof *blens)) || !(scores = malloc(k * sizeof *scores)) ||
-        !(docids = malloc(k * sizeof *docids)))
-        goto nomem;
-    if (src.have_lens && !src.start && !(buf = malloc(bq * maxlen * src.dim * src.elsize)))
+    if (!(scores = malloc(k * sizeof *scores)) || !(docids = malloc(k * sizeof *docids)))
         goto nomem;
 
     tool_progress prog;
     tool_progress_start(&prog, "queries", src.nq);
-    tartan_search_stats total = {0};
-    size_t released = 0;
     wr.out = out;
     wr.jsonl = jsonl;
     wr.qids = &qids;
@@ -595,46 +732,32 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     wr.docids = docids;
     wr.scores = scores;
     writer_start(&wr);
-    double t0 = tool_now(), t_first = 0;
+    /* Two batches in flight where the search runs on a GPU (see search_loop);
+     * TARTAN_SEARCH_INFLIGHT (1 or 2) decides instead, for tests and benchmarks. */
+    tartan_device where = TARTAN_DEVICE_CPU;
+    int searchers = be->concurrent && tartan_device_resolve(p.device, &where) == 0 &&
+                            where == TARTAN_DEVICE_CUDA
+                        ? 2
+                        : 1;
+    const char *inflight = getenv("TARTAN_SEARCH_INFLIGHT");
+    if (inflight && (!strcmp(inflight, "1") || !strcmp(inflight, "2")))
+        searchers = be->concurrent ? inflight[0] - '0' : 1;
+    search_loop L = {.be = be,
+                     .p = &p,
+                     .src = &src,
+                     .qids = &qids,
+                     .out_path = out_path,
+                     .wr = &wr,
+                     .prog = &prog,
+                     .bq = bq,
+                     .maxlen = maxlen,
+                     .quiet = quiet};
+    double t0 = tool_now();
+    if ((rc = search_all(&L, searchers)))
+        goto done;
     /* After the first batch: seconds inside the library, and its stages summed over threads. */
-    double lib_s = 0, st_c = 0, st_p = 0, st_e = 0;
-    for (size_t q0 = 0; q0 < src.nq; q0 += bq) {
-        size_t q1 = q0 + bq < src.nq ? q0 + bq : src.nq;
-        tartan_queries q;
-        tool_qfile_batch(&src, q0, q1, buf, blens, &q);
-        tartan_results *res;
-        if ((rc = be->search(be->ctx, &q, &p, &res))) {
-            if (!quiet && prog.tty)
-                fputc('\n', stderr);
-            report_failure(be, &src, &p, q0, q1, buf, blens, qids.n ? qids.ids : NULL);
-            goto done;
-        }
-        if (q0 > 0) {
-            lib_s += res->stats.seconds_total;
-            st_c += res->stats.seconds_candidates;
-            st_p += res->stats.seconds_prune;
-            st_e += res->stats.seconds_exact;
-        }
-        total.seconds_candidates += res->stats.seconds_candidates;
-        total.seconds_prune += res->stats.seconds_prune;
-        total.seconds_exact += res->stats.seconds_exact;
-        total.n_candidates += res->stats.n_candidates;
-        total.n_exact += res->stats.n_exact;
-        total.n_probes += res->stats.n_probes;
-        total.probe_margin = res->stats.probe_margin;
-        total.rerank_z = res->stats.rerank_z;
-        total.n_damaged += res->stats.n_damaged;
-        /* The search is done with this batch's queries; the writer takes its results. */
-        tool_qfile_release(&src, q1, &released);
-        if ((rc = writer_give(&wr, res, q0))) {
-            report_write_error(out_path, rc);
-            goto done;
-        }
-        if (!quiet)
-            tool_progress_update(&prog, q1);
-        if (q0 == 0)
-            t_first = tool_now();
-    }
+    const double t_first = L.t_first, lib_s = L.lib_s, st_c = L.st_c, st_p = L.st_p, st_e = L.st_e;
+    const tartan_search_stats total = L.total;
     if ((rc = writer_stop(&wr))) {
         report_write_error(out_path, rc);
         goto done;
@@ -708,8 +831,6 @@ done:
         free(tmp_path);
     }
     be->close(be->ctx);
-    free(buf);
-    free(blens);
     free(scores);
     free(docids);
     free(subset);

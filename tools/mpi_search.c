@@ -557,6 +557,6 @@ int tool_mpi_cmd_search(int argc, char **argv)
     if (tool_mpi_rank != 0)
         return serve();
     shard_state s = {0};
-    tool_search_backend be = {be_open, be_search, be_errmsg, be_close, &s};
+    tool_search_backend be = {be_open, be_search, be_errmsg, be_close, &s, 0};
     return tool_search_run(argc, argv, &be);
 }

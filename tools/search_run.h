@@ -20,6 +20,7 @@ typedef struct tool_search_backend {
     const char *(*errmsg)(void *ctx);
     void (*close)(void *ctx); /* also when open failed or was never called */
     void *ctx;
+    int concurrent; /* search may be called from two threads at once (not over MPI) */
 } tool_search_backend;
 
 /* Runs `tartan search` with argv (from the command's own name on) through be

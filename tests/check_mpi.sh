@@ -323,6 +323,24 @@ mpi check "$ix" >"$work/check3.out" 2>&1 && ok "check after recovery" ||
     fail "check after recovery: $(cat "$work/check3.out")"
 compare_exhaustive "after the kill and the recovery"
 
+# ---- replicas: 6 ranks on the 3 shards, each pair sharing every batch's queries --------------
+for args in "--exhaustive -k 10 --batch 5" "-k 10 --batch 7" "-k 3 --batch 1"; do
+    # shellcheck disable=SC2086
+    mpi search "$ix" "${Q[@]}" $args -o "$work/rep3.run" &&
+        # shellcheck disable=SC2086
+        "$mpirun" -np 6 "$tmpi" search "$ix" "${Q[@]}" $args -o "$work/rep6.run" 2>"$work/rep6.err" ||
+        { fail "replicas ($args): a search failed: $(head -3 "$work/rep6.err")"; continue; }
+    if cmp -s "$work/rep3.run" "$work/rep6.run" && [ -s "$work/rep3.run" ]; then
+        ok "6 ranks on 3 shards (replicas, $args): the 3 ranks' run"
+    else
+        fail "6 ranks on 3 shards ($args): another run than 3 ranks'"
+    fi
+done
+"$mpirun" -np 4 "$tmpi" search "$ix" "${Q[@]}" >/dev/null 2>"$work/np4.err" &&
+    fail "a 4-rank search of a 3-shard index succeeded" ||
+    { grep -q "holds the shards of 3 ranks, not 4" "$work/np4.err" &&
+        ok "4 ranks on a 3-shard index: refused, saying why" || fail "np 4: $(head -3 "$work/np4.err")"; }
+
 # ---- refusals --------------------------------------------------------------------------------
 "$mpirun" -np 2 "$tmpi" search "$ix" "${Q[@]}" >/dev/null 2>"$work/np2.err" &&
     fail "a 2-rank search of a 3-shard index succeeded" ||

@@ -15,13 +15,24 @@
  *   SEARCH  a batch of queries (header of u64s, lengths, embeddings); every rank answers with
  *           its results (or its failure) through one gather;
  *   STOP    every rank closes its shard and returns.
+ *
+ * Replicas: an index of S shards searched by P ranks, S dividing P (S < P), gives rank r shard
+ * r % S; the ranks of replica group g = r / S each search share g of every batch (P / S
+ * contiguous shares), and rank 0 merges each query's hits from its group's S ranks. Why: with
+ * shards alone every rank repeats a query's work that does not shrink with the documents (the
+ * probe of every centroid, the exact scores its own top k needs), so two ranks on two GPUs
+ * answered no faster than one (0.98x at 2M documents on two H200s); replicas divide the
+ * queries instead, as the copies of one process over several GPUs do (engine/gpus.h). Only
+ * search takes replicas; build, add, delete, info and check want one rank a shard.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "errbuf.h"
 #include "mpi_commands.h"
@@ -39,7 +50,15 @@ typedef struct shard_state {
     const char **subset_ids; /* pointers into it */
     char err[1400];          /* rank 0: the last failure, with the code's name first */
     int have_params, stopped;
+    int n_shards; /* S: shards of the index (the ranks, or a divisor of them: replicas) */
 } shard_state;
+
+/* Replica group g's share of n queries: [lo, hi). */
+static void share_of(size_t n, int g, int groups, size_t *lo, size_t *hi)
+{
+    *lo = n * (size_t)g / (size_t)groups;
+    *hi = n * (size_t)(g + 1) / (size_t)groups;
+}
 
 static void send_header(uint64_t kind, uint64_t bytes)
 {
@@ -183,6 +202,39 @@ static void part_free(part *p)
     free(p->hits);
 }
 
+/* A replica's answer for its share [lo, hi) of a batch of nq queries, as an answer for the
+ * whole batch (no hits outside its share), so that every rank's answer merges alike. 0, or 1
+ * for an answer of another size or no memory. */
+static int spread_share(part *p, size_t nq, int g, int groups)
+{
+    size_t lo, hi;
+    share_of(nq, g, groups, &lo, &hi);
+    if (p->r.n_queries != hi - lo)
+        return 1;
+    size_t *counts = malloc((nq ? nq : 1) * sizeof *counts);
+    size_t *offsets = malloc((nq + 1) * sizeof *offsets);
+    if (!counts || !offsets) {
+        free(counts);
+        free(offsets);
+        return 1;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < nq; i++) {
+        counts[i] = i >= lo && i < hi ? p->counts[i - lo] : 0;
+        offsets[i] = at;
+        at += counts[i];
+    }
+    offsets[nq] = at;
+    free(p->counts);
+    free(p->offsets);
+    p->counts = counts;
+    p->offsets = offsets;
+    p->r.n_queries = nq;
+    p->r.counts = counts;
+    p->r.offsets = offsets;
+    return 0;
+}
+
 static int take_answer(rbuf *b, part *p, int *rc, char *msg, size_t msglen)
 {
     memset(p, 0, sizeof *p);
@@ -256,6 +308,36 @@ static int gather_answers(const wbuf *mine, char **all, int **lens, int **offs)
 
 /* ---- every rank: the handlers ------------------------------------------------------------- */
 
+/* The shard this rank searches: shard r of P when the index has P shards; else, when it holds
+ * the shards of S ranks with S dividing P, shard r % S (replicas, see the top). */
+static int open_search_shard(shard_state *s, const char *index, const tartan_options *o, char *err,
+                             size_t errlen)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    s->n_shards = tool_mpi_size;
+    tool_mpi_shard_path(index, tool_mpi_rank, tool_mpi_size, path, sizeof path);
+    int S = 0;
+    DIR *d = stat(path, &st) == 0 ? NULL : opendir(index);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int r, n;
+        char tail;
+        if (sscanf(e->d_name, "shard-%d-of-%d%c", &r, &n, &tail) == 2 && n > 0 &&
+            n < tool_mpi_size && tool_mpi_size % n == 0 && n > S)
+            S = n;
+    }
+    if (d)
+        closedir(d);
+    if (!S) /* one rank a shard, or the command's own message for what is here */
+        return tool_mpi_open_shard(index, o, &s->db, err, errlen);
+    tool_mpi_shard_path(index, tool_mpi_rank % S, S, path, sizeof path);
+    s->n_shards = S;
+    int rc = tartan_open(path, o, &s->db);
+    if (rc)
+        tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(NULL)));
+    return rc;
+}
+
 static int handle_open(shard_state *s, const char *path, tartan_index_info *info, char *err,
                        size_t errlen)
 {
@@ -263,7 +345,7 @@ static int handle_open(shard_state *s, const char *path, tartan_index_info *info
     tartan_options_init(&o);
     o.flags = TARTAN_READONLY;
     memset(info, 0, sizeof *info);
-    int rc = tool_mpi_open_shard(path, &o, &s->db, err, errlen);
+    int rc = open_search_shard(s, path, &o, err, errlen);
     if (!rc && (rc = tartan_info(s->db, info)))
         tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(s->db)));
     return rc;
@@ -310,14 +392,32 @@ static int handle_search(shard_state *s, const char *bytes, size_t len, char **a
     tartan_results *r = NULL;
     char msg[1400] = "";
     int rc = take_queries(&in, &q, &qlens);
+    size_t lo = 0, hi = q.n_queries;
+    const int groups = s->n_shards > 0 ? tool_mpi_size / s->n_shards : 1;
+    if (!rc && groups > 1) {
+        /* This replica group's share of the batch. */
+        share_of(q.n_queries, tool_mpi_rank / s->n_shards, groups, &lo, &hi);
+        size_t row0 = lo * q.qlen, rows = (hi - lo) * q.qlen;
+        if (q.qlens) {
+            row0 = rows = 0;
+            for (size_t i = 0; i < hi; i++)
+                *(i < lo ? &row0 : &rows) += q.qlens[i];
+            q.qlens += lo;
+        }
+        q.embeddings = (const char *)q.embeddings + row0 * q.dim * dtype_size(q.dtype);
+        q.n_rows = rows;
+        q.n_queries = hi - lo;
+    }
     if (rc)
         snprintf(msg, sizeof msg, "a malformed batch of queries reached this rank");
     else if (!s->have_params)
         snprintf(msg, sizeof msg, "no search parameters reached this rank"), rc = TARTAN_EINVAL;
-    else if ((rc = tartan_search(s->db, &q, &s->p, &r)))
+    else if (lo < hi && (rc = tartan_search(s->db, &q, &s->p, &r)))
         snprintf(msg, sizeof msg, "%s", tartan_errmsg(s->db));
     wbuf out = {0};
-    put_answer(&out, rc, msg, r);
+    static const size_t no_offsets[1] = {0};
+    static const tartan_results none = {.offsets = no_offsets}; /* a share of no queries */
+    put_answer(&out, rc, msg, lo < hi || rc ? r : &none);
     tartan_results_free(r);
     free(qlens);
     if (out.oom) {
@@ -367,6 +467,7 @@ static int serve(void)
             MPI_Gather(&rc64, 1, MPI_INT64_T, NULL, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
             MPI_Gather(&info, (int)sizeof info, MPI_BYTE, NULL, (int)sizeof info, MPI_BYTE, 0,
                        MPI_COMM_WORLD);
+            MPI_Gather(&s.n_shards, 1, MPI_INT, NULL, 1, MPI_INT, 0, MPI_COMM_WORLD);
             char **t = tool_mpi_gather_text(err);
             (void)t;
             status = rc != 0;
@@ -419,6 +520,8 @@ static int be_open(void *ctx, const char *path, tartan_index_info *info)
     MPI_Gather(&rc64, 1, MPI_INT64_T, rcs, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     MPI_Gather(info, (int)sizeof *info, MPI_BYTE, infos, (int)sizeof *info, MPI_BYTE, 0,
                MPI_COMM_WORLD);
+    int *ns = calloc((size_t)p, sizeof *ns);
+    MPI_Gather(&s->n_shards, 1, MPI_INT, ns, 1, MPI_INT, 0, MPI_COMM_WORLD);
     char **texts = tool_mpi_gather_text(err);
     rc = 0;
     size_t at = 0;
@@ -432,8 +535,18 @@ static int be_open(void *ctx, const char *path, tartan_index_info *info)
             at += (size_t)snprintf(s->err + at, sizeof s->err - at, "; rank %d: %s", r, texts[r]);
         }
     }
-    /* The corpus's description: shard 0's shape, the shards' counts summed. */
-    for (int r = 1; r < p && !rc; r++) {
+    /* Every rank must see the same shards (one host, or the same copies on every host). */
+    for (int r = 1; r < p && !rc; r++)
+        if (!ns || ns[r] != s->n_shards) {
+            rc = TARTAN_ENOINDEX;
+            snprintf(s->err, sizeof s->err,
+                     "TARTAN_ENOINDEX: rank %d sees %d shards in '%s', rank 0 %d", r,
+                     ns ? ns[r] : -1, path, s->n_shards);
+        }
+    free(ns);
+    /* The corpus's description: shard 0's shape, the shards' counts summed (one replica of
+     * each: ranks 0 .. S - 1). */
+    for (int r = 1; r < s->n_shards && !rc; r++) {
         if (infos[r].dim != infos[0].dim && infos[r].n_centroids) {
             rc = TARTAN_EDIM;
             snprintf(s->err, sizeof s->err, "TARTAN_EDIM: shard %d has dimension %u, shard 0 %u", r,
@@ -518,6 +631,13 @@ static int be_search(void *ctx, const tartan_queries *q, const tartan_search_par
                     const char *name = tartan_err_name(rrc);
                     snprintf(s->err, sizeof s->err, "%s: rank %d: %s", name ? name : "error", r,
                              tool_mpi_detail(msg));
+                }
+                if (!rc && tool_mpi_size / s->n_shards > 1 &&
+                    spread_share(&parts[r], q->n_queries, r / s->n_shards,
+                                 tool_mpi_size / s->n_shards)) {
+                    rc = TARTAN_EINTERNAL;
+                    snprintf(s->err, sizeof s->err,
+                             "TARTAN_EINTERNAL: rank %d's answer does not fit its share", r);
                 }
                 pp[r] = &parts[r].r;
             }

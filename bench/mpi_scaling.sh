@@ -4,7 +4,8 @@
 # build it as 1 shard (k-means here, once), then as P shards for each P of RANKS with that
 # model (`tartan-mpi build --model`), search each index's queries with P ranks (the default
 # search, batched, and an exhaustive one), and check that exhaustive search over P shards
-# returns exactly what the 1-shard index returns (ids, and scores within 1e-4).
+# returns exactly what the 1-shard index returns (ids, and scores within 1e-4); then the
+# 1-shard index on P ranks as replicas (each rank a share of every batch's queries).
 #
 #   bash bench/mpi_scaling.sh OUTDIR
 #
@@ -253,6 +254,26 @@ EOF
                 "$n" "$split" "$DOCS" "$tokens" "${gq:-null}" "${ge:-null}" "$commit" \
                 "$(date -u +%F)" "$machine" >>"$json"
         done
+    fi
+    if [ "$P" != 1 ]; then
+        # Replicas: the 1-shard index on P ranks, each taking a share of every batch.
+        run "search P=$P, replicas of 1 shard" mpi "$P" search "$work/ix1" --queries \
+            "$c/queries.npy" -k "$K" "${batch[@]}" -o "$work/rep$P.run"
+        rq=$(rate "$QUERIES")
+        re=null requal=-
+        if [ "$EXH_QUERIES" -gt 0 ]; then
+            run "exhaustive P=$P, replicas of 1 shard" mpi "$P" search "$work/ix1" --queries \
+                "$c/queries_exh.npy" -k "$K" "${batch[@]}" --exhaustive -o "$work/rep-exh$P.run"
+            re=$(rate "$EXH_QUERIES")
+            if cmp -s "$work/rep-exh$P.run" "$work/exh1.run"; then requal=yes; else
+                requal=NO
+                status=1
+            fi
+        fi
+        say "$(printf '%-5s %-7s %-17s %17s %10s %10s %9s %10s' "$P" "$t" "replicas of 1" "" "$rq" "$re" "" "$requal")"
+        printf '{"ranks": %d, "replicas_of_shards": 1, "docs": %d, "tokens": %d, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
+            "$P" "$DOCS" "$tokens" "${rq:-null}" "${re:-null}" "$requal" "$commit" \
+            "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
     fi
     [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done

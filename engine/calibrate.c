@@ -43,8 +43,9 @@
 
 /* FORMAT.md "meta/calibration". */
 #define CALIB_KEY STORE_META_CALIBRATION
-#define CALIB_VERSION 1u
-#define CALIB_SIZE (32 + 12 * ENG_CALIB_LEVELS + 8 + 24)
+#define CALIB_VERSION 2u
+#define CALIB_SIZE_V1 (32 + 12 * ENG_CALIB_LEVELS + 8 + 24)
+#define CALIB_SIZE (CALIB_SIZE_V1 + 4 + 8 * ENG_CALIB_LEVELS)
 
 /* Coverage levels measured (shares of the reference top k made candidates). */
 static const float levels[ENG_CALIB_LEVELS] = {0.9f, 0.95f, 0.975f, 0.99f, 0.995f};
@@ -78,6 +79,12 @@ static const float default_m100[ENG_CALIB_LEVELS] = {0.03f, 0.04f, 0.05f, 0.07f,
 
 /* Pseudo-queries. */
 #define PSEUDO_LEN 32
+/* Short pseudo-queries: the first SHORT_LEN tokens of each (content tokens: the expansion
+ * tokens come last). Why: a query of 8 tokens reaches a document through 8 chances, not 32;
+ * margins measured on 32-token pseudo-queries kept 0.933 of the exhaustive top 10 for 8-token
+ * queries (8,000 documents of model 2), where the same queries' own calibration needed a
+ * margin 7x wider. */
+#define SHORT_LEN 8
 #define PSEUDO_OTHER_DOC 0.25
 #define PSEUDO_CENTROID 0.4
 #define DEFAULT_PSEUDO 128
@@ -99,7 +106,9 @@ int eng_calib_write(store_txn *txn, const eng_calib *c, store_msg *m)
 {
     uint8_t b[CALIB_SIZE];
     const size_t L = ENG_CALIB_LEVELS;
-    store_put32(b + 0, CALIB_VERSION);
+    /* Version 1 when no short margins were measured (what older builds read). */
+    const int v2 = c->short_len > 0;
+    store_put32(b + 0, v2 ? CALIB_VERSION : 1u);
     store_put32(b + 4, c->flags);
     store_put32(b + 8, c->n_queries);
     store_put32(b + 12, (uint32_t)L);
@@ -116,7 +125,15 @@ int eng_calib_write(store_txn *txn, const eng_calib *c, store_msg *m)
     store_putd(t + 8, c->candidates10);
     store_putd(t + 16, c->exact10);
     store_putd(t + 24, c->seconds);
-    return store_meta_put(txn, CALIB_KEY, b, sizeof b, m);
+    if (v2) {
+        uint8_t *x = b + CALIB_SIZE_V1;
+        store_put32(x, c->short_len);
+        for (size_t i = 0; i < L; i++) {
+            store_putf(x + 4 + 4 * i, c->margin10s[i]);
+            store_putf(x + 4 + 4 * (L + i), c->margin100s[i]);
+        }
+    }
+    return store_meta_put(txn, CALIB_KEY, b, v2 ? CALIB_SIZE : CALIB_SIZE_V1, m);
 }
 
 int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
@@ -131,10 +148,13 @@ int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
         return rc;
     const uint8_t *b = data;
     const size_t L = ENG_CALIB_LEVELS;
-    if (len != CALIB_SIZE || store_get32(b) != CALIB_VERSION || store_get32(b + 12) != L)
+    const uint32_t version = len >= 4 ? store_get32(b) : 0;
+    if (!((version == 1 && len == CALIB_SIZE_V1) || (version == 2 && len == CALIB_SIZE)) ||
+        store_get32(b + 12) != L)
         return store_fail(m, TARTAN_ECORRUPT,
-                          "the calibration record has %zu bytes (version %u), not %d (version %u)",
-                          len, len >= 4 ? store_get32(b) : 0, CALIB_SIZE, CALIB_VERSION);
+                          "the calibration record has %zu bytes (version %u), not %d (version 1) "
+                          "or %d (version 2)",
+                          len, version, CALIB_SIZE_V1, CALIB_SIZE);
     eng_calib x = {.calibrated = 1};
     x.flags = store_get32(b + 4);
     x.n_queries = store_get32(b + 8);
@@ -162,6 +182,21 @@ int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m)
     x.seconds = store_getd(t + 24);
     ok = ok && x.recall10 >= 0.f && x.recall10 <= 1.f && x.recall100 >= 0.f && x.recall100 <= 1.f &&
          x.candidates10 >= 0 && x.exact10 >= 0 && x.seconds >= 0;
+    if (version == 2) {
+        /* Short margins: as the others, and no narrower than them. */
+        const uint8_t *e = b + CALIB_SIZE_V1;
+        x.short_len = store_get32(e);
+        ok = ok && x.short_len >= 1 && x.short_len < PSEUDO_LEN;
+        for (size_t i = 0; i < L; i++) {
+            x.margin10s[i] = store_getf(e + 4 + 4 * i);
+            x.margin100s[i] = store_getf(e + 4 + 4 * (L + i));
+            for (int u = 0; u < 2; u++) {
+                const float *mg = u ? x.margin100s : x.margin10s;
+                const float *lo = u ? x.margin100 : x.margin10;
+                ok = ok && mg[i] >= lo[i] && mg[i] <= MARGIN_ALL && (i == 0 || mg[i] >= mg[i - 1]);
+            }
+        }
+    }
     if (!ok)
         return store_fail(m, TARTAN_ECORRUPT, "the calibration record holds values out of range");
     *c = x;
@@ -194,12 +229,24 @@ static double k_weight(size_t k)
     return log((double)k / 10.0) / log(10.0);
 }
 
-float eng_calib_margin(const eng_calib *c, size_t k, float target)
+float eng_calib_margin(const eng_calib *c, size_t k, float target, size_t lq)
 {
     double level = 1.0 - (1.0 - (double)target) * COVER_SHARE;
     double w = k_weight(k);
     float m10 = at_level(c->levels, c->margin10, level);
     float m100 = at_level(c->levels, c->margin100, level);
+    if (c->short_len && lq < PSEUDO_LEN) {
+        /* u: 0 at PSEUDO_LEN tokens, 1 at short_len and below, linear in log lq. */
+        double u = lq <= c->short_len ? 1.0
+                                      : log((double)PSEUDO_LEN / (double)lq) /
+                                            log((double)PSEUDO_LEN / (double)c->short_len);
+        float s10 = at_level(c->levels, c->margin10s, level);
+        float s100 = at_level(c->levels, c->margin100s, level);
+        if (u >= 1.0 && (s10 >= MARGIN_ALL || s100 >= MARGIN_ALL))
+            return INFINITY;
+        m10 = (float)((1.0 - u) * m10 + u * s10);
+        m100 = (float)((1.0 - u) * m100 + u * s100);
+    }
     if (m10 >= MARGIN_ALL || m100 >= MARGIN_ALL)
         return INFINITY;
     float mg = (float)((1.0 - w) * m10 + w * m100);
@@ -232,8 +279,8 @@ void eng_calib_public(const eng_calib *c, uint64_t n_docs_now, tartan_calibratio
     out->n_reference_docs = c->n_reference_docs;
     double a = (double)(c->n_docs ? c->n_docs : 1), b = (double)(n_docs_now ? n_docs_now : 1);
     out->stale = a / b > STALE_FACTOR || b / a > STALE_FACTOR;
-    out->margin_k10 = eng_calib_margin(c, 10, ENG_DEFAULT_TARGET);
-    out->margin_k100 = eng_calib_margin(c, 100, ENG_DEFAULT_TARGET);
+    out->margin_k10 = eng_calib_margin(c, 10, ENG_DEFAULT_TARGET, PSEUDO_LEN);
+    out->margin_k100 = eng_calib_margin(c, 100, ENG_DEFAULT_TARGET, PSEUDO_LEN);
     out->recall_k10 = c->recall10;
     out->recall_k100 = c->recall100;
     out->candidates_k10 = c->candidates10;
@@ -587,6 +634,67 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
 }
 
 /* Recall of run res against the reference top k (ids), averaged over the queries. */
+/* The margins at each level from the needed margins of the top 10 and top 100, capped at
+ * MARGIN_ALL and non-decreasing in the level. */
+static void margins_at_levels(const margin_set *ms10, const margin_set *ms100, float *m10,
+                              float *m100)
+{
+    for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
+        float a = quantile(ms10->v, ms10->n, levels[l]);
+        float b = quantile(ms100->v, ms100->n, levels[l]);
+        m10[l] = isfinite(a) && a < MARGIN_ALL ? a : MARGIN_ALL;
+        m100[l] = isfinite(b) && b < MARGIN_ALL ? b : MARGIN_ALL;
+        if (l && m10[l] < m10[l - 1])
+            m10[l] = m10[l - 1];
+        if (l && m100[l] < m100[l - 1])
+            m100[l] = m100[l - 1];
+    }
+}
+
+/* Step 3 for short queries: the first SHORT_LEN tokens of each pseudo-query, ranked
+ * exhaustively over the same reference (sp), their needed margins into ms10 / ms100. The
+ * reader c->r is closed during the search and open again after, as for the full queries.
+ * *recorded: the failure's message is on the handle already. */
+static int short_margins(calib_run *c, tartan_db *db, const tartan_search_params *sp, double rate,
+                         float *S, int64_t *tix, float *tval, margin_set *ms10, margin_set *ms100,
+                         int *recorded, store_msg *m)
+{
+    const size_t n = c->q.n_queries, dim = c->dim;
+    float *emb = malloc((n ? n : 1) * SHORT_LEN * dim * sizeof *emb);
+    if (!emb)
+        return store_fail(m, ENOMEM, "calibration: out of memory");
+    for (size_t p = 0; p < n; p++)
+        memcpy(emb + p * SHORT_LEN * dim, c->qemb + p * PSEUDO_LEN * dim,
+               SHORT_LEN * dim * sizeof *emb);
+    tartan_queries sq = {.n_queries = n,
+                         .qlen = SHORT_LEN,
+                         .embeddings = emb,
+                         .n_rows = n * SHORT_LEN,
+                         .dim = dim,
+                         .dtype = TARTAN_FLOAT32};
+    eng_queries eq;
+    tartan_results *ref = NULL;
+    int rc = eng_queries_prepare(&sq, dim, &eq, m);
+    if (rc) {
+        free(emb);
+        return rc;
+    }
+    idx_reader_close(&c->r);
+    c->r_open = 0;
+    if ((rc = eng_search_call(db, &sq, sp, NULL, &ref))) {
+        *recorded = 1;
+    } else if (!(rc = idx_reader_open(db->env, &c->r, m))) {
+        c->r_open = 1;
+        for (size_t i = 0; i < eq.n && !rc; i++)
+            rc = needed_margins(c, eq.emb + eq.off[i] * dim, eq.off[i + 1] - eq.off[i], ref, i,
+                                rate, c->src + 2 * i, S, tix, tval, ms10, ms100, m);
+    }
+    tartan_results_free(ref);
+    eng_queries_free(&eq);
+    free(emb);
+    return rc;
+}
+
 static double recall_of(const tartan_results *res, const tartan_results *ref, size_t k)
 {
     double sum = 0;
@@ -650,7 +758,7 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     tartan_results *ref = NULL, *res = NULL;
     float *S = NULL, *tval = NULL;
     int64_t *tix = NULL;
-    margin_set ms10 = {0}, ms100 = {0};
+    margin_set ms10 = {0}, ms100 = {0}, ss10 = {0}, ss100 = {0};
     eng_calib cal;
     eng_calib_default(&cal);
     int recorded = 0; /* the failure's message is on the handle already (a search's) */
@@ -736,20 +844,28 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the reference found no documents");
         goto fail;
     }
+    /* Step 3 again for short queries (pseudo-queries only: the caller's own queries are the
+     * lengths the caller searches with). */
+    if (!params->queries &&
+        (rc = short_margins(&c, db, &sp, rate, S, tix, tval, &ss10, &ss100, &recorded, &m)))
+        goto fail;
     /* Step 4. */
     cal.calibrated = 1;
     cal.flags = params->queries ? ENG_CALIB_FROM_QUERIES : 0;
     cal.n_queries = (uint32_t)(q->n_queries > UINT32_MAX ? UINT32_MAX : q->n_queries);
     cal.n_docs = c.r.h.n_docs;
     cal.n_reference_docs = c.n_ref;
-    for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
-        float a = quantile(ms10.v, ms10.n, levels[l]), b = quantile(ms100.v, ms100.n, levels[l]);
-        cal.margin10[l] = isfinite(a) && a < MARGIN_ALL ? a : MARGIN_ALL;
-        cal.margin100[l] = isfinite(b) && b < MARGIN_ALL ? b : MARGIN_ALL;
-        if (l && cal.margin10[l] < cal.margin10[l - 1])
-            cal.margin10[l] = cal.margin10[l - 1];
-        if (l && cal.margin100[l] < cal.margin100[l - 1])
-            cal.margin100[l] = cal.margin100[l - 1];
+    margins_at_levels(&ms10, &ms100, cal.margin10, cal.margin100);
+    if (ss10.n && ss100.n) {
+        cal.short_len = SHORT_LEN;
+        margins_at_levels(&ss10, &ss100, cal.margin10s, cal.margin100s);
+        /* A short query needs at least the full one's margin (fewer chances, not more). */
+        for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
+            if (cal.margin10s[l] < cal.margin10[l])
+                cal.margin10s[l] = cal.margin10[l];
+            if (cal.margin100s[l] < cal.margin100[l])
+                cal.margin100s[l] = cal.margin100[l];
+        }
     }
     idx_reader_close(&c.r);
     c.r_open = 0;
@@ -795,5 +911,7 @@ fail:
     free(tval);
     free(ms10.v);
     free(ms100.v);
+    free(ss10.v);
+    free(ss100.v);
     return rc && !recorded ? eng_fail(db, rc, &m) : rc;
 }

@@ -27,6 +27,11 @@ typedef struct eng_calib {
     float margin100[ENG_CALIB_LEVELS]; /* ... of the top 100 */
     float recall10, recall100;         /* default search's measured recall */
     double candidates10, exact10, seconds;
+    /* Short queries (version 2): the same margins measured on pseudo-queries of short_len
+     * tokens (their first tokens); short_len 0 when not measured (the caller's own queries,
+     * a version 1 record, the built-in table). */
+    uint32_t short_len;
+    float margin10s[ENG_CALIB_LEVELS], margin100s[ENG_CALIB_LEVELS];
 } eng_calib;
 
 #define ENG_CALIB_FROM_QUERIES 1u
@@ -41,8 +46,11 @@ int eng_calib_read(store_txn *txn, eng_calib *c, store_msg *m);
 /* Writes c as meta "calibration" in txn. */
 int eng_calib_write(store_txn *txn, const eng_calib *c, store_msg *m);
 
-/* The probe margin for a search of k results aiming at recall target (0 < target < 1). */
-float eng_calib_margin(const eng_calib *c, size_t k, float target);
+/* The probe margin for a search of k results aiming at recall target (0 < target < 1), for
+ * queries of lq tokens: a query of fewer tokens than the pseudo-queries reaches a document
+ * through fewer of them and needs a wider margin (interpolated in log lq between the short
+ * and the full pseudo-queries' margins where both were measured). */
+float eng_calib_margin(const eng_calib *c, size_t k, float target, size_t lq);
 
 /* Probes per query token at most (the margin's cap) for k results. */
 size_t eng_probe_cap(size_t k);

@@ -342,6 +342,7 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
     eng_stage_stats st = {0};
     uint64_t *allowed = NULL;
     uint32_t *allowed_list = NULL;
+    float *margin_q = NULL;
     if (!r)
         return eng_failf(db, ENOMEM, "search: out of memory");
     if ((rc = idx_reader_open(db->env, &r[0], &m))) {
@@ -388,7 +389,22 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         if (params->ncells == 0) {
             size_t cap = eng_probe_cap(s.k);
             s.ncells = cap < K ? cap : K;
-            s.margin = eng_calib_margin(&cal, s.k, target);
+            /* The margin by query length: each query its own on the CPU, the shortest's (the
+             * widest) for the batch on a GPU, whose probe takes one. */
+            size_t min_len = SIZE_MAX;
+            for (size_t i = 0; i < nq; i++)
+                if (q.off[i + 1] - q.off[i] < min_len)
+                    min_len = q.off[i + 1] - q.off[i];
+            s.margin = eng_calib_margin(&cal, s.k, target, min_len);
+            if (cal.short_len && min_len < q.max_len) {
+                if (!(margin_q = malloc(nq * sizeof *margin_q))) {
+                    rc = store_fail(&m, ENOMEM, "search: out of memory");
+                    goto restore;
+                }
+                for (size_t i = 0; i < nq; i++)
+                    margin_q[i] = eng_calib_margin(&cal, s.k, target, q.off[i + 1] - q.off[i]);
+                s.margin_q = margin_q;
+            }
         } else {
             s.ncells = params->ncells < K ? params->ncells : K;
             s.margin = INFINITY;
@@ -467,6 +483,7 @@ fail:
     free(s.hit_n);
     free(s.hit_doc);
     free(s.hit_score);
+    free(margin_q);
     free(allowed);
     free(allowed_list);
     return rc ? eng_fail(db, rc, &m) : 0;

@@ -664,21 +664,33 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
         return rc;
     }
     size_t nc = s->ncells;
-    if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
-        return eng_kern_fail(krc, m, "probing centroids");
-    /* Of each token's best nc centroids, those within the margin of its best. */
-    for (size_t i = 0; i < lq; i++) {
-        const float *v = ws->tval + i * nc;
-        int64_t *ix = ws->tix + i * nc;
-        for (size_t j = 0; j < nc; j++) {
-            if (ix[j] >= 0 && v[j] < v[0] - s->margin)
-                ix[j] = -1;
-            st->n_probes += ix[j] >= 0;
-        }
-    }
+    float margin = s->margin_q ? s->margin_q[qi] : s->margin;
     size_t n = 0;
-    if ((rc = union_lists(r, s, ws, lq * nc, &n, m)))
-        return rc;
+    for (;;) {
+        if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
+            return eng_kern_fail(krc, m, "probing centroids");
+        /* Of each token's best nc centroids, those within the margin of its best. */
+        uint64_t probes = 0;
+        for (size_t i = 0; i < lq; i++) {
+            const float *v = ws->tval + i * nc;
+            int64_t *ix = ws->tix + i * nc;
+            for (size_t j = 0; j < nc; j++) {
+                if (ix[j] >= 0 && v[j] < v[0] - margin)
+                    ix[j] = -1;
+                probes += ix[j] >= 0;
+            }
+        }
+        if ((rc = union_lists(r, s, ws, lq * nc, &n, m)))
+            return rc;
+        /* Fewer candidates than the results asked for (a short query at k 100, say): no
+         * margin can be what this query needs; probe every token's whole cap instead (the
+         * adaptive search only). */
+        if (!s->adaptive || n >= s->k || !(margin < INFINITY)) {
+            st->n_probes += probes;
+            break;
+        }
+        margin = INFINITY;
+    }
     double t1 = eng_now();
     st->cand += t1 - t0;
     st->n_cand += n;

@@ -160,8 +160,10 @@ typedef struct tartan_db tartan_db;
  * rounding: the GPU rounds the small residual term of each score to fp16 (scores agree within
  * about 1e-4 per query token), and PLAID's centroid stages, summing in another order, may send
  * a different document to exact scoring where a score sits on the threshold or the ndocs
- * boundary (about 1% of hits on random data). Exhaustive search returns the same documents,
- * near-ties aside.
+ * boundary (about 1% of hits on random data); and the CPU's default search probes each query
+ * with its own length's margin and widens a query whose margin reaches fewer candidates than k
+ * to its whole probe cap, where the GPU probes a batch with its shortest query's margin and
+ * does not widen. Exhaustive search returns the same documents, near-ties aside.
  */
 typedef enum tartan_device {
     TARTAN_DEVICE_AUTO = 0,
@@ -620,7 +622,7 @@ typedef struct tartan_calibration {
     uint64_t n_reference_docs; /* documents the exhaustive reference ranked (a sample of them
                                   when the index is larger than max_reference_docs) */
     float margin_k10;          /* probe margins a default search (recall_target 0.95) uses */
-    float margin_k100;         /*   at k 10 and k 100 */
+    float margin_k100;         /*   at k 10 and k 100, for queries of 32 tokens or more */
     float recall_k10;          /* that search's recall@10 / @100 against exhaustive search */
     float recall_k100;         /*   over the same documents, on the calibration queries */
     double candidates_k10;     /* its candidates and exactly scored documents per query, k 10 */

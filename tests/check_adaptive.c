@@ -197,7 +197,7 @@ START_TEST(test_adaptive_search_uses_calibration)
     eng_calib builtin;
     eng_calib_default(&builtin);
     tartan_results *r = search(db, &c, &p);
-    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&builtin, 10, 0.95f));
+    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&builtin, 10, 0.95f, c.qlen));
     ck_assert_float_eq(r->stats.rerank_z, eng_rerank_z(0.95f));
     tartan_results_free(r);
     tartan_calibration got;
@@ -231,9 +231,71 @@ START_TEST(test_adaptive_search_uses_calibration)
     tartan_search_params_init(&p, 30);
     p.recall_target = 0.99f;
     r = search(db, &c, &p);
-    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&stored, 30, 0.99f));
+    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&stored, 30, 0.99f, c.qlen));
     ck_assert_float_eq(r->stats.rerank_z, eng_rerank_z(0.99f));
     tartan_results_free(r);
+
+    /* Short queries: the stored short margins (8-token pseudo-queries), at least the full
+     * ones; 8-token queries probe with them, 16-token ones between; in a batch of mixed
+     * lengths each query keeps its own margin (the same hits as searched alone) and the batch
+     * reports the widest. */
+    ck_assert_uint_eq(stored.short_len, 8);
+    for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
+        ck_assert(stored.margin10s[l] >= stored.margin10[l]);
+        ck_assert(stored.margin100s[l] >= stored.margin100[l]);
+    }
+    float m8 = eng_calib_margin(&stored, 10, 0.95f, 8),
+          m16 = eng_calib_margin(&stored, 10, 0.95f, 16),
+          m32 = eng_calib_margin(&stored, 10, 0.95f, 32);
+    ck_assert(m8 >= m16 && m16 >= m32);
+    ck_assert_float_eq(eng_calib_margin(&stored, 10, 0.95f, 3), m8);
+    ck_assert_float_eq(eng_calib_margin(&stored, 10, 0.95f, 200), m32);
+    {
+        const size_t nq = c.nq, d = c.dim;
+        size_t *lens = xmalloc(nq * sizeof *lens), rows = 0;
+        for (size_t i = 0; i < nq; i++)
+            rows += lens[i] = i % 2 ? 8 : c.qlen;
+        float *packed = xmalloc(rows * d * sizeof *packed), *q8 = xmalloc(nq * 8 * d * 4);
+        for (size_t i = 0, at = 0; i < nq; i++) {
+            memcpy(packed + at * d, c.q + i * c.qlen * d, lens[i] * d * sizeof *packed);
+            memcpy(q8 + i * 8 * d, c.q + i * c.qlen * d, 8 * d * sizeof *q8);
+            at += lens[i];
+        }
+        tartan_queries mixed = {.n_queries = nq,
+                                .qlens = lens,
+                                .embeddings = packed,
+                                .n_rows = rows,
+                                .dim = d,
+                                .dtype = TARTAN_FLOAT32};
+        tartan_queries short8 = {.n_queries = nq,
+                                 .qlen = 8,
+                                 .embeddings = q8,
+                                 .n_rows = nq * 8,
+                                 .dim = d,
+                                 .dtype = TARTAN_FLOAT32};
+        tartan_search_params_init(&p, 10);
+        tartan_results *rm = NULL, *r8 = NULL, *rf = search(db, &c, &p);
+        ck_assert_int_eq(tartan_search(db, &short8, &p, &r8), 0);
+        ck_assert_float_eq(r8->stats.probe_margin, m8);
+        ck_assert_int_eq(tartan_search(db, &mixed, &p, &rm), 0);
+        ck_assert_float_eq(rm->stats.probe_margin, m8);
+        for (size_t i = 0; i < nq; i++) {
+            const tartan_results *alone = i % 2 ? r8 : rf;
+            ck_assert_uint_eq(rm->counts[i], alone->counts[i]);
+            for (size_t j = 0; j < rm->counts[i]; j++) {
+                ck_assert_str_eq(rm->hits[rm->offsets[i] + j].id,
+                                 alone->hits[alone->offsets[i] + j].id);
+                ck_assert_float_eq(rm->hits[rm->offsets[i] + j].score,
+                                   alone->hits[alone->offsets[i] + j].score);
+            }
+        }
+        tartan_results_free(rm);
+        tartan_results_free(r8);
+        tartan_results_free(rf);
+        free(lens);
+        free(packed);
+        free(q8);
+    }
 
     /* The caller's queries: a calibration of their own, marked so. */
     tartan_queries q = queries_of(&c);
@@ -333,6 +395,112 @@ static int put_fn(store_txn *txn, void *ctx, store_msg *m)
     return store_meta_put(txn, STORE_META_CALIBRATION, p->data, p->len, m);
 }
 
+/* The stored calibration record's bytes now (a static copy). */
+static const uint8_t *data_copy(tartan_db *db, size_t *len)
+{
+    static uint8_t copy[512];
+    store_msg m;
+    store_txn *txn;
+    const void *data;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_int_eq(store_meta_get(txn, STORE_META_CALIBRATION, &data, len, &m), 0);
+    ck_assert_uint_le(*len, sizeof copy);
+    memcpy(copy, data, *len);
+    store_read_end(db->env, txn);
+    return copy;
+}
+
+/* A query whose margin reaches fewer candidates than k probes every token's whole cap: it
+ * returns as many results as probing the cap outright does (fixed ncells at the cap, every
+ * candidate kept), never fewer. */
+START_TEST(test_adaptive_too_few_candidates)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V1, 1500, 30, 32, 12, 23);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    /* Margins from the full queries (no short ones), searched with one token of each. */
+    tartan_queries full = queries_of(&c);
+    tartan_calibrate_params cp;
+    tartan_calibrate_params_init(&cp);
+    cp.queries = &full;
+    ck_assert_int_eq(tartan_calibrate(db, &cp, NULL), 0);
+    const size_t d = c.dim, L = 1, K = 100, cap = eng_probe_cap(K);
+    size_t met = 0;
+    for (size_t i = 0; i < c.nq; i++) {
+        /* Query i's first token, alone. */
+        tartan_queries q = {.n_queries = 1,
+                            .qlen = L,
+                            .embeddings = c.q + i * c.qlen * d,
+                            .n_rows = L,
+                            .dim = d,
+                            .dtype = TARTAN_FLOAT32};
+        tartan_search_params ad, fx;
+        tartan_search_params_init(&ad, K);
+        tartan_search_params_init(&fx, K);
+        fx.ncells = cap;
+        fx.ndocs = 100000;
+        tartan_results *ra = NULL, *rf = NULL;
+        ck_assert_int_eq(tartan_search(db, &q, &ad, &ra), 0);
+        ck_assert_int_eq(tartan_search(db, &q, &fx, &rf), 0);
+        const size_t want = rf->counts[0] < K ? rf->counts[0] : K;
+        ck_assert_msg(ra->counts[0] >= want, "query %zu: %zu results, the cap reaches %zu", i,
+                      ra->counts[0], rf->counts[0]);
+        /* The margin alone reached fewer than k: the whole cap was probed. */
+        if (ra->stats.n_probes == L * cap && ra->stats.probe_margin < 1.f)
+            met++;
+        tartan_results_free(ra);
+        tartan_results_free(rf);
+    }
+    ck_assert_uint_gt(met, 0); /* the case was met */
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/* A version 1 record (no short margins, as older builds write) still reads and steers the
+ * search: every length gets the full margin. */
+START_TEST(test_adaptive_version1_record)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 300, 20, 32, 4, 19);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
+    size_t len;
+    uint8_t v1[512];
+    const uint8_t *now = data_copy(db, &len);
+    memcpy(v1, now, len);
+    ck_assert_uint_eq(len, 168);
+    uint32_t one = 1;
+    memcpy(v1, &one, 4);
+    store_msg m;
+    put_ctx ctx = {v1, 124};
+    ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+    store_txn *txn;
+    eng_calib got;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_msg(eng_calib_read(txn, &got, &m) == 0, "%s", m.text);
+    store_read_end(db->env, txn);
+    ck_assert_int_eq(got.calibrated, 1);
+    ck_assert_uint_eq(got.short_len, 0);
+    ck_assert_float_eq(eng_calib_margin(&got, 10, 0.95f, 8), eng_calib_margin(&got, 10, 0.95f, 32));
+    tartan_search_params p;
+    tartan_search_params_init(&p, 10);
+    tartan_results *r = search(db, &c, &p);
+    ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&got, 10, 0.95f, 32));
+    tartan_results_free(r);
+    /* A version 1 header on a version 2 body is refused. */
+    ctx.len = 168;
+    ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_int_eq(eng_calib_read(txn, &got, &m), TARTAN_ECORRUPT);
+    store_read_end(db->env, txn);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 START_TEST(test_adaptive_damaged_record)
 {
     corpus c;
@@ -350,10 +518,18 @@ START_TEST(test_adaptive_damaged_record)
     uint8_t *bad = xmalloc(len);
     memcpy(bad, data, len);
     store_read_end(db->env, txn);
-    for (int how = 0; how < 2; how++) {
+    ck_assert_uint_eq(len, 168); /* version 2: with the short queries' margins */
+    for (int how = 0; how < 3; how++) {
         float neg = -0.5f;
-        memcpy(bad + 32 + 4 * ENG_CALIB_LEVELS, &neg, 4);
-        put_ctx ctx = {bad, how ? len - 4 : len};
+        if (how == 2) {
+            /* A sound full table, a short margin below its full one. */
+            const uint8_t *now = data_copy(db, &len);
+            memcpy(bad, now, len);
+            memcpy(bad + 124 + 4, &neg, 4);
+        } else {
+            memcpy(bad + 32 + 4 * ENG_CALIB_LEVELS, &neg, 4);
+        }
+        put_ctx ctx = {bad, how == 1 ? len - 4 : len};
         ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
         tartan_search_params p;
         tartan_search_params_init(&p, 10);
@@ -463,6 +639,8 @@ static Suite *adaptive_suite(void)
         {"full_equals_exhaustive", test_adaptive_full_equals_exhaustive},
         {"stale", test_adaptive_stale},
         {"damaged_record", test_adaptive_damaged_record},
+        {"version1_record", test_adaptive_version1_record},
+        {"too_few_candidates", test_adaptive_too_few_candidates},
         {"bad_arguments", test_adaptive_bad_arguments},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -286,6 +286,11 @@ void eng_calib_public(const eng_calib *c, uint64_t n_docs_now, tartan_calibratio
     out->candidates_k10 = c->candidates10;
     out->exact_k10 = c->exact10;
     out->seconds = c->seconds;
+    out->short_len = c->short_len;
+    if (c->short_len) {
+        out->margin_k10_short = eng_calib_margin(c, 10, ENG_DEFAULT_TARGET, c->short_len);
+        out->margin_k100_short = eng_calib_margin(c, 100, ENG_DEFAULT_TARGET, c->short_len);
+    }
 }
 
 void tartan_calibrate_params_init(tartan_calibrate_params *p)

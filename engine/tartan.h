@@ -627,7 +627,10 @@ typedef struct tartan_calibration {
     float recall_k100;         /*   over the same documents, on the calibration queries */
     double candidates_k10;     /* its candidates and exactly scored documents per query, k 10 */
     double exact_k10;
-    double seconds; /* the calibration's wall time */
+    double seconds;          /* the calibration's wall time */
+    uint32_t short_len;      /* tokens of the short pseudo-queries (8); 0: not measured */
+    float margin_k10_short;  /* the margins for queries of short_len tokens or fewer; a */
+    float margin_k100_short; /*   query between short_len and 32 tokens gets one between */
 } tartan_calibration;
 
 /* Parameters of tartan_calibrate. Start from tartan_calibrate_params_init(). */

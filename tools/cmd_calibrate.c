@@ -52,6 +52,11 @@ void tool_calibration_print(FILE *f, const tartan_calibration *c)
             "  exact scores a query at k 10\n",
             (double)c->margin_k10, (double)c->margin_k100, (double)c->recall_k10,
             (double)c->recall_k100, c->candidates_k10, c->exact_k10);
+    if (c->short_len)
+        fprintf(f,
+                "  queries of %u tokens or fewer: probe margin %.4f at k 10, %.4f at k 100 "
+                "(longer ones: in between, by length)\n",
+                c->short_len, (double)c->margin_k10_short, (double)c->margin_k100_short);
 }
 
 int tool_calibrate_db(tartan_db *db, const char *who, int force, const tartan_queries *queries,

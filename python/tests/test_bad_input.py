@@ -155,7 +155,7 @@ def test_failed_first_add_creates_nothing_usable(tmp_path, rng):
 
 def test_calibration_follows_adds(tmp_path, corpus):
     """add calibrates an uncalibrated index, and the stored calibration is what search uses
-    (its probe margin at k 10 is the calibration's margin_k10)."""
+    (its probe margin at k 10 is the calibration's margin for queries of this length)."""
     ids, docs, qs = corpus
     with tartan.Index(str(tmp_path / "c"), dim=32, create=True) as ix:
         ix.add(ids, docs, calibrate=False)
@@ -164,7 +164,10 @@ def test_calibration_follows_adds(tmp_path, corpus):
         assert got["calibrated"] and got["n_reference_docs"] == len(ids)
         assert 0 <= got["recall_k10"] <= 1
         st = ix.search_arrays(qs, k=10).stats
-        assert abs(st.probe_margin - got["margin_k10"]) < 1e-6
+        # These queries have 8 tokens: the short queries' margin.
+        assert qs.shape[1] == 8 and got["short_len"] == 8
+        assert got["margin_k10_short"] >= got["margin_k10"]
+        assert abs(st.probe_margin - got["margin_k10_short"]) < 1e-6
     with tartan.Index(str(tmp_path / "d"), dim=32, create=True) as ix:
         ix.add(ids, docs)
         assert ix.calibration()["calibrated"]

@@ -607,14 +607,14 @@ static int put(PyObject *d, const char *key, PyObject *v)
 /* A tartan_calibration as a dict. */
 static PyObject *calibration_dict(const tartan_calibration *c)
 {
-    return Py_BuildValue("{sisisisIsKsKsfsfsfsfsdsdsd}", "calibrated", c->calibrated,
-                         "from_queries", c->from_queries, "stale", c->stale, "n_queries",
-                         (unsigned int)c->n_queries, "n_docs", (unsigned long long)c->n_docs,
-                         "n_reference_docs", (unsigned long long)c->n_reference_docs,
-                         "margin_k10", c->margin_k10, "margin_k100", c->margin_k100,
-                         "recall_k10", c->recall_k10, "recall_k100", c->recall_k100,
-                         "candidates_k10", c->candidates_k10, "exact_k10", c->exact_k10,
-                         "seconds", c->seconds);
+    return Py_BuildValue(
+        "{sisisisIsKsKsfsfsfsfsdsdsdsIsfsf}", "calibrated", c->calibrated, "from_queries",
+        c->from_queries, "stale", c->stale, "n_queries", (unsigned int)c->n_queries, "n_docs",
+        (unsigned long long)c->n_docs, "n_reference_docs", (unsigned long long)c->n_reference_docs,
+        "margin_k10", c->margin_k10, "margin_k100", c->margin_k100, "recall_k10", c->recall_k10,
+        "recall_k100", c->recall_k100, "candidates_k10", c->candidates_k10, "exact_k10",
+        c->exact_k10, "seconds", c->seconds, "short_len", (unsigned int)c->short_len,
+        "margin_k10_short", c->margin_k10_short, "margin_k100_short", c->margin_k100_short);
 }
 
 /* calibrate(n_pseudo=0, reference_docs=0, seed=42, threads=0) -> dict (tartan_calibrate with

@@ -251,6 +251,13 @@ START_TEST(test_adaptive_search_uses_calibration)
           m16 = eng_calib_margin(&stored, 10, 0.95f, 16),
           m32 = eng_calib_margin(&stored, 10, 0.95f, 32);
     ck_assert(m8 >= m16 && m16 >= m32);
+    /* Beyond k 100 the cap and the margin keep growing (k 1,000: 64 probes a token). */
+    ck_assert_uint_eq(eng_probe_cap(10), 16);
+    ck_assert_uint_eq(eng_probe_cap(100), 32);
+    ck_assert_uint_eq(eng_probe_cap(200), 45);
+    ck_assert_uint_eq(eng_probe_cap(1000), 64);
+    ck_assert(eng_calib_margin(&stored, 1000, 0.95f, 32) >=
+              eng_calib_margin(&stored, 100, 0.95f, 32));
     ck_assert_uint_eq(again.short_len, 8); /* the public view tells the same */
     ck_assert_float_eq(again.margin_k10_short, m8);
     ck_assert_float_eq(again.margin_k100_short, eng_calib_margin(&stored, 100, 0.95f, 8));

@@ -23,17 +23,8 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_check.h"
 #include "kernels.h"
-
-#define KK(call)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != KERN_OK) {                                                                      \
-            fprintf(stderr, "%s:%d: %s: %d %s\n", __FILE__, __LINE__, #call, rc_,                  \
-                    kern_last_error());                                                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_u64(void)

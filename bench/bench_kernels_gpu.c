@@ -28,25 +28,7 @@
 
 #include "kernels_impl.h"
 #include "tune_cuda.h"
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define KK(call)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != KERN_OK) {                                                                      \
-            fprintf(stderr, "%s:%d: %s: %d %s\n", __FILE__, __LINE__, #call, rc_,                  \
-                    kern_last_error());                                                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench_check.h"
 
 /* ---- data ------------------------------------------------------------------------------- */
 static uint64_t mix(uint64_t z)

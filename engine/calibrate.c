@@ -397,7 +397,9 @@ typedef struct calib_run {
     size_t *qlens;
     uint32_t *src; /* each pseudo-query's source documents [n_q * 2] (UINT32_MAX: none) */
     tartan_queries q;
-    float *tok; /* a document's decompressed tokens */
+    float *semb;       /* short pseudo-queries: each one's first SHORT_LEN tokens (owned) */
+    tartan_queries sq; /* over semb; n_queries 0 when none */
+    float *tok;        /* a document's decompressed tokens */
     size_t tok_cap;
 } calib_run;
 
@@ -670,47 +672,35 @@ static void margins_at_levels(const margin_set *ms10, const margin_set *ms100, f
     }
 }
 
-/* Step 3 for short queries: the first SHORT_LEN tokens of each pseudo-query, ranked
- * exhaustively over the same reference (sp), their needed margins into ms10 / ms100. The
- * reader c->r is closed during the search and open again after, as for the full queries.
- * *recorded: the failure's message is on the handle already. */
-static int short_margins(calib_run *c, tartan_db *db, const tartan_search_params *sp, double rate,
-                         float *S, int64_t *tix, float *tval, margin_set *ms10, margin_set *ms100,
-                         int *recorded, store_msg *m)
+/* The short pseudo-queries: the first SHORT_LEN tokens of each pseudo-query, into c->sq. */
+static int make_short(calib_run *c, store_msg *m)
 {
     const size_t n = c->q.n_queries, dim = c->dim;
-    float *emb = malloc((n ? n : 1) * SHORT_LEN * dim * sizeof *emb);
-    if (!emb)
+    if (!(c->semb = malloc((n ? n : 1) * SHORT_LEN * dim * sizeof *c->semb)))
         return store_fail(m, ENOMEM, "calibration: out of memory");
     for (size_t p = 0; p < n; p++)
-        memcpy(emb + p * SHORT_LEN * dim, c->qemb + p * PSEUDO_LEN * dim,
-               SHORT_LEN * dim * sizeof *emb);
-    tartan_queries sq = {.n_queries = n,
-                         .qlen = SHORT_LEN,
-                         .embeddings = emb,
-                         .n_rows = n * SHORT_LEN,
-                         .dim = dim,
-                         .dtype = TARTAN_FLOAT32};
-    eng_queries eq;
-    tartan_results *ref = NULL;
-    int rc = eng_queries_prepare(&sq, dim, &eq, m);
-    if (rc) {
-        free(emb);
-        return rc;
-    }
-    idx_reader_close(&c->r);
-    c->r_open = 0;
-    if ((rc = eng_search_call(db, &sq, sp, NULL, &ref))) {
-        *recorded = 1;
-    } else if (!(rc = idx_reader_open(db->env, &c->r, m))) {
-        c->r_open = 1;
-        for (size_t i = 0; i < eq.n && !rc; i++)
-            rc = needed_margins(c, eq.emb + eq.off[i] * dim, eq.off[i + 1] - eq.off[i], ref, i,
-                                rate, c->src + 2 * i, S, tix, tval, ms10, ms100, m);
-    }
-    tartan_results_free(ref);
-    eng_queries_free(&eq);
-    free(emb);
+        memcpy(c->semb + p * SHORT_LEN * dim, c->qemb + p * PSEUDO_LEN * dim,
+               SHORT_LEN * dim * sizeof *c->semb);
+    c->sq = (tartan_queries){.n_queries = n,
+                             .qlen = SHORT_LEN,
+                             .embeddings = c->semb,
+                             .n_rows = n * SHORT_LEN,
+                             .dim = dim,
+                             .dtype = TARTAN_FLOAT32};
+    return 0;
+}
+
+/* Step 3 for one set of prepared queries eq (ranked exhaustively in ref): the needed margins
+ * of each query's top 10 and top 100 into ms10 / ms100. src: the pseudo-queries' sources, or
+ * NULL. */
+static int margins_of(calib_run *c, const eng_queries *eq, const tartan_results *ref, double rate,
+                      const uint32_t *src, float *S, int64_t *tix, float *tval, margin_set *ms10,
+                      margin_set *ms100, store_msg *m)
+{
+    int rc = 0;
+    for (size_t i = 0; i < eq->n && !rc; i++)
+        rc = needed_margins(c, eq->emb + eq->off[i] * c->dim, eq->off[i + 1] - eq->off[i], ref, i,
+                            rate, src ? src + 2 * i : NULL, S, tix, tval, ms10, ms100, m);
     return rc;
 }
 
@@ -744,6 +734,7 @@ static void calib_free(calib_run *c)
     free(c->ref_ids);
     free(c->ref);
     free(c->qemb);
+    free(c->semb);
     free(c->qlens);
     free(c->src);
     free(c->tok);
@@ -774,7 +765,8 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         return eng_failf(db, TARTAN_ERANGE, "threads is %d; it must be 0 or more", params->threads);
     double t0 = eng_now();
     calib_run c = {.db = db};
-    tartan_results *ref = NULL, *res = NULL;
+    tartan_results *ref = NULL, *sref = NULL, *res = NULL;
+    eng_queries eq = {0}, eqs = {0};
     float *S = NULL, *tval = NULL;
     int64_t *tix = NULL;
     margin_set ms10 = {0}, ms100 = {0}, ss10 = {0}, ss100 = {0};
@@ -816,9 +808,13 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
             goto fail;
         q = &c.q;
     }
+    /* Short pseudo-queries too (not for the caller's own queries: their lengths are the ones
+     * the caller searches with). */
+    if (!params->queries && (rc = make_short(&c, &m)))
+        goto fail;
     /* The queries as the search will see them (checked, normalised). */
-    eng_queries eq;
-    if ((rc = eng_queries_prepare(q, c.dim, &eq, &m)))
+    if ((rc = eng_queries_prepare(q, c.dim, &eq, &m)) ||
+        (c.sq.n_queries && (rc = eng_queries_prepare(&c.sq, c.dim, &eqs, &m))))
         goto fail;
     /* Step 2: the reference, exhaustive over the sample. */
     tartan_search_params sp;
@@ -831,15 +827,13 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     /* The searches run without our snapshot: the handle opens its own. */
     idx_reader_close(&c.r);
     c.r_open = 0;
-    if ((rc = eng_search_call(db, q, &sp, NULL, &ref))) {
-        eng_queries_free(&eq);
+    if ((rc = eng_search_call(db, q, &sp, NULL, &ref)) ||
+        (c.sq.n_queries && (rc = eng_search_call(db, &c.sq, &sp, NULL, &sref)))) {
         recorded = 1;
         goto fail;
     }
-    if ((rc = idx_reader_open(db->env, &c.r, &m))) {
-        eng_queries_free(&eq);
+    if ((rc = idx_reader_open(db->env, &c.r, &m)))
         goto fail;
-    }
     c.r_open = 1;
     /* Step 3. */
     size_t cap100 = eng_probe_cap(100) < c.K ? eng_probe_cap(100) : c.K;
@@ -847,27 +841,19 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     tix = malloc(eq.max_len * cap100 * sizeof *tix);
     tval = malloc(eq.max_len * cap100 * sizeof *tval);
     if (!S || !tix || !tval) {
-        eng_queries_free(&eq);
         rc = store_fail(&m, ENOMEM, "calibration: out of memory");
         goto fail;
     }
     double rate = (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
-    for (size_t i = 0; i < eq.n && !rc; i++)
-        rc =
-            needed_margins(&c, eq.emb + eq.off[i] * c.dim, eq.off[i + 1] - eq.off[i], ref, i, rate,
-                           params->queries ? NULL : c.src + 2 * i, S, tix, tval, &ms10, &ms100, &m);
-    eng_queries_free(&eq);
-    if (rc)
+    const uint32_t *src = params->queries ? NULL : c.src;
+    if ((rc = margins_of(&c, &eq, ref, rate, src, S, tix, tval, &ms10, &ms100, &m)) ||
+        (c.sq.n_queries &&
+         (rc = margins_of(&c, &eqs, sref, rate, src, S, tix, tval, &ss10, &ss100, &m))))
         goto fail;
     if (!ms10.n || !ms100.n) {
         rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the reference found no documents");
         goto fail;
     }
-    /* Step 3 again for short queries (pseudo-queries only: the caller's own queries are the
-     * lengths the caller searches with). */
-    if (!params->queries &&
-        (rc = short_margins(&c, db, &sp, rate, S, tix, tval, &ss10, &ss100, &recorded, &m)))
-        goto fail;
     /* Step 4. */
     cal.calibrated = 1;
     cal.flags = params->queries ? ENG_CALIB_FROM_QUERIES : 0;
@@ -924,7 +910,10 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         eng_calib_public(&cal, cal.n_docs, out);
 fail:
     calib_free(&c);
+    eng_queries_free(&eq);
+    eng_queries_free(&eqs);
     tartan_results_free(ref);
+    tartan_results_free(sref);
     free(S);
     free(tix);
     free(tval);

@@ -119,12 +119,17 @@ static void add_range(tartan_db *db, const corpus *c, size_t a, size_t b)
 
 static tartan_queries queries_of(const corpus *c)
 {
-    return (tartan_queries){.n_queries = c->nq,
-                            .qlen = c->qlen,
-                            .embeddings = c->q,
-                            .n_rows = c->nq * c->qlen,
-                            .dim = c->dim,
-                            .dtype = TARTAN_FLOAT32};
+    return fx_fixed_queries(c->q, c->nq, c->qlen, c->dim);
+}
+
+/* eng_calib_read over the index's current snapshot: its code, the message in m. */
+static int read_calib(tartan_db *db, eng_calib *cal, store_msg *m)
+{
+    store_txn *txn;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, m), 0);
+    int rc = eng_calib_read(txn, cal, m);
+    store_read_end(db->env, txn);
+    return rc;
 }
 
 static tartan_results *search(tartan_db *db, const corpus *c, const tartan_search_params *p)
@@ -225,11 +230,8 @@ START_TEST(test_adaptive_search_uses_calibration)
     }
     /* The stored table read back gives the same margin at another target and k. */
     store_msg m;
-    store_txn *txn;
     eng_calib stored;
-    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
-    ck_assert_int_eq(eng_calib_read(txn, &stored, &m), 0);
-    store_read_end(db->env, txn);
+    ck_assert_int_eq(read_calib(db, &stored, &m), 0);
     ck_assert_int_eq(stored.calibrated, 1);
     tartan_search_params_init(&p, 30);
     p.recall_target = 0.99f;
@@ -280,12 +282,7 @@ START_TEST(test_adaptive_search_uses_calibration)
                                 .n_rows = rows,
                                 .dim = d,
                                 .dtype = TARTAN_FLOAT32};
-        tartan_queries short8 = {.n_queries = nq,
-                                 .qlen = 8,
-                                 .embeddings = q8,
-                                 .n_rows = nq * 8,
-                                 .dim = d,
-                                 .dtype = TARTAN_FLOAT32};
+        tartan_queries short8 = fx_fixed_queries(q8, nq, 8, d);
         tartan_search_params_init(&p, 10);
         tartan_results *rm = NULL, *r8 = NULL, *rf = search(db, &c, &p);
         ck_assert_int_eq(tartan_search(db, &short8, &p, &r8), 0);
@@ -440,12 +437,7 @@ START_TEST(test_adaptive_too_few_candidates)
     ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
     const size_t d = c.dim, L = c.qlen, K = 100, cap = eng_probe_cap(K);
     for (size_t i = 0; i < c.nq; i++) {
-        tartan_queries q = {.n_queries = 1,
-                            .qlen = L,
-                            .embeddings = c.q + i * L * d,
-                            .n_rows = L,
-                            .dim = d,
-                            .dtype = TARTAN_FLOAT32};
+        tartan_queries q = fx_fixed_queries(c.q + i * L * d, 1, L, d);
         tartan_search_params ad, fx;
         tartan_search_params_init(&ad, K);
         tartan_search_params_init(&fx, K);
@@ -485,11 +477,8 @@ START_TEST(test_adaptive_version1_record)
     store_msg m;
     put_ctx ctx = {v1, 124};
     ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
-    store_txn *txn;
     eng_calib got;
-    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
-    ck_assert_msg(eng_calib_read(txn, &got, &m) == 0, "%s", m.text);
-    store_read_end(db->env, txn);
+    ck_assert_msg(read_calib(db, &got, &m) == 0, "%s", m.text);
     ck_assert_int_eq(got.calibrated, 1);
     ck_assert_uint_eq(got.short_len, 0);
     ck_assert_float_eq(eng_calib_margin(&got, 10, 0.95f, 8), eng_calib_margin(&got, 10, 0.95f, 32));
@@ -501,9 +490,7 @@ START_TEST(test_adaptive_version1_record)
     /* A version 1 header on a version 2 body is refused. */
     ctx.len = 168;
     ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
-    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
-    ck_assert_int_eq(eng_calib_read(txn, &got, &m), TARTAN_ECORRUPT);
-    store_read_end(db->env, txn);
+    ck_assert_int_eq(read_calib(db, &got, &m), TARTAN_ECORRUPT);
     tartan_close(db);
     corpus_free(&c);
 }
@@ -518,20 +505,16 @@ START_TEST(test_adaptive_damaged_record)
     ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
     /* The record with its first margin made negative, then cut short. */
     store_msg m;
-    store_txn *txn;
-    const void *data;
     size_t len;
-    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
-    ck_assert_int_eq(store_meta_get(txn, STORE_META_CALIBRATION, &data, &len, &m), 0);
+    const uint8_t *now = data_copy(db, &len);
     uint8_t *bad = xmalloc(len);
-    memcpy(bad, data, len);
-    store_read_end(db->env, txn);
+    memcpy(bad, now, len);
     ck_assert_uint_eq(len, 168); /* version 2: with the short queries' margins */
     for (int how = 0; how < 3; how++) {
         float neg = -0.5f;
         if (how == 2) {
             /* A sound full table, a short margin below its full one. */
-            const uint8_t *now = data_copy(db, &len);
+            now = data_copy(db, &len);
             memcpy(bad, now, len);
             memcpy(bad + 124 + 4, &neg, 4);
         } else {

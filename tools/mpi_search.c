@@ -25,14 +25,12 @@
  * queries instead, as the copies of one process over several GPUs do (engine/gpus.h). Only
  * search takes replicas; build, add, delete, info and check want one rank a shard.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "errbuf.h"
 #include "mpi_commands.h"
@@ -308,36 +306,6 @@ static int gather_answers(const wbuf *mine, char **all, int **lens, int **offs)
 
 /* ---- every rank: the handlers ------------------------------------------------------------- */
 
-/* The shard this rank searches: shard r of P when the index has P shards; else, when it holds
- * the shards of S ranks with S dividing P, shard r % S (replicas, see the top). */
-static int open_search_shard(shard_state *s, const char *index, const tartan_options *o, char *err,
-                             size_t errlen)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    s->n_shards = tool_mpi_size;
-    tool_mpi_shard_path(index, tool_mpi_rank, tool_mpi_size, path, sizeof path);
-    int S = 0;
-    DIR *d = stat(path, &st) == 0 ? NULL : opendir(index);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        int r, n;
-        char tail;
-        if (sscanf(e->d_name, "shard-%d-of-%d%c", &r, &n, &tail) == 2 && n > 0 &&
-            n < tool_mpi_size && tool_mpi_size % n == 0 && n > S)
-            S = n;
-    }
-    if (d)
-        closedir(d);
-    if (!S) /* one rank a shard, or the command's own message for what is here */
-        return tool_mpi_open_shard(index, o, &s->db, err, errlen);
-    tool_mpi_shard_path(index, tool_mpi_rank % S, S, path, sizeof path);
-    s->n_shards = S;
-    int rc = tartan_open(path, o, &s->db);
-    if (rc)
-        tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(NULL)));
-    return rc;
-}
-
 static int handle_open(shard_state *s, const char *path, tartan_index_info *info, char *err,
                        size_t errlen)
 {
@@ -345,7 +313,7 @@ static int handle_open(shard_state *s, const char *path, tartan_index_info *info
     tartan_options_init(&o);
     o.flags = TARTAN_READONLY;
     memset(info, 0, sizeof *info);
-    int rc = open_search_shard(s, path, &o, err, errlen);
+    int rc = tool_mpi_open_search_shard(path, &o, &s->db, &s->n_shards, err, errlen);
     if (!rc && (rc = tartan_info(s->db, info)))
         tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(s->db)));
     return rc;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "errbuf.h"
 #include "mpi_util.h"
@@ -189,6 +190,25 @@ void tool_mpi_shard_path(const char *index, int rank, int size, char *out, size_
     snprintf(out, cap, "%s/shard-%d-of-%d", index, rank, size);
 }
 
+/* The shard counts INDEX's directory names: *other, one other than the job's ranks (0: none);
+ * *divisor, the largest below the job's ranks that divides them (0: none). */
+static void shard_counts(const char *index, int *other, int *divisor)
+{
+    *other = *divisor = 0;
+    DIR *d = opendir(index);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int r, n;
+        char tail;
+        if (sscanf(e->d_name, "shard-%d-of-%d%c", &r, &n, &tail) != 2 || n == tool_mpi_size)
+            continue;
+        *other = n;
+        if (n > 0 && n < tool_mpi_size && tool_mpi_size % n == 0 && n > *divisor)
+            *divisor = n;
+    }
+    if (d)
+        closedir(d);
+}
+
 int tool_mpi_open_shard(const char *index, const tartan_options *o, tartan_db **db, char *err,
                         size_t errlen)
 {
@@ -200,17 +220,10 @@ int tool_mpi_open_shard(const char *index, const tartan_options *o, tartan_db **
     struct stat st;
     if (!(o->flags & TARTAN_CREATE) && stat(path, &st) != 0) {
         /* Say which job the shards here were built for. */
-        DIR *d = opendir(index);
-        if (!d)
+        int other, divisor;
+        if (access(index, F_OK) != 0)
             return tool_fail(err, errlen, errno, "'%s': %s", index, strerror(errno));
-        int other = 0;
-        for (struct dirent *e; (e = readdir(d));) {
-            int r, n;
-            char tail;
-            if (sscanf(e->d_name, "shard-%d-of-%d%c", &r, &n, &tail) == 2 && n != tool_mpi_size)
-                other = n;
-        }
-        closedir(d);
+        shard_counts(index, &other, &divisor);
         if (other)
             return tool_fail(err, errlen, TARTAN_ENOINDEX,
                              "'%s' holds the shards of %d ranks, not %d: run it with mpirun -np %d",
@@ -218,6 +231,26 @@ int tool_mpi_open_shard(const char *index, const tartan_options *o, tartan_db **
         return tool_fail(err, errlen, TARTAN_ENOINDEX, "'%s': no shard %d of %d on this host (%s)",
                          index, tool_mpi_rank, tool_mpi_size, path);
     }
+    int rc = tartan_open(path, o, db);
+    if (rc)
+        tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(NULL)));
+    return rc;
+}
+
+int tool_mpi_open_search_shard(const char *index, const tartan_options *o, tartan_db **db,
+                               int *n_shards, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    int other = 0, divisor = 0;
+    *n_shards = tool_mpi_size;
+    tool_mpi_shard_path(index, tool_mpi_rank, tool_mpi_size, path, sizeof path);
+    if (stat(path, &st) != 0)
+        shard_counts(index, &other, &divisor);
+    if (!divisor) /* one rank a shard, or tool_mpi_open_shard's message for what is here */
+        return tool_mpi_open_shard(index, o, db, err, errlen);
+    tool_mpi_shard_path(index, tool_mpi_rank % divisor, divisor, path, sizeof path);
+    *n_shards = divisor;
     int rc = tartan_open(path, o, db);
     if (rc)
         tool_fail(err, errlen, rc, "%s", tool_mpi_detail(tartan_errmsg(NULL)));

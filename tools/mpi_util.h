@@ -74,6 +74,13 @@ int tool_mpi_open_shard(const char *index, const tartan_options *o, tartan_db **
                         size_t errlen);
 
 /*
+ * For search: the same, or, where INDEX holds the shards of S ranks with S dividing the job's
+ * ranks (replicas, tools/mpi_search.c), shard rank % S. *n_shards: the job's ranks or S.
+ */
+int tool_mpi_open_search_shard(const char *index, const tartan_options *o, tartan_db **db,
+                               int *n_shards, char *err, size_t errlen);
+
+/*
  * Collective: compares the shards' models (tartan_model_export's checksum and length). 0 when
  * every shard has the model of shard 0; else a code and, in err, which shards differ or have
  * none. *crc, *len: shard 0's (may be NULL).

@@ -389,8 +389,8 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         if (params->ncells == 0) {
             size_t cap = eng_probe_cap(s.k);
             s.ncells = cap < K ? cap : K;
-            /* The margin by query length: each query its own on the CPU, the shortest's (the
-             * widest) for the batch on a GPU, whose probe takes one. */
+            /* The margin by query length, each query its own (margin_q); s.margin is the
+             * shortest's, the widest. */
             size_t min_len = SIZE_MAX;
             for (size_t i = 0; i < nq; i++)
                 if (q.off[i + 1] - q.off[i] < min_len)

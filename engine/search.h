@@ -37,7 +37,7 @@ typedef struct eng_search {
     size_t ncells; /* probes per query token at most (at most n_centroids) */
     float margin;  /* of those, only centroids within margin of the token's best (INFINITY:
                       all ncells, the fixed mode); the widest of margin_q's when set */
-    const float *margin_q; /* [q->n] each query's margin by its length (CPU; NULL: margin) */
+    const float *margin_q; /* [q->n] each query's margin by its length (NULL: margin) */
     int prune;     /* stage 2 ignores centroids whose best score is below threshold */
     float threshold;
     /* Fixed mode (adaptive 0): stage 2 keeps ndocs, stage 3 ndocs_exact = max(ndocs / 4, k).

@@ -92,8 +92,8 @@ struct eng_gpu {
     float *s_norms;
     size_t s_n;
     /* Search workspace. */
-    dbuf q, q_off, ST, probes, bits, counts, docs1, approx1, sel, docs2, approx2, docs3, scores,
-        docs4, vals, allowed, list, done, next, exact_all;
+    dbuf q, q_off, ST, probes, colm, bits, counts, docs1, approx1, sel, docs2, approx2, docs3,
+        scores, docs4, vals, allowed, list, done, next, exact_all;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
@@ -174,10 +174,10 @@ void eng_gpu_free_held(eng_gpu *g)
     if (!g)
         return;
     mirror_reset(g);
-    dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,      &g->probes, &g->bits,    &g->counts,
-                  &g->docs1, &g->approx1, &g->sel,     &g->docs2,  &g->approx2, &g->docs3,
-                  &g->scores, &g->docs4,  &g->vals,    &g->allowed, &g->list,
-                  &g->xs[0].dev, &g->xs[1].dev};
+    dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,    &g->probes,    &g->colm,
+                  &g->bits,  &g->counts,  &g->docs1, &g->approx1,   &g->sel,
+                  &g->docs2, &g->approx2, &g->docs3, &g->scores,    &g->docs4,
+                  &g->vals,  &g->allowed, &g->list,  &g->xs[0].dev, &g->xs[1].dev};
     kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
@@ -855,6 +855,47 @@ fail:
     return rc;
 }
 
+/* Which margins the columns of a chunk probe with: the one margin; each query its own
+ * (s->margin_q); or, widening, INFINITY for the queries with fewer than k candidates (counts
+ * below s->k) and none for the others. */
+enum probe_how { PROBE_ALL, PROBE_OWN, PROBE_WIDEN };
+
+/* Each token's probes, then the candidates they reach marked in the queries' bitmaps and
+ * counted (newly set bits only: a second pass adds to the first). */
+static int probe_and_mark(eng_gpu *g, const eng_search *s, const chunk *c, enum probe_how how,
+                          float margin, const int64_t *counts, size_t words, store_msg *m)
+{
+    const float *colm = NULL;
+    int rc;
+    if (how != PROBE_ALL) {
+        float *h = malloc(c->T * sizeof *h);
+        if (!h)
+            return store_fail(m, ENOMEM, "GPU search: out of memory");
+        for (size_t i = 0; i < c->nq; i++) {
+            float mi = how == PROBE_OWN           ? s->margin_q[c->qa + i]
+                       : (size_t)counts[i] < s->k ? INFINITY
+                                                  : -1.f;
+            for (int64_t t = c->h_off[i]; t < c->h_off[i + 1]; t++)
+                h[t] = mi;
+        }
+        int krc = 0;
+        if (!(rc = dbuf_need(&g->colm, c->T * sizeof *h, 0, m)))
+            krc = kern_cuda_upload(g->colm.p, h, c->T * sizeof *h);
+        free(h);
+        if (rc)
+            return rc;
+        if (krc)
+            return gpu_fail(krc, m, "upload");
+        colm = g->colm.p;
+    }
+    int krc = kern_cuda_probe(g->ST.p, g->K, c->T, s->ncells, margin, colm, g->probes.p);
+    if (!krc)
+        krc = kern_cuda_candidates_mark(
+            g->probes.p, s->ncells, g->q_off.p, c->h_off, c->nq, g->ivf_off.p, g->ivf_docs.p,
+            g->live.p, s->allowed ? g->allowed.p : NULL, words, g->bits.p, g->counts.p);
+    return krc ? gpu_fail(krc, m, how == PROBE_WIDEN ? "widening probes" : "probes") : 0;
+}
+
 static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
                      const chunk *c, eng_stage_stats *st, store_msg *m)
 {
@@ -910,15 +951,44 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         if (g->bits.cap != old_cap || g->bits_dirty)
             KTRY(kern_cuda_memset(g->bits.p, 0, g->bits.cap), "memset");
         g->bits_dirty = 1;
-        KTRY(kern_cuda_probe(g->ST.p, K, c->T, nc, s->margin, g->probes.p), "probes");
-        KTRY(kern_cuda_candidates_mark(g->probes.p, nc, g->q_off.p, c->h_off, nq, g->ivf_off.p,
-                                       g->ivf_docs.p, g->live.p, s->allowed ? g->allowed.p : NULL,
-                                       words, g->bits.p, g->counts.p),
-             "candidates");
         int64_t *cnt = malloc(nq * 8);
         if (!cnt)
             return store_fail(m, ENOMEM, "GPU search: out of memory");
-        int krc = kern_cuda_download(cnt, g->counts.p, nq * 8);
+        /* Each query probes with its own length's margin (s->margin_q; the batch's widest,
+         * s->margin, without it), as on the CPU. */
+        int krc = 0;
+        if ((rc = probe_and_mark(g, s, c, s->margin_q ? PROBE_OWN : PROBE_ALL, s->margin, NULL,
+                                 words, m))) {
+            free(cnt);
+            return rc;
+        }
+        krc = kern_cuda_download(cnt, g->counts.p, nq * 8);
+        /* A query whose margin reached fewer candidates than k probes its whole cap, its
+         * bitmap growing from the first pass's (the cap's probes include the margin's); the
+         * other queries' columns probe nothing this time. The CPU's rule (search_plaid.c). */
+        if (!krc && s->adaptive && s->margin < INFINITY) {
+            size_t n_wide = 0;
+            for (size_t i = 0; i < nq; i++)
+                n_wide += (size_t)cnt[i] < k;
+            int64_t *more = n_wide ? malloc(nq * 8) : NULL;
+            if (n_wide && !more)
+                rc = store_fail(m, ENOMEM, "GPU search: out of memory");
+            else if (n_wide)
+                rc = probe_and_mark(g, s, c, PROBE_WIDEN, INFINITY, cnt, words, m);
+            if (rc) {
+                free(more);
+                free(cnt);
+                return rc;
+            }
+            if (n_wide && !(krc = kern_cuda_download(more, g->counts.p, nq * 8))) {
+                /* The second pass counted the bits it added: the totals go back to the device,
+                 * where the stages after read them. */
+                for (size_t i = 0; i < nq; i++)
+                    cnt[i] += more[i];
+                krc = kern_cuda_upload(g->counts.p, cnt, nq * 8);
+            }
+            free(more);
+        }
         size_t width = 0, n3sum = 0;
         size_t n2 = 0, n3 = 0;
         if (!krc) {

@@ -160,10 +160,9 @@ typedef struct tartan_db tartan_db;
  * rounding: the GPU rounds the small residual term of each score to fp16 (scores agree within
  * about 1e-4 per query token), and PLAID's centroid stages, summing in another order, may send
  * a different document to exact scoring where a score sits on the threshold or the ndocs
- * boundary (about 1% of hits on random data); and the CPU's default search probes each query
+ * boundary (about 1% of hits on random data). Both devices' default search probes each query
  * with its own length's margin and widens a query whose margin reaches fewer candidates than k
- * to its whole probe cap, where the GPU probes a batch with its shortest query's margin and
- * does not widen. Exhaustive search returns the same documents, near-ties aside.
+ * to its whole probe cap. Exhaustive search returns the same documents, near-ties aside.
  */
 typedef enum tartan_device {
     TARTAN_DEVICE_AUTO = 0,

@@ -262,9 +262,9 @@ int kern_cuda_sync(void)
 /* The GPU search pipeline's calls in a build without CUDA. */
 #ifndef TARTAN_HAVE_CUDA
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    int32_t *probes)
+                    const float *col_margin, int32_t *probes)
 {
-    (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)probes;
+    (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)col_margin, (void)probes;
     return no_cuda();
 }
 

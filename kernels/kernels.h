@@ -288,16 +288,18 @@ float kern_topk_threshold(const kern_topk *t);
 
 /* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
  * nt = ld columns of ST [K, ld]; of those, only the ones whose score is within margin of the
- * token's best (margin >= 0; INFINITY: all), the others -1. */
+ * token's best (margin >= 0; INFINITY: all), the others -1. col_margin (device, [ld], or NULL)
+ * gives each column its own margin instead, margin then being the largest of them (INFINITY
+ * when any is); a column whose margin is negative probes nothing (all -1). */
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    int32_t *probes);
+                    const float *col_margin, int32_t *probes);
 
 /*
  * Candidates, counted: for each query q, the union of the inverted lists (CSR: ivf_off [K + 1]
  * int64, ivf_docs) of its tokens' probes [q_off[q] * ncells, q_off[q + 1] * ncells), kept
  * where live (bitmap over document numbers, bit d % 32 of word d / 32) and allowed (the same,
- * or NULL), is set in bits [nq, words] (all zero on entry) and counted in counts [nq]
- * (int64). words = ceil(n_docs / 32).
+ * or NULL), is set in bits [nq, words] (all zero on entry, or as a former pass left them)
+ * and counted in counts [nq] (int64: the bits this call set). words = ceil(n_docs / 32).
  */
 int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells, const int64_t *q_off,
                              const int64_t *h_q_off, size_t nq, const int64_t *ivf_off, const uint32_t *ivf_docs,

@@ -72,11 +72,11 @@ __device__ __forceinline__ float key_value(unsigned k)
  * documents, H200). The same grid and loads as phase 1, one atomic a segment and column. */
 __global__ void __launch_bounds__(PROBE_THREADS)
     probe_colmax_kernel(const float *__restrict__ ST, long long K, long long ld, long long seg_rows,
-                        unsigned *__restrict__ colkey)
+                        const float *__restrict__ col_margin, unsigned *__restrict__ colkey)
 {
     const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
-    if (j >= ld)
-        return;
+    if (j >= ld || (col_margin && col_margin[j] < 0.f))
+        return; /* a column that probes nothing keeps key 0: no best, nothing kept */
     const long long r0 = (long long)blockIdx.y * seg_rows;
     const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
     float best = -INFINITY;
@@ -98,16 +98,27 @@ template <int NC>
 __global__ void __launch_bounds__(PROBE_THREADS)
     probe_segment_kernel(const float *__restrict__ ST, long long K, long long ld, int n,
                          long long seg_rows, const unsigned *__restrict__ colkey, float margin,
-                         float *__restrict__ pv, int *__restrict__ pi)
+                         const float *__restrict__ col_margin, float *__restrict__ pv,
+                         int *__restrict__ pi)
 {
     const long long j = (long long)blockIdx.x * PROBE_THREADS + threadIdx.x;
     if (j >= ld)
         return;
+    if (col_margin)
+        margin = col_margin[j];
     float v[NC];
     int ix[NC];
     for (int i = 0; i < NC; i++) {
         v[i] = -INFINITY;
         ix[i] = -1;
+    }
+    if (margin < 0.f) { /* the column probes nothing: no loads, an empty list */
+        const long long o = ((long long)blockIdx.y * ld + j) * n;
+        for (int i = 0; i < n; i++) {
+            pv[o + i] = v[i];
+            pi[o + i] = ix[i];
+        }
+        return;
     }
     const long long r0 = (long long)blockIdx.y * seg_rows;
     const long long r1 = r0 + seg_rows < K ? r0 + seg_rows : K;
@@ -192,7 +203,8 @@ __device__ __forceinline__ long long merge_at(long long e, int n, long long ld, 
 template <int NC>
 __global__ void __launch_bounds__(MERGE_THREADS)
     probe_merge_kernel(const float *__restrict__ pv, const int *__restrict__ pi, int segs,
-                       long long ld, int n, float margin, int32_t *__restrict__ probes)
+                       long long ld, int n, float margin, const float *__restrict__ col_margin,
+                       int32_t *__restrict__ probes)
 {
     __shared__ float s_v[MERGE_CAP];
     __shared__ int s_r[MERGE_CAP];
@@ -204,6 +216,13 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     const long long j = blockIdx.x;
     const int tid = threadIdx.x;
     const long long entries = (long long)segs * n;
+    if (col_margin)
+        margin = col_margin[j];
+    if (margin < 0.f) { /* the column probes nothing */
+        for (int i = tid; i < n; i += MERGE_THREADS)
+            probes[j * n + i] = -1;
+        return;
+    }
     /* The column's best: the best of the segments' firsts. */
     float best = -INFINITY;
     for (int sg = tid; sg < segs; sg += MERGE_THREADS) {
@@ -306,7 +325,8 @@ __global__ void __launch_bounds__(MERGE_THREADS)
 }
 
 template <int NC>
-int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int32_t *probes)
+int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, const float *col_margin,
+                 int32_t *probes)
 {
     /* Enough segments to fill the GPU when there are few columns; each at least
      * PROBE_SEG_ROWS rows (the merge takes one block a column whatever their number). */
@@ -336,12 +356,12 @@ int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, int3
         }
         cudaMemsetAsync(colkey, 0, ld * sizeof(unsigned), 0);
         probe_colmax_kernel<<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
-            ST, (long long)K, (long long)ld, seg_rows, colkey);
+            ST, (long long)K, (long long)ld, seg_rows, col_margin, colkey);
     }
     probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
-        ST, (long long)K, (long long)ld, n, seg_rows, colkey, margin, pv, pi);
-    probe_merge_kernel<NC>
-        <<<(unsigned)ld, MERGE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n, margin, probes);
+        ST, (long long)K, (long long)ld, n, seg_rows, colkey, margin, col_margin, pv, pi);
+    probe_merge_kernel<NC><<<(unsigned)ld, MERGE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n,
+                                                            margin, col_margin, probes);
     cudaError_t e = cudaGetLastError();
     rc = e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, "launch of probe kernels", __FILE__, __LINE__);
     if (colkey)
@@ -849,7 +869,7 @@ __global__ void __launch_bounds__(1024)
 } // namespace
 
 extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                               int32_t *probes)
+                               const float *col_margin, int32_t *probes)
 {
     cudaGetLastError();
     if (!ST || !probes || K == 0 || ncells == 0 || ncells > KERN_CUDA_MAX_NCELLS ||
@@ -862,18 +882,18 @@ extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncel
         return KERN_OK;
     const int n = (int)ncells;
     if (n <= 1)
-        return launch_probe<1>(ST, K, ld, n, margin, probes);
+        return launch_probe<1>(ST, K, ld, n, margin, col_margin, probes);
     if (n <= 2)
-        return launch_probe<2>(ST, K, ld, n, margin, probes);
+        return launch_probe<2>(ST, K, ld, n, margin, col_margin, probes);
     if (n <= 4)
-        return launch_probe<4>(ST, K, ld, n, margin, probes);
+        return launch_probe<4>(ST, K, ld, n, margin, col_margin, probes);
     if (n <= 8)
-        return launch_probe<8>(ST, K, ld, n, margin, probes);
+        return launch_probe<8>(ST, K, ld, n, margin, col_margin, probes);
     if (n <= 16)
-        return launch_probe<16>(ST, K, ld, n, margin, probes);
+        return launch_probe<16>(ST, K, ld, n, margin, col_margin, probes);
     if (n <= 32)
-        return launch_probe<32>(ST, K, ld, n, margin, probes);
-    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, margin, probes);
+        return launch_probe<32>(ST, K, ld, n, margin, col_margin, probes);
+    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, margin, col_margin, probes);
 }
 
 extern "C" int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells,

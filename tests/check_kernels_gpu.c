@@ -972,21 +972,40 @@ END_TEST
 /* ---- the adaptive stages: probing with a margin, taking columns, the stopping rule ------- */
 
 /* kern_cuda_probe with a margin against a host reference: each column's best n rows (ties to
- * the lower row), those below best - margin replaced by -1. */
-static void run_probe(size_t K, size_t ld, size_t n, float margin)
+ * the lower row), those below best - margin replaced by -1. With cols, each column its own
+ * margin: a quarter none (negative: every probe -1), a quarter INFINITY (cols 1; cols 2: all
+ * finite, so the columns' best are found first), the rest in [0, 0.3] (margin then the
+ * largest, as the caller passes it). */
+static void run_probe_how(size_t K, size_t ld, size_t n, float margin, int cols)
 {
-    float *st = malloc(K * ld * sizeof *st);
-    ck_assert_ptr_nonnull(st);
+    float *st = malloc(K * ld * sizeof *st), *cm = malloc(ld * sizeof *cm);
+    ck_assert(st && cm);
     for (size_t i = 0; i < K * ld; i++) /* coarse values: ties happen */
         st[i] = (float)(int)urnd(-400, 400) / 400.f;
-    float *d_st = dev_put(st, K * ld * sizeof *st);
+    float *d_st = dev_put(st, K * ld * sizeof *st), *d_cm = NULL;
+    if (cols) {
+        margin = 0.f;
+        for (size_t j = 0; j < ld; j++) {
+            int kind = (int)urnd(0, 3);
+            cm[j] = kind == 0 ? -1.f : kind == 1 && cols == 1 ? INFINITY : (float)(0.3 * unif());
+            margin = cm[j] > margin ? cm[j] : margin;
+        }
+        d_cm = dev_put(cm, ld * sizeof *cm);
+    }
     int32_t *h = malloc(ld * n * sizeof *h), *want = malloc(n * sizeof *want);
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
     for (size_t j = 0; j < ld; j++) {
+        const float mj = cols ? cm[j] : margin;
+        if (mj < 0.f) {
+            for (size_t t = 0; t < n; t++)
+                ck_assert_msg(h[j * n + t] == -1, "column %zu probes nothing: probe %zu is %d", j,
+                              t, h[j * n + t]);
+            continue;
+        }
         /* The reference: n passes of "best not yet taken, lowest row on ties". */
         for (size_t t = 0; t < n; t++) {
             int32_t best = -1;
@@ -1001,13 +1020,20 @@ static void run_probe(size_t K, size_t ld, size_t n, float margin)
         }
         float top = st[(size_t)want[0] * ld + j];
         for (size_t t = 0; t < n; t++) {
-            int32_t w = t == 0 || st[(size_t)want[t] * ld + j] >= top - margin ? want[t] : -1;
+            int32_t w = t == 0 || st[(size_t)want[t] * ld + j] >= top - mj ? want[t] : -1;
             ck_assert_msg(h[j * n + t] == w, "K %zu column %zu probe %zu: %d, want %d", K, j, t,
                           h[j * n + t], w);
         }
     }
     kern_gpu_free(d_st), kern_gpu_free(d_pr);
-    free(st), free(h), free(want);
+    if (d_cm)
+        kern_gpu_free(d_cm);
+    free(st), free(cm), free(h), free(want);
+}
+
+static void run_probe(size_t K, size_t ld, size_t n, float margin)
+{
+    run_probe_how(K, ld, n, margin, 0);
 }
 
 /* Every value equal: the best n are the first n rows (ties to the lower row). */
@@ -1022,7 +1048,7 @@ static void run_probe_equal(size_t K, size_t ld, size_t n)
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, NULL, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
     for (size_t j = 0; j < ld; j++)
         for (size_t t = 0; t < n; t++)
@@ -1170,6 +1196,12 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     /* More survivors than the merge's shared list (radix select), and ties beyond it. */
     run_probe(60000, 3, 16, INFINITY);
     run_probe(40000, 2, 64, 0.5f);
+    /* Each column its own margin, none for some (the GPU's per-query margins and widening). */
+    run_probe_how(2000, 70, 16, 0.f, 1);
+    run_probe_how(9000, 37, 64, 0.f, 1);
+    run_probe_how(60000, 6, 32, 0.f, 1);
+    run_probe_how(3000, 45, 16, 0.f, 2);
+    run_probe_how(40000, 5, 64, 0.f, 2);
     run_probe_equal(3000, 4, 32);
     run_probe_equal(60000, 2, 32);
     run_next(60, 300, 300, 10, 3.f, 300);
@@ -1177,7 +1209,7 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     run_next(25, 64, 64, 1, 4.f, 64);
     run_next(10, 5000, 4096, 1000, 3.f, 4096);
     /* Bad arguments come back as codes. */
-    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL), KERN_EINVAL);
     ck_assert_int_eq(
         kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, NULL, 1, 1, 1, 3.f, 1.5, 1, NULL),
         KERN_EINVAL);

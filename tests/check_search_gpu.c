@@ -322,6 +322,60 @@ START_TEST(test_gpu_plaid_equals_cpu)
 }
 END_TEST
 
+/*
+ * The widening: with K 4,096 over ~45k tokens a list holds about 11 documents, so a 1-token
+ * query's probes within its margin reach fewer than k 50 candidates and it probes its whole cap
+ * instead, while a 40-token query's reach more and keep their margins: a batch mixing both (the
+ * GPU probes the widened queries' columns a second time). Both devices return k hits for every
+ * query, the same documents but for rounding at PLAID's boundaries.
+ */
+START_TEST(test_gpu_widens_like_cpu)
+{
+    corpus c;
+    corpus_make(&c, 128, 1500, 24, 0);
+    c.q_rows = 0;
+    for (size_t i = 0; i < c.nq; i++) {
+        c.qlens[i] = i % 3 == 0 ? 40 : 1;
+        c.q_rows += c.qlens[i];
+    }
+    free(c.q);
+    c.q = xmalloc(c.q_rows * c.dim * sizeof(float));
+    for (size_t r = 0; r < c.q_rows; r++) { /* noisy copies of random document tokens */
+        size_t src = rnd() % c.n_rows;
+        for (size_t j = 0; j < c.dim; j++)
+            c.q[r * c.dim + j] = (float)(c.emb[src * c.dim + j] + 0.5 * gauss());
+    }
+    tartan_db *db = open_ix(128, 2, 4096, TARTAN_GPU_RESIDENT);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_search_params p;
+    tartan_search_params_init(&p, 50);
+    tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+    tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    for (size_t qi = 0; qi < c.nq; qi++) {
+        ck_assert_msg(a->counts[qi] == 50, "cpu: query %zu (%zu tokens): %zu hits", qi, c.qlens[qi],
+                      a->counts[qi]);
+        ck_assert_msg(b->counts[qi] == 50, "gpu: query %zu (%zu tokens): %zu hits", qi, c.qlens[qi],
+                      b->counts[qi]);
+    }
+    size_t swaps = expect_plaid(db, &c, a, b, TOL);
+    ck_assert_msg(swaps * 20 <= c.nq * 50, "%zu of %zu hits differ", swaps, c.nq * 50);
+    /* Without the widening a 1-token query keeps its margin's few candidates: a fixed search
+     * probing each token's best 2 centroids shows how few (so the test above widened). */
+    p.ncells = 2;
+    p.ndocs = 4096;
+    tartan_results *f = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+    size_t few = 0;
+    for (size_t qi = 0; qi < c.nq; qi++)
+        few += c.qlens[qi] == 1 && f->counts[qi] < 50;
+    ck_assert_uint_gt(few, 0);
+    tartan_results_free(f);
+    tartan_results_free(a);
+    tartan_results_free(b);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 START_TEST(test_gpu_exhaustive_matches_bruteforce)
 {
     corpus c;
@@ -724,6 +778,7 @@ int main(void)
 {
     const fx_case cases[] = {
         {"plaid_equals_cpu", test_gpu_plaid_equals_cpu, 0},
+        {"widens_like_cpu", test_gpu_widens_like_cpu, 0},
         {"exhaustive_matches_bruteforce", test_gpu_exhaustive_matches_bruteforce, 0},
         {"follows_changes", test_gpu_follows_changes, 0},
         {"subset", test_gpu_subset, 0},

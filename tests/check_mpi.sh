@@ -335,6 +335,17 @@ for args in "--exhaustive -k 10 --batch 5" "-k 10 --batch 7" "-k 3 --batch 1"; d
     else
         fail "6 ranks on 3 shards ($args): another run than 3 ranks'"
     fi
+    # Two batches in flight (as on a GPU): rank 0's two threads take turns at MPI, the other
+    # ranks search on two threads each; the same run, shards or replicas.
+    for np in 3 6; do
+        # shellcheck disable=SC2086
+        TARTAN_SEARCH_INFLIGHT=2 "$mpirun" -np $np "$tmpi" search "$ix" "${Q[@]}" $args \
+            -o "$work/two$np.run" 2>"$work/two$np.err" ||
+            { fail "two in flight, $np ranks ($args): $(head -3 "$work/two$np.err")"; continue; }
+        cmp -s "$work/rep3.run" "$work/two$np.run" &&
+            ok "two batches in flight, $np ranks ($args): the same run" ||
+            fail "two batches in flight, $np ranks ($args): another run"
+    done
 done
 "$mpirun" -np 4 "$tmpi" search "$ix" "${Q[@]}" >/dev/null 2>"$work/np4.err" &&
     fail "a 4-rank search of a 3-shard index succeeded" ||

@@ -195,7 +195,7 @@ static void local_close(void *ctx)
 int tool_cmd_search(int argc, char **argv)
 {
     local_index l = {NULL};
-    tool_search_backend be = {local_open, local_search, local_errmsg, local_close, &l, 1};
+    tool_search_backend be = {local_open, local_search, local_errmsg, local_close, &l, 1, NULL};
     return tool_search_run(argc, argv, &be);
 }
 
@@ -742,6 +742,8 @@ int tool_search_run(int argc, char **argv, const tool_search_backend *be)
     const char *inflight = getenv("TARTAN_SEARCH_INFLIGHT");
     if (inflight && (!strcmp(inflight, "1") || !strcmp(inflight, "2")))
         searchers = be->concurrent ? inflight[0] - '0' : 1;
+    if (be->inflight)
+        be->inflight(be->ctx, searchers);
     search_loop L = {.be = be,
                      .p = &p,
                      .src = &src,

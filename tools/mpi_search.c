@@ -12,9 +12,20 @@
  *           message and tartan_index_info;
  *   PARAMS  the tartan_search_params as bytes (every rank runs this very build, so the struct
  *           is laid out alike), then the subset's ids one after another, each NUL-terminated;
- *   SEARCH  a batch of queries (header of u64s, lengths, embeddings); every rank answers with
- *           its results (or its failure) through one gather;
+ *   SEARCH  a batch of queries (header of u64s, lengths, embeddings), numbered in the order
+ *           sent; every rank searches it at once (SEARCH_ASYNC: queues it for its two search
+ *           threads and goes on to the next message);
+ *   COLLECT batch number n, in the header's second word, no bytes: every rank answers batch
+ *           n with its results (or its failure) through one gather;
  *   STOP    every rank closes its shard and returns.
+ *
+ * Two batches in flight: where the command keeps two (a GPU search, cmd_search.c), rank 0's two
+ * search threads each send their batch, search rank 0's share and collect, taking turns at MPI
+ * (MPI_THREAD_SERIALIZED; one batch in flight where MPI gives less), and the other ranks search
+ * the two batches on two threads of their own while their main thread takes the next messages.
+ * Why: with one batch in flight a rank's GPU idled through the broadcast, the gather, rank 0's
+ * merge and each search's work on the host (2 replicas on 2 H200s: 1.66x one rank, of 1.72 s
+ * only 1.35 s in the searches).
  *
  * Replicas: an index of S shards searched by P ranks, S dividing P (S < P), gives rank r shard
  * r % S; the ranks of replica group g = r / S each search share g of every batch (P / S
@@ -28,6 +39,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +50,7 @@
 #include "search_run.h"
 #include "tartan.h"
 
-enum { MSG_OPEN = 1, MSG_PARAMS, MSG_SEARCH, MSG_STOP };
+enum { MSG_OPEN = 1, MSG_PARAMS, MSG_SEARCH, MSG_STOP, MSG_SEARCH_ASYNC, MSG_COLLECT };
 
 /* What a rank holds between messages. */
 typedef struct shard_state {
@@ -49,6 +61,11 @@ typedef struct shard_state {
     char err[1400];          /* rank 0: the last failure, with the code's name first */
     int have_params, stopped;
     int n_shards; /* S: shards of the index (the ranks, or a divisor of them: replicas) */
+    /* Rank 0: MPI taken in turns by its search threads; the parameters sent once; batches
+     * numbered as sent; two in flight or one. */
+    pthread_mutex_t mpi_mu, params_mu;
+    uint64_t sent;
+    int async;
 } shard_state;
 
 /* Replica group g's share of n queries: [lo, hi). */
@@ -350,9 +367,9 @@ static int handle_params(shard_state *s, const char *bytes, size_t len)
     return 0;
 }
 
-/* Searches this rank's shard and answers rank 0 (every rank, rank 0 included). */
-static int handle_search(shard_state *s, const char *bytes, size_t len, char **all, int **lens,
-                         int **offs)
+/* Searches this rank's shard for a batch (its replica group's share of it): the answer's
+ * bytes in *out, a failure's code and message included. */
+static void answer_search(const shard_state *s, const char *bytes, size_t len, wbuf *out)
 {
     rbuf in = {bytes, len, 0, 0};
     tartan_queries q;
@@ -382,20 +399,160 @@ static int handle_search(shard_state *s, const char *bytes, size_t len, char **a
         snprintf(msg, sizeof msg, "no search parameters reached this rank"), rc = TARTAN_EINVAL;
     else if (lo < hi && (rc = tartan_search(s->db, &q, &s->p, &r)))
         snprintf(msg, sizeof msg, "%s", tartan_errmsg(s->db));
-    wbuf out = {0};
+    *out = (wbuf){0};
     static const size_t no_offsets[1] = {0};
     static const tartan_results none = {.offsets = no_offsets}; /* a share of no queries */
-    put_answer(&out, rc, msg, lo < hi || rc ? r : &none);
+    put_answer(out, rc, msg, lo < hi || rc ? r : &none);
     tartan_results_free(r);
     free(qlens);
-    if (out.oom) {
-        free(out.p);
-        out = (wbuf){0};
-        put_answer(&out, ENOMEM, "ENOMEM: out of memory for the results", NULL);
+    if (out->oom) {
+        free(out->p);
+        *out = (wbuf){0};
+        put_answer(out, ENOMEM, "ENOMEM: out of memory for the results", NULL);
     }
-    int grc = gather_answers(&out, all, lens, offs);
+}
+
+/* ---- ranks 1 .. P-1: the batches in flight ----------------------------------------------- */
+
+/* A batch this rank was sent, until collected. */
+typedef struct job {
+    uint64_t n; /* its number */
+    char *bytes;
+    size_t len;
+    wbuf out; /* the answer, once ready */
+    int ready;
+    struct job *next;
+} job;
+
+/* The batches in flight and the two threads that search the queued ones in turn. */
+typedef struct pool {
+    shard_state *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *head, *tail, *todo; /* todo: the first not yet taken by a thread */
+    uint64_t received;
+    pthread_t th[2];
+    int n_th, quit;
+} pool;
+
+static void *pool_thread(void *arg)
+{
+    pool *pl = arg;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->quit && !pl->todo)
+            pthread_cond_wait(&pl->cv, &pl->mu);
+        if (!pl->todo)
+            break;
+        job *j = pl->todo;
+        pl->todo = j->next;
+        pthread_mutex_unlock(&pl->mu);
+        answer_search(pl->s, j->bytes, j->len, &j->out);
+        pthread_mutex_lock(&pl->mu);
+        j->ready = 1;
+        pthread_cond_broadcast(&pl->cv);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+/* A batch received: searched now, or queued for the threads (started on the first). */
+static int pool_add(pool *pl, char *bytes, size_t len, int async)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return ENOMEM;
+    j->n = pl->received++;
+    j->bytes = bytes;
+    j->len = len;
+    if (!async) {
+        answer_search(pl->s, bytes, len, &j->out);
+        j->ready = 1;
+    }
+    pthread_mutex_lock(&pl->mu);
+    if (pl->tail)
+        pl->tail->next = j;
+    else
+        pl->head = j;
+    pl->tail = j;
+    if (async && !pl->todo)
+        pl->todo = j;
+    while (async && pl->n_th < 2 && pthread_create(&pl->th[pl->n_th], NULL, pool_thread, pl) == 0)
+        pl->n_th++;
+    if (async && pl->n_th == 0) { /* no thread: search it here */
+        pl->todo = j->next;
+        pthread_mutex_unlock(&pl->mu);
+        answer_search(pl->s, bytes, len, &j->out);
+        pthread_mutex_lock(&pl->mu);
+        j->ready = 1;
+    }
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+    return 0;
+}
+
+/* Batch n's answer to rank 0, once searched (a malformed request gets a failure as answer). */
+static int pool_collect(pool *pl, uint64_t n)
+{
+    pthread_mutex_lock(&pl->mu);
+    job **at = &pl->head, *prev = NULL;
+    while (*at && (*at)->n != n)
+        prev = *at, at = &(*at)->next;
+    job *j = *at;
+    while (j && !j->ready)
+        pthread_cond_wait(&pl->cv, &pl->mu);
+    if (j) {
+        *at = j->next;
+        if (pl->tail == j)
+            pl->tail = prev;
+    }
+    pthread_mutex_unlock(&pl->mu);
+    wbuf out = {0};
+    if (j)
+        out = j->out;
+    else
+        put_answer(&out, ENOMEM, "ENOMEM: this rank had no memory for the batch", NULL);
+    char *all;
+    int *lens, *offs;
+    int grc = gather_answers(&out, &all, &lens, &offs);
     free(out.p);
+    if (j)
+        free(j->bytes);
+    free(j);
     return grc;
+}
+
+/* Waits until every batch received is searched (before the parameters or the shard change). */
+static void pool_drain(pool *pl)
+{
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        int busy = 0;
+        for (job *j = pl->head; j; j = j->next)
+            busy |= !j->ready;
+        if (!busy)
+            break;
+        pthread_cond_wait(&pl->cv, &pl->mu);
+    }
+    pthread_mutex_unlock(&pl->mu);
+}
+
+static void pool_end(pool *pl)
+{
+    pool_drain(pl);
+    pthread_mutex_lock(&pl->mu);
+    pl->quit = 1;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+    for (int i = 0; i < pl->n_th; i++)
+        pthread_join(pl->th[i], NULL);
+    while (pl->head) {
+        job *j = pl->head;
+        pl->head = j->next;
+        free(j->bytes);
+        free(j->out.p);
+        free(j);
+    }
 }
 
 static void handle_stop(shard_state *s)
@@ -413,19 +570,37 @@ static void handle_stop(shard_state *s)
 static int serve(void)
 {
     shard_state s = {0};
+    pool pl = {.s = &s};
+    pthread_mutex_init(&pl.mu, NULL);
+    pthread_cond_init(&pl.cv, NULL);
     int status = 0;
     while (!s.stopped) {
         uint64_t h[2];
         MPI_Bcast(h, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        if (h[0] == MSG_COLLECT) {
+            if (pool_collect(&pl, h[1]))
+                status = 1;
+            continue;
+        }
         char *bytes = malloc(h[1] + 1);
         int oom = bytes == NULL;
         if (tool_mpi_any(oom)) { /* rank 0 takes part in this vote too */
             free(bytes);
+            pool_end(&pl);
             handle_stop(&s);
             return 1;
         }
         tool_mpi_bcast(bytes, h[1], 0);
         bytes[h[1]] = 0;
+        if (h[0] == MSG_SEARCH || h[0] == MSG_SEARCH_ASYNC) {
+            /* The job owns the bytes from here (a failure to queue answers when collected). */
+            if (pool_add(&pl, bytes, h[1], h[0] == MSG_SEARCH_ASYNC)) {
+                free(bytes);
+                pl.received++;
+            }
+            continue;
+        }
+        pool_drain(&pl); /* the parameters and the shard stay as the searches saw them */
         switch (h[0]) {
         case MSG_OPEN: {
             tartan_index_info info;
@@ -446,18 +621,14 @@ static int serve(void)
             MPI_Gather(&rc, 1, MPI_INT, NULL, 1, MPI_INT, 0, MPI_COMM_WORLD);
             break;
         }
-        case MSG_SEARCH: {
-            char *all;
-            int *lens, *offs;
-            if (handle_search(&s, bytes, h[1], &all, &lens, &offs))
-                status = 1;
-            break;
-        }
         default:
             handle_stop(&s);
         }
         free(bytes);
     }
+    pool_end(&pl);
+    pthread_cond_destroy(&pl.cv);
+    pthread_mutex_destroy(&pl.mu);
     return status;
 }
 
@@ -531,39 +702,104 @@ static int be_open(void *ctx, const char *path, tartan_index_info *info)
     return rc;
 }
 
-static int be_search(void *ctx, const tartan_queries *q, const tartan_search_params *p,
-                     tartan_results **res)
+/* Sends the parameters when they differ from those sent last (the command sets them once). */
+static int send_params(shard_state *s, const tartan_search_params *p)
 {
-    shard_state *s = ctx;
-    *res = NULL;
-    /* The parameters go out when they change (the command sets them once). */
+    pthread_mutex_lock(&s->params_mu);
+    int rc = 0;
     if (!s->have_params || memcmp(&s->p, p, sizeof *p)) {
         wbuf b = {0};
         put(&b, p, sizeof *p);
         for (size_t i = 0; p->subset && i < p->n_subset; i++)
             put(&b, p->subset[i], strlen(p->subset[i]) + 1);
-        int rc = b.oom ? ENOMEM : send_msg(MSG_PARAMS, b.p, b.len);
-        free(b.p);
-        if (rc) {
-            snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the search parameters");
-            return ENOMEM;
+        pthread_mutex_lock(&s->mpi_mu);
+        rc = b.oom ? ENOMEM : send_msg(MSG_PARAMS, b.p, b.len);
+        int worst = 0, *rcs = NULL;
+        if (!rc) {
+            int mine = 0;
+            rcs = calloc((size_t)tool_mpi_size, sizeof *rcs);
+            MPI_Gather(&mine, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
         }
-        /* memcpy, not assignment: the comparison above reads the padding too. The caller's
-         * subset stays valid through the command. */
-        memcpy(&s->p, p, sizeof *p);
-        s->have_params = 1;
-        int mine = 0, worst = 0, *rcs = calloc((size_t)tool_mpi_size, sizeof *rcs);
-        MPI_Gather(&mine, 1, MPI_INT, rcs, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        pthread_mutex_unlock(&s->mpi_mu);
+        free(b.p);
         for (int r = 0; rcs && r < tool_mpi_size && !worst; r++)
             worst = rcs[r];
         free(rcs);
-        if (worst) {
+        if (rc) {
+            snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the search parameters");
+        } else if (worst) {
             snprintf(s->err, sizeof s->err, "%s: a rank could not take the search parameters",
                      tartan_err_name(worst));
             s->have_params = 0;
-            return worst;
+            rc = worst;
+        } else {
+            /* memcpy, not assignment: the comparison above reads the padding too. The
+             * caller's subset stays valid through the command. */
+            memcpy(&s->p, p, sizeof *p);
+            s->have_params = 1;
         }
     }
+    pthread_mutex_unlock(&s->params_mu);
+    return rc;
+}
+
+/* The ranks' answers to one batch merged into its results. */
+static int merge_answers(shard_state *s, const tartan_queries *q, const tartan_search_params *p,
+                         const char *all, const int *lens, const int *offs, tartan_results **res)
+{
+    int rc = 0, p_n = tool_mpi_size;
+    part *parts = calloc((size_t)p_n, sizeof *parts);
+    const tartan_results **pp = calloc((size_t)p_n, sizeof *pp);
+    char err[sizeof s->err] = "";
+    if (!parts || !pp) {
+        rc = ENOMEM;
+        snprintf(err, sizeof err, "ENOMEM: out of memory for the ranks' results");
+    }
+    for (int r = 0; r < p_n && !rc; r++) {
+        rbuf in = {all + offs[r], (size_t)lens[r], 0, 0};
+        char msg[1200] = "";
+        int rrc = 0;
+        if (take_answer(&in, &parts[r], &rrc, msg, sizeof msg)) {
+            rc = TARTAN_EINTERNAL;
+            snprintf(err, sizeof err, "TARTAN_EINTERNAL: rank %d's answer is malformed", r);
+        } else if (rrc) {
+            rc = rrc;
+            const char *name = tartan_err_name(rrc);
+            snprintf(err, sizeof err, "%s: rank %d: %s", name ? name : "error", r,
+                     tool_mpi_detail(msg));
+        }
+        if (!rc && tool_mpi_size / s->n_shards > 1 &&
+            spread_share(&parts[r], q->n_queries, r / s->n_shards, tool_mpi_size / s->n_shards)) {
+            rc = TARTAN_EINTERNAL;
+            snprintf(err, sizeof err, "TARTAN_EINTERNAL: rank %d's answer does not fit its share",
+                     r);
+        }
+        pp[r] = &parts[r].r;
+    }
+    if (!rc && (rc = tartan_results_merge(pp, (size_t)p_n, p->k, res)))
+        snprintf(err, sizeof err, "%s", tartan_errmsg(NULL));
+    for (int r = 0; parts && r < p_n; r++)
+        part_free(&parts[r]);
+    free(parts);
+    free(pp);
+    if (rc) {
+        pthread_mutex_lock(&s->params_mu); /* two searching threads may fail at once */
+        memcpy(s->err, err, sizeof err);
+        pthread_mutex_unlock(&s->params_mu);
+    }
+    return rc;
+}
+
+/* One batch: sent to every rank, rank 0's share searched here, every rank's answer collected
+ * and merged. Two threads may be in here at once (s->async): MPI in turns. */
+static int be_search(void *ctx, const tartan_queries *q, const tartan_search_params *p,
+                     tartan_results **res)
+{
+    shard_state *s = ctx;
+    *res = NULL;
+    int rc = send_params(s, p);
+    if (rc)
+        return rc;
     wbuf b = {0};
     put_queries(&b, q);
     if (b.oom) {
@@ -571,59 +807,38 @@ static int be_search(void *ctx, const tartan_queries *q, const tartan_search_par
         snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the queries");
         return ENOMEM;
     }
-    int rc = send_msg(MSG_SEARCH, b.p, b.len);
-    if (!rc) {
-        char *all = NULL;
-        int *lens = NULL, *offs = NULL;
-        rc = handle_search(s, b.p, b.len, &all, &lens, &offs);
-        if (rc) {
-            snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
-        } else {
-            int p_n = tool_mpi_size;
-            part *parts = calloc((size_t)p_n, sizeof *parts);
-            const tartan_results **pp = calloc((size_t)p_n, sizeof *pp);
-            if (!parts || !pp) {
-                rc = ENOMEM;
-                snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
-            }
-            for (int r = 0; r < p_n && !rc; r++) {
-                rbuf in = {all + offs[r], (size_t)lens[r], 0, 0};
-                char msg[1200] = "";
-                int rrc = 0;
-                if (take_answer(&in, &parts[r], &rrc, msg, sizeof msg)) {
-                    rc = TARTAN_EINTERNAL;
-                    snprintf(s->err, sizeof s->err,
-                             "TARTAN_EINTERNAL: rank %d's answer is malformed", r);
-                } else if (rrc) {
-                    rc = rrc;
-                    const char *name = tartan_err_name(rrc);
-                    snprintf(s->err, sizeof s->err, "%s: rank %d: %s", name ? name : "error", r,
-                             tool_mpi_detail(msg));
-                }
-                if (!rc && tool_mpi_size / s->n_shards > 1 &&
-                    spread_share(&parts[r], q->n_queries, r / s->n_shards,
-                                 tool_mpi_size / s->n_shards)) {
-                    rc = TARTAN_EINTERNAL;
-                    snprintf(s->err, sizeof s->err,
-                             "TARTAN_EINTERNAL: rank %d's answer does not fit its share", r);
-                }
-                pp[r] = &parts[r].r;
-            }
-            if (!rc && (rc = tartan_results_merge(pp, (size_t)p_n, p->k, res)))
-                snprintf(s->err, sizeof s->err, "%s", tartan_errmsg(NULL));
-            for (int r = 0; parts && r < p_n; r++)
-                part_free(&parts[r]);
-            free(parts);
-            free(pp);
-        }
-        free(all);
-        free(lens);
-        free(offs);
-    } else {
+    pthread_mutex_lock(&s->mpi_mu);
+    rc = send_msg(s->async ? MSG_SEARCH_ASYNC : MSG_SEARCH, b.p, b.len);
+    const uint64_t n = s->sent++;
+    pthread_mutex_unlock(&s->mpi_mu);
+    if (rc) {
+        free(b.p);
         snprintf(s->err, sizeof s->err, "ENOMEM: a rank is out of memory for the queries");
+        return rc;
     }
+    wbuf mine;
+    answer_search(s, b.p, b.len, &mine);
     free(b.p);
+    char *all = NULL;
+    int *lens = NULL, *offs = NULL;
+    pthread_mutex_lock(&s->mpi_mu);
+    send_header(MSG_COLLECT, n);
+    rc = gather_answers(&mine, &all, &lens, &offs);
+    pthread_mutex_unlock(&s->mpi_mu);
+    free(mine.p);
+    if (rc)
+        snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
+    else
+        rc = merge_answers(s, q, p, all, lens, offs, res);
+    free(all);
+    free(lens);
+    free(offs);
     return rc;
+}
+
+static void be_inflight(void *ctx, int batches)
+{
+    ((shard_state *)ctx)->async = batches > 1;
 }
 
 static const char *be_errmsg(void *ctx)
@@ -645,6 +860,13 @@ int tool_mpi_cmd_search(int argc, char **argv)
     if (tool_mpi_rank != 0)
         return serve();
     shard_state s = {0};
-    tool_search_backend be = {be_open, be_search, be_errmsg, be_close, &s, 0};
-    return tool_search_run(argc, argv, &be);
+    pthread_mutex_init(&s.mpi_mu, NULL);
+    pthread_mutex_init(&s.params_mu, NULL);
+    /* Two batches in flight need MPI from two threads, in turns. */
+    tool_search_backend be = {be_open, be_search,           be_errmsg,  be_close,
+                              &s,      tool_mpi_serialized, be_inflight};
+    int status = tool_search_run(argc, argv, &be);
+    pthread_mutex_destroy(&s.mpi_mu);
+    pthread_mutex_destroy(&s.params_mu);
+    return status;
 }

@@ -13,14 +13,15 @@
 #include "errbuf.h"
 #include "mpi_util.h"
 
-int tool_mpi_rank = 0, tool_mpi_size = 1;
+int tool_mpi_rank = 0, tool_mpi_size = 1, tool_mpi_serialized = 0;
 
 int tool_mpi_init(int *argc, char ***argv)
 {
-    int provided;
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    int provided = MPI_THREAD_SINGLE;
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS)
         return rc;
+    tool_mpi_serialized = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &tool_mpi_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &tool_mpi_size);
     tool_mpi_pick_gpu();

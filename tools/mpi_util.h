@@ -20,6 +20,9 @@
 
 /* This process's rank and the job's size (set by tool_mpi_init). */
 extern int tool_mpi_rank, tool_mpi_size;
+/* Whether any thread may call MPI, one at a time (MPI_THREAD_SERIALIZED or better); else only
+ * the main thread (MPI_THREAD_FUNNELED). */
+extern int tool_mpi_serialized;
 
 /* Starts MPI (thread level funneled: OpenMP threads never call MPI) and, for ranks of a host
  * with several GPUs, gives each rank its own (tool_mpi_pick_gpu). 0 or an MPI error. */

@@ -20,7 +20,10 @@ typedef struct tool_search_backend {
     const char *(*errmsg)(void *ctx);
     void (*close)(void *ctx); /* also when open failed or was never called */
     void *ctx;
-    int concurrent; /* search may be called from two threads at once (not over MPI) */
+    int concurrent; /* search may be called from two threads at once */
+    /* Told, before the first search, how many batches the command keeps in flight (1 or 2;
+     * NULL: not wanted). */
+    void (*inflight)(void *ctx, int batches);
 } tool_search_backend;
 
 /* Runs `tartan search` with argv (from the command's own name on) through be

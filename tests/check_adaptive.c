@@ -426,8 +426,8 @@ static const uint8_t *data_copy(tartan_db *db, size_t *len)
 START_TEST(test_adaptive_too_few_candidates)
 {
     /* 8-token queries at k 100 on small documents: no query may come back with fewer results
-     * than probing its tokens' whole caps finds (the widening; measured where it matters in
-     * bench/RESULTS.md, "Short queries": these small corpora do not reach that case). */
+     * than probing its tokens' whole caps finds (the widening; test_adaptive_widens reaches
+     * it, this calibrated corpus does not). */
     corpus c;
     corpus_qlen = 8;
     corpus_make(&c, TOOL_SYNTH_V1, 800, 12, 64, 20, 77);
@@ -453,6 +453,61 @@ START_TEST(test_adaptive_too_few_candidates)
         tartan_results_free(ra);
         tartan_results_free(rf);
     }
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
+/*
+ * The widening where it must happen: 1-token queries on an index of 2,048 centroids over ~10k
+ * tokens (about 5 a list), k 100, uncalibrated (the built-in margin, 0.05 at k 100: calibration
+ * on so small a corpus asks for margins covering the whole cap). Probing one centroid reaches
+ * 1-17 documents and the margin's probes 16 or so, so the query probes its token's whole cap
+ * (n_probes = the cap) and returns what probing the cap outright returns, the same documents.
+ * Without the widening: "16 results, the cap gives 100".
+ */
+START_TEST(test_adaptive_widens)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 800, 12, 64, 12, 78);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = c.dim;
+    o.n_centroids = 2048;
+    o.device = TARTAN_DEVICE_CPU;
+    tartan_db *db = NULL;
+    ck_assert_msg(tartan_open(ixpath, &o, &db) == 0, "%s", tartan_errmsg(NULL));
+    add_range(db, &c, 0, c.n_docs); /* uncalibrated: the built-in margins, 0.01-0.09 */
+    const size_t d = c.dim, K = 100, cap = eng_probe_cap(K);
+    size_t widened = 0;
+    for (size_t i = 0; i < c.nq; i++) {
+        tartan_queries q = fx_fixed_queries(c.q + i * c.qlen * d, 1, 1, d);
+        tartan_search_params ad, one, fx;
+        tartan_search_params_init(&ad, K);
+        tartan_search_params_init(&one, K);
+        tartan_search_params_init(&fx, K);
+        one.ncells = 1;
+        one.ndocs = 100000;
+        fx.ncells = cap;
+        fx.ndocs = 100000;
+        tartan_results *ra = NULL, *r1 = NULL, *rf = NULL;
+        ck_assert_int_eq(tartan_search(db, &q, &ad, &ra), 0);
+        ck_assert_int_eq(tartan_search(db, &q, &one, &r1), 0);
+        ck_assert_int_eq(tartan_search(db, &q, &fx, &rf), 0);
+        ck_assert_msg(r1->counts[0] < K, "query %zu: one centroid reaches %zu documents", i,
+                      r1->counts[0]);
+        const size_t want = rf->counts[0] < K ? rf->counts[0] : K;
+        ck_assert_msg(ra->counts[0] == want, "query %zu: %zu results, the cap gives %zu", i,
+                      ra->counts[0], want);
+        for (size_t j = 0; j < want; j++) /* exact scores of the same candidates */
+            ck_assert_str_eq(ra->hits[j].id, rf->hits[j].id);
+        widened += ra->stats.n_probes == cap;
+        tartan_results_free(ra);
+        tartan_results_free(r1);
+        tartan_results_free(rf);
+    }
+    ck_assert_uint_eq(widened, c.nq);
     tartan_close(db);
     corpus_free(&c);
 }
@@ -632,6 +687,7 @@ static Suite *adaptive_suite(void)
         {"damaged_record", test_adaptive_damaged_record},
         {"version1_record", test_adaptive_version1_record},
         {"too_few_candidates", test_adaptive_too_few_candidates},
+        {"widens", test_adaptive_widens},
         {"bad_arguments", test_adaptive_bad_arguments},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

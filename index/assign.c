@@ -71,8 +71,11 @@ static int assign_cpu(const float *centroids, size_t k, size_t dim, const float 
     return rc;
 }
 
+/* bf16: k-means iterations only (the tensor cores' bf16 argmax, kern_nearest_centroid_bf16);
+ * encoding passes 0 and gets fp32's codes (kern_nearest_centroid, screened in bf16 where the
+ * GPU has tensor cores). */
 static int assign_cuda(const float *centroids, size_t k, size_t dim, const float *x, size_t n,
-                       uint32_t *codes, float *scores, store_msg *m)
+                       uint32_t *codes, float *scores, int bf16, store_msg *m)
 {
     size_t chunk = GPU_CHUNK_BYTES / (dim * sizeof(float));
     if (chunk == 0)
@@ -98,7 +101,8 @@ static int assign_cuda(const float *centroids, size_t k, size_t dim, const float
         /* Copies and the kernel share the default stream: each download waits for the kernel
          * and reports a failure of it. */
         if ((krc = kern_cuda_upload(dx, x + r0 * dim, c * dim * sizeof(float))) ||
-            (krc = kern_nearest_centroid(KERN_DEV_CUDA, dx, c, dc, k, dim, db, ds)) ||
+            (krc = bf16 ? kern_nearest_centroid_bf16(KERN_DEV_CUDA, dx, c, dc, k, dim, db, ds)
+                        : kern_nearest_centroid(KERN_DEV_CUDA, dx, c, dc, k, dim, db, ds)) ||
             (krc = kern_cuda_download(best, db, c * sizeof(int32_t))) ||
             (scores && (krc = kern_cuda_download(scores + r0, ds, c * sizeof(float))))) {
             rc = kern_fail(krc, m, "assigning points to centroids on the GPU");
@@ -131,7 +135,7 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
         return store_fail(m, TARTAN_EINVAL, "assignment: NULL input or bad sizes (k %zu, dim %zu)",
                           k, dim);
     if (dev == KERN_DEV_CUDA)
-        return assign_cuda(centroids, k, dim, x, n, codes, scores, m);
+        return assign_cuda(centroids, k, dim, x, n, codes, scores, 0, m);
     return assign_cpu(centroids, k, dim, x, n, codes, scores, 0, m);
 }
 
@@ -279,7 +283,8 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
     /* The iterations' assignment in bf16 where that is faster (idx_kmeans_bf16): on AMX a
      * sixth of fp32's time (8.5 s against 49.4 s for the 1.45M-token build's k-means), and
      * the centroids serve the points as well, with recall unchanged (bench/RESULTS.md "Build
-     * time"). The centroid update below stays fp32 (double sums) on the original points. */
+     * time"); on a GPU with tensor cores (sm_80+) likewise, on them. The centroid update below
+     * stays fp32 (double sums) on the original points. */
     int bf16 = idx_kmeans_bf16(dev);
     if (np < n) {
         if (np > SIZE_MAX / dim / sizeof(float) || !(own = malloc(np * dim * sizeof(float)))) {
@@ -300,8 +305,10 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
         normalise_row(centroids + c * dim, acc + c * dim, dim);
     }
     for (int it = 0; it < niter; it++) {
-        if ((rc = bf16 ? assign_cpu(centroids, k, dim, xs, np, codes, score, 1, m)
-                       : idx_assign(dev, centroids, k, dim, xs, np, codes, score, m)))
+        if ((rc = !bf16 ? idx_assign(dev, centroids, k, dim, xs, np, codes, score, m)
+                  : dev == KERN_DEV_CUDA
+                      ? assign_cuda(centroids, k, dim, xs, np, codes, score, 1, m)
+                      : assign_cpu(centroids, k, dim, xs, np, codes, score, 1, m)))
             goto out;
         /* Counting sort by cluster, stable: each cluster's points in point order, so that
          * its sum does not depend on the thread count. */

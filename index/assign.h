@@ -43,10 +43,11 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
  *
  * Where idx_kmeans_bf16(dev) says 1, the iterations assign with bf16 products
  * (kern_nearest_centroid_bf16: points and centroids rounded to bf16, fp32 accumulation, on AMX
- * tiles or with AVX512_BF16): a point may then join another cluster where two centroids score
- * within bf16 rounding of each other. The update still sums the fp32 points in double, and the
- * result is still independent of the thread count (on a given CPU). Encoding (idx_assign) is
- * always fp32.
+ * tiles or with AVX512_BF16, or on a CUDA GPU's tensor cores): a point may then join another
+ * cluster where two centroids score within bf16 rounding of each other. The update still sums
+ * the fp32 points in double, and the result is still independent of the thread count (on a
+ * given CPU or GPU). Encoding (idx_assign) always gets fp32's codes (on the GPU screened in
+ * bf16 and completed in fp32, see kern_nearest_centroid).
  */
 int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t k, int niter,
                       int max_per_centroid, uint64_t seed, float *centroids, store_msg *m);
@@ -55,7 +56,8 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
  * Whether idx_kmeans_device on dev assigns in bf16. The environment variable TARTAN_KMEANS_BF16,
  * read at each call: "0" forces fp32 (to compare, or to reproduce the centroids of a build
  * without bf16); "1" takes bf16 wherever kern_nearest_centroid_bf16 runs; unset or anything else
- * takes it where it is faster (kern_nearest_centroid_bf16_pays: AMX, or AVX512_BF16 on AMD).
+ * takes it where it is faster (kern_nearest_centroid_bf16_pays: AMX, AVX512_BF16 on AMD, or a
+ * CUDA GPU of sm_80 or later).
  */
 int idx_kmeans_bf16(kern_dev dev);
 

@@ -114,23 +114,30 @@ int kern_nearest_centroid_bf16(kern_dev dev, const float *x, size_t n, const flo
         return bad("nearest_centroid_bf16: NULL argument or zero dim");
     if (n_centroids == 0 || n_centroids > INT32_MAX)
         return bad("nearest_centroid_bf16: the number of centroids must be 1 to INT32_MAX");
-    if (dev != KERN_DEV_CPU) {
-        kern_set_error("nearest_centroid_bf16: CPU only");
-        return KERN_ENODEV;
-    }
     if (n == 0)
         return KERN_OK;
-    return kern_cpu_nearest_centroid_bf16(x, n, centroids, n_centroids, dim, best, best_score);
+    return DISPATCH(
+        dev, kern_cpu_nearest_centroid_bf16(x, n, centroids, n_centroids, dim, best, best_score),
+        kern_gpu_nearest_centroid_bf16(x, n, centroids, n_centroids, dim, best, best_score));
 }
 
 const char *kern_nearest_centroid_bf16_path(kern_dev dev)
 {
-    return dev == KERN_DEV_CPU ? kern_cpu_nearest_centroid_bf16_path() : NULL;
+    if (dev == KERN_DEV_CPU)
+        return kern_cpu_nearest_centroid_bf16_path();
+#ifdef TARTAN_HAVE_CUDA
+    if (dev == KERN_DEV_CUDA)
+        return kern_gpu_nearest_centroid_bf16_path();
+#endif
+    return NULL;
 }
 
 int kern_nearest_centroid_bf16_pays(kern_dev dev)
 {
-    return dev == KERN_DEV_CPU && kern_cpu_nearest_centroid_bf16_pays();
+    if (dev == KERN_DEV_CPU)
+        return kern_cpu_nearest_centroid_bf16_pays();
+    /* The tensor cores' bf16 rate is 8x or more the CUDA cores' fp32 (sm_80, sm_90). */
+    return kern_nearest_centroid_bf16_path(dev) != NULL;
 }
 
 /* kern_maxsim_residual's checks of its arguments (then nd == 0 or docs non-NULL). */

@@ -156,7 +156,11 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
  * allocated on either device: scores and argmax are fused. The answer does not depend on the
  * thread count. On CPUs with AMX tiles, bf16 products on the tiles first list the few
  * centroids that can be a point's fp32 best (a proven bound on the bf16 error), and fp32 then
- * chooses among them: the same codes and scores bit for bit, 4.5x faster at K 8,192.
+ * chooses among them: the same codes and scores bit for bit, 4.5x faster at K 8,192. On CUDA
+ * GPUs of sm_80 or later likewise on the tensor cores (nearest_bf16_cuda.cu): a bf16 pass with
+ * each point's best and second-best scores, fp32 for the points whose gap the error bound
+ * cannot settle; the fp32 kernel's codes and scores bit for bit, and the call then waits for
+ * the device once. TARTAN_GPU_NEAREST=fp32 in the environment keeps the GPU on fp32 alone.
  * n_centroids must be 1 to INT32_MAX.
  * ------------------------------------------------------------------------------------- */
 int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
@@ -166,22 +170,25 @@ int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *c
  * The same with bf16 products, for k-means training (never for encoding, whose codes must be
  * fp32's): each point and centroid rounded to bf16 (nearest even), products of bf16 pairs
  * accumulated in fp32 (bf16 subnormals count as zero), on Intel AMX tiles where the CPU has
- * them, else with AVX512_BF16's dot product. The scores are within bf16 rounding of fp32's
+ * them, else with AVX512_BF16's dot product; on CUDA GPUs of sm_80 or later with the tensor
+ * cores' mma (at dims too wide for that kernel, the fp32 kernel answers, which keeps this
+ * promise too). The scores are within bf16 rounding of fp32's
  * (|error| <= 2^-8 |x| |c| at worst, about 4e-4 typically at d 128 for unit vectors), so a
  * point may take another centroid where two scores are that close. Ties, NaN, thread count: as
- * kern_nearest_centroid (the two paths may differ from each other in the last bits). CPU only:
- * KERN_ENODEV on another device or where kern_nearest_centroid_bf16_path says NULL.
+ * kern_nearest_centroid (the two paths may differ from each other in the last bits).
+ * KERN_ENODEV where kern_nearest_centroid_bf16_path says NULL.
  */
 int kern_nearest_centroid_bf16(kern_dev dev, const float *x, size_t n, const float *centroids,
                                size_t n_centroids, size_t dim, int32_t *best, float *best_score);
 
-/* Which way kern_nearest_centroid_bf16 runs on dev now: "amx", "avx512bf16", or NULL (it
- * cannot: no AMX nor AVX512_BF16 in this CPU or build, a forced variant without them, not the
- * CPU). */
+/* Which way kern_nearest_centroid_bf16 runs on dev now: "amx", "avx512bf16" (CPU), "mma" (CUDA
+ * tensor cores), or NULL (it cannot: no AMX nor AVX512_BF16 in this CPU or build, a forced
+ * variant without them; no CUDA build, no GPU, or one before sm_80). */
 const char *kern_nearest_centroid_bf16_path(kern_dev dev);
 
 /* Whether that way is faster than kern_nearest_centroid's fp32 on this CPU: AMX is (about 20x
- * the products a cycle); AVX512_BF16's dot product is on AMD (Zen 4, 5), not on Intel. */
+ * the products a cycle); AVX512_BF16's dot product is on AMD (Zen 4, 5), not on Intel. On CUDA:
+ * wherever it runs (the tensor cores' bf16 rate is 8x or more the fp32 FMA rate). */
 int kern_nearest_centroid_bf16_pays(kern_dev dev);
 
 /* ---------------------------------------------------------------------------------------

@@ -84,8 +84,34 @@ int kern_gpu_e4m3_stream_usable(size_t dim, const void *q, const void *d);
 int kern_gpu_maxsim_e4m3_stream(const void *q, const int64_t *q_off, size_t nq, size_t lq,
                                 const void *d, const int64_t *d_off, size_t nd, size_t ld,
                                 size_t dim, float *scores);
+/* Nearest centroid on the GPU (kern_nearest_centroid): the bf16 screen below where it is usable
+ * and TARTAN_GPU_NEAREST is not "fp32", else the fp32 kernel. nearest_bf16_cuda.cu. */
 int kern_gpu_nearest_centroid(const float *x, size_t n, const float *centroids,
                               size_t n_centroids, size_t dim, int32_t *best, float *best_score);
+/* The fp32 kernel alone (nearest_cuda.cu): fmaf on the CUDA cores, fused argmax. */
+int kern_gpu_nearest_centroid_fp32(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best,
+                                   float *best_score);
+/* The fp32 answer bit for bit (index and score), screened on the tensor cores: a bf16 pass
+ * keeps each point's best and second-best bf16 scores; where their gap exceeds twice a proven
+ * bound on the bf16 error the bf16 best is fp32's and only its score is recomputed, and every
+ * other point goes through kern_gpu_nearest_centroid_fp32. n_fp32 (or NULL): how many did.
+ * Waits for the device once (to size that pass). KERN_ENODEV where
+ * kern_gpu_nearest_bf16_usable(dim) is 0; n at most INT32_MAX. */
+int kern_gpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
+                                       size_t n_centroids, size_t dim, int32_t *best,
+                                       float *best_score, size_t *n_fp32);
+/* The bf16 argmax itself (k-means training; kern_nearest_centroid_bf16): best_score the bf16
+ * score. Where the dims are too wide for the tensor-core kernel, the fp32 kernel answers.
+ * KERN_ENODEV below sm_80. */
+int kern_gpu_nearest_centroid_bf16(const float *x, size_t n, const float *centroids,
+                                   size_t n_centroids, size_t dim, int32_t *best,
+                                   float *best_score);
+/* The tensor-core kernel runs here at this dim: sm_80 or later, the padded dims' point tile
+ * fits the device's shared memory (dim up to 512 on sm_80 and sm_90). */
+int kern_gpu_nearest_bf16_usable(size_t dim);
+/* "mma" where kern_gpu_nearest_centroid_bf16 runs on the tensor cores (sm_80+), else NULL. */
+const char *kern_gpu_nearest_centroid_bf16_path(void);
 int kern_gpu_device_count(void);
 int kern_gpu_set_device(int dev);
 int kern_gpu_get_device(int *dev);

@@ -137,9 +137,11 @@ __global__ void __launch_bounds__(THREADS, 2)
 
 } // namespace
 
-extern "C" int kern_gpu_nearest_centroid(const float *x, size_t n, const float *centroids,
-                                         size_t n_centroids, size_t dim, int32_t *best,
-                                         float *best_score)
+/* The fp32 kernel alone: the reference, the encode path's answer for the points the bf16 screen
+ * leaves open (nearest_bf16_cuda.cu), and the whole answer where TARTAN_GPU_NEAREST=fp32. */
+extern "C" int kern_gpu_nearest_centroid_fp32(const float *x, size_t n, const float *centroids,
+                                              size_t n_centroids, size_t dim, int32_t *best,
+                                              float *best_score)
 {
     cudaGetLastError(); /* a stale error of an earlier call is not this call's */
     if ((n + BM - 1) / BM > 0x7fffffffu) {

@@ -1527,6 +1527,303 @@ START_TEST(test_kernels_gpu_i8_quantize_matches_cpu)
 }
 END_TEST
 
+/* ---- nearest centroid on the tensor cores (nearest_bf16_cuda.cu) ------------------------- */
+/* The paths a call can take: the fp32 kernel alone, the bf16 screen completed in fp32 (the
+ * encode path), the bf16 argmax (k-means training), and kern_nearest_centroid's choice. */
+enum { NC_FP32, NC_SCREENED, NC_BF16, NC_DISPATCH };
+
+/* One call on device copies of x [n, dim] and c [k, dim]; best and score on the host, poisoned
+ * first on both sides. *n_fp32 (or NULL): the screen's count of points left to fp32. */
+static void nearest_on_gpu(int path, const float *x, size_t n, const float *c, size_t k, size_t dim,
+                           int32_t *best, float *score, size_t *n_fp32)
+{
+    float *dx = dev_put(x, n * dim * sizeof(float)), *dc = dev_put(c, k * dim * sizeof(float));
+    float *ds = dev_poisoned(n);
+    int32_t *pb = xmalloc(n * sizeof(int32_t));
+    memset(pb, 0xab, n * sizeof(int32_t));
+    int32_t *db = dev_put(pb, n * sizeof(int32_t));
+    int rc = path == NC_FP32 ? kern_gpu_nearest_centroid_fp32(dx, n, dc, k, dim, db, ds)
+             : path == NC_SCREENED
+                 ? kern_gpu_nearest_centroid_screened(dx, n, dc, k, dim, db, ds, n_fp32)
+             : path == NC_BF16
+                 ? kern_nearest_centroid_bf16(KERN_DEV_CUDA, dx, n, dc, k, dim, db, ds)
+                 : kern_nearest_centroid(KERN_DEV_CUDA, dx, n, dc, k, dim, db, ds);
+    expect_ok(rc);
+    ck_assert_int_eq(kern_gpu_sync(), KERN_OK);
+    memset(best, 0xab, n * sizeof(int32_t));
+    ck_assert_int_eq(kern_gpu_copy(best, db, n * sizeof(int32_t), 0), KERN_OK);
+    float *hs = dev_get_floats(ds, n);
+    memcpy(score, hs, n * sizeof(float));
+    free(hs);
+    free(pb);
+    kern_gpu_free(dx);
+    kern_gpu_free(dc);
+    kern_gpu_free(ds);
+    kern_gpu_free(db);
+}
+
+/* bf16 as the kernel rounds it: nearest even, subnormals flushed to zero. */
+static double bf16_daz_d(float v)
+{
+    uint16_t h = kern_f32_to_bf16(v);
+    if (!(h & 0x7f80u))
+        return 0.0;
+    return kern_bf16_to_f32(h);
+}
+
+static double dot_dd(const float *a, const float *b, size_t dim)
+{
+    double s = 0;
+    for (size_t j = 0; j < dim; j++)
+        s += (double)a[j] * b[j];
+    return s;
+}
+
+/* |v|, |v~| and |v~ - v| in double, v~ the bf16 rounding. */
+static void norms3(const float *v, size_t dim, double out[3])
+{
+    double s = 0, sb = 0, sd = 0;
+    for (size_t j = 0; j < dim; j++) {
+        double a = v[j], b = bf16_daz_d(v[j]);
+        s += a * a;
+        sb += b * b;
+        sd += (b - a) * (b - a);
+    }
+    out[0] = sqrt(s), out[1] = sqrt(sb), out[2] = sqrt(sd);
+}
+
+/*
+ * Test data: k unit centroids (Gaussian directions) and n unit points, with near-ties on
+ * purpose when ties != 0: centroid 0 repeated at a later index in another 128-tile and at the
+ * last index; centroid 1 copied with one element moved by one ulp; a third of the points exactly
+ * a centroid (some of them the repeated one), a third halfway between two centroids
+ * (equidistant up to rounding), the rest near a centroid (clustered, small gaps).
+ */
+static void nearest_data(float *x, size_t n, float *c, size_t k, size_t dim, int ties)
+{
+    for (size_t i = 0; i < k * dim; i++)
+        c[i] = (float)gauss();
+    for (size_t r = 0; r < k; r++)
+        normalise(c + r * dim, dim);
+    for (size_t i = 0; i < n * dim; i++)
+        x[i] = (float)gauss();
+    for (size_t r = 0; r < n; r++)
+        normalise(x + r * dim, dim);
+    if (!ties || k < 4)
+        return;
+    if (k > 130)
+        memcpy(c + 130 * dim, c, dim * sizeof(float));
+    memcpy(c + (k - 1) * dim, c, dim * sizeof(float));
+    memcpy(c + 2 * dim, c + dim, dim * sizeof(float));
+    c[2 * dim + dim - 1] = nextafterf(c[2 * dim + dim - 1], INFINITY);
+    for (size_t r = 0; r < n; r++) {
+        float *xr = x + r * dim;
+        size_t a = rnd_below(k), b = rnd_below(k);
+        if (r % 3 == 0) {
+            memcpy(xr, c + (r % 9 == 0 ? 0 : r % 9 == 3 ? 1 : a) * dim, dim * sizeof(float));
+        } else if (r % 3 == 1) {
+            for (size_t j = 0; j < dim; j++)
+                xr[j] = c[a * dim + j] + c[b * dim + j];
+            normalise(xr, dim);
+        } else {
+            for (size_t j = 0; j < dim; j++)
+                xr[j] = c[a * dim + j] + 0.2f * (float)gauss() / sqrtf((float)dim);
+            normalise(xr, dim);
+        }
+    }
+}
+
+/* The double-precision argmax of x's scores (lowest index among equal doubles). */
+static size_t ref_nearest(const float *x, const float *c, size_t k, size_t dim, double *best)
+{
+    size_t bi = 0;
+    double bs = -INFINITY;
+    for (size_t j = 0; j < k; j++) {
+        double s = dot_dd(x, c + j * dim, dim);
+        if (s > bs)
+            bs = s, bi = j;
+    }
+    *best = bs;
+    return bi;
+}
+
+/*
+ * One shape through every path. The screened and dispatched answers must equal the fp32
+ * kernel's bit for bit (index and score); the fp32 answer must be the double argmax up to an
+ * fp32 tie (|x| |c| d 2^-23); the bf16 argmax's double score within 2 E of the true best, E the
+ * bound nearest_bf16_cuda.cu proves, and its score within gt |x~| |c~| of the exact x~ . c~
+ * (the tensor cores' accumulation as assumed there). refs points (spread) get the double
+ * reference; all when refs >= n.
+ */
+static void run_nearest(size_t n, size_t k, size_t dim, int ties, size_t refs)
+{
+    float *x = xmalloc(n * dim * sizeof(float)), *c = xmalloc(k * dim * sizeof(float));
+    nearest_data(x, n, c, k, dim, ties);
+    int32_t *b32 = xmalloc(n * sizeof(int32_t)), *bsc = xmalloc(n * sizeof(int32_t)),
+            *b16 = xmalloc(n * sizeof(int32_t)), *bdi = xmalloc(n * sizeof(int32_t));
+    float *s32 = xmalloc(n * sizeof(float)), *ssc = xmalloc(n * sizeof(float)),
+          *s16 = xmalloc(n * sizeof(float)), *sdi = xmalloc(n * sizeof(float));
+    size_t nf = (size_t)-1;
+    nearest_on_gpu(NC_FP32, x, n, c, k, dim, b32, s32, NULL);
+    nearest_on_gpu(NC_SCREENED, x, n, c, k, dim, bsc, ssc, &nf);
+    nearest_on_gpu(NC_BF16, x, n, c, k, dim, b16, s16, NULL);
+    nearest_on_gpu(NC_DISPATCH, x, n, c, k, dim, bdi, sdi, NULL);
+    ck_assert_uint_le(nf, n);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(b32[i] >= 0 && (size_t)b32[i] < k, "point %zu: fp32 index %d", i, b32[i]);
+        ck_assert_msg(bsc[i] == b32[i] && memcmp(&ssc[i], &s32[i], sizeof(float)) == 0,
+                      "n %zu k %zu dim %zu point %zu: screened %d (%.9g), fp32 %d (%.9g)", n, k,
+                      dim, i, bsc[i], ssc[i], b32[i], s32[i]);
+        ck_assert_msg(bdi[i] == b32[i] && memcmp(&sdi[i], &s32[i], sizeof(float)) == 0,
+                      "point %zu: kern_nearest_centroid %d, fp32 %d", i, bdi[i], b32[i]);
+        ck_assert_msg(b16[i] >= 0 && (size_t)b16[i] < k, "point %zu: bf16 index %d", i, b16[i]);
+    }
+    /* the bound's parts, as nearest_bf16_cuda.cu builds them */
+    double cmax[3] = {0, 0, 0};
+    for (size_t j = 0; j < k; j++) {
+        double nc[3];
+        norms3(c + j * dim, dim, nc);
+        for (int q = 0; q < 3; q++)
+            cmax[q] = nc[q] > cmax[q] ? nc[q] : cmax[q];
+    }
+    const double steps = (double)((dim + 31) / 32 * 2);
+    const double gt = steps * 17 * 0x1p-21 / (1 - steps * 17 * 0x1p-21);
+    const double g32 = dim * 0x1p-24 / (1 - dim * 0x1p-24);
+    double worst_acc = 0;
+    size_t stride = refs >= n ? 1 : n / refs;
+    for (size_t i = 0; i < n; i += stride) {
+        const float *xi = x + i * dim;
+        double nx[3], best;
+        norms3(xi, dim, nx);
+        size_t ri = ref_nearest(xi, c, k, dim, &best);
+        /* fp32: the double argmax, or a centroid within fp32 rounding of it */
+        double tie = nx[0] * cmax[0] * dim * 0x1p-23 + 1e-30;
+        double got = dot_dd(xi, c + (size_t)b32[i] * dim, dim);
+        ck_assert_msg(got >= best - tie, "point %zu: fp32 chose %d (%.12f), best %zu (%.12f)", i,
+                      b32[i], got, ri, best);
+        ck_assert_msg(fabs(s32[i] - got) <= g32 * nx[0] * cmax[0] + 1e-30,
+                      "point %zu: fp32 score %.9g, exact %.12f", i, s32[i], got);
+        /* bf16: within 2E of the best */
+        double e = gt * nx[1] * cmax[1] + nx[2] * cmax[1] + nx[0] * cmax[2] + 0x1p-100;
+        double g16 = dot_dd(xi, c + (size_t)b16[i] * dim, dim);
+        ck_assert_msg(g16 >= best - 2 * e,
+                      "point %zu: bf16 chose %d (%.9f), best %zu (%.9f), E %.3g", i, b16[i], g16,
+                      ri, best, e);
+        ck_assert_msg(fabs(s16[i] - g16) <= e, "point %zu: bf16 score %.9g, exact %.9f, E %.3g", i,
+                      s16[i], g16, e);
+        /* the tensor cores' accumulation against the exact product of the rounded vectors */
+        double xb = 0;
+        const float *cb = c + (size_t)b16[i] * dim;
+        for (size_t j = 0; j < dim; j++)
+            xb += bf16_daz_d(xi[j]) * bf16_daz_d(cb[j]);
+        double acc_err = fabs(s16[i] - xb), acc_lim = gt * nx[1] * cmax[1] + 0x1p-100;
+        ck_assert_msg(acc_err <= acc_lim, "point %zu: bf16 score %.9g, x~.c~ %.12f (limit %.3g)", i,
+                      s16[i], xb, acc_lim);
+        if (acc_lim > 0 && acc_err / acc_lim > worst_acc)
+            worst_acc = acc_err / acc_lim;
+    }
+    printf("nearest n %zu k %zu dim %zu%s: %zu of %zu points left to fp32 by the screen; bf16 "
+           "accumulation error at most %.3g of its allowance\n",
+           n, k, dim, ties ? " (near-ties)" : "", nf, n, worst_acc);
+    /* Without planted ties the screen must settle most points, or it is not doing its job (random
+     * unit vectors: the top two scores are about 0.02 apart at k ~ 1000, the window ~ 0.007). */
+    if (!ties && n >= 1000 && k >= 129 && k <= 20000)
+        ck_assert_msg(nf <= n / 2, "the screen left %zu of %zu points to fp32", nf, n);
+    free(x), free(c), free(b32), free(bsc), free(b16), free(bdi);
+    free(s32), free(ssc), free(s16), free(sdi);
+}
+
+START_TEST(test_kernels_gpu_nearest_bf16_matches_fp32)
+{
+    if (!kern_gpu_nearest_bf16_usable(128)) {
+        printf("nearest bf16: no tensor-core path on this GPU (sm %d); skipped\n", device_cc());
+        return;
+    }
+    ck_assert_str_eq(kern_nearest_centroid_bf16_path(KERN_DEV_CUDA), "mma");
+    ck_assert_int_eq(kern_nearest_centroid_bf16_pays(KERN_DEV_CUDA), 1);
+    static const struct {
+        size_t n, k, dim;
+    } shapes[] = {{1, 1, 64},        {5, 3, 128},       {37, 7, 96},    {300, 129, 128},
+                  {1000, 1000, 384}, {2000, 4097, 128}, {513, 300, 64}, {129, 257, 96}};
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++)
+        for (int ties = 0; ties < 2; ties++)
+            run_nearest(shapes[t].n, shapes[t].k, shapes[t].dim, ties, shapes[t].n);
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_nearest_bf16_large)
+{
+    if (!kern_gpu_nearest_bf16_usable(128))
+        return;
+    /* Many CTAs and the full pipeline: the double reference on a spread of 64 points. */
+    run_nearest(20000, 16384, 128, 0, 64);
+    run_nearest(65536, 131072 - 3, 128, 1, 32);
+    run_nearest(9000, 5000, 384, 1, 64);
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_nearest_bf16_switches)
+{
+    /* Dims beyond the resident point tile: no tensor-core path; the bf16 call answers in fp32. */
+    ck_assert_int_eq(kern_gpu_nearest_bf16_usable(2048), 0);
+    if (!kern_gpu_nearest_bf16_usable(128)) {
+        ck_assert_ptr_null(kern_nearest_centroid_bf16_path(KERN_DEV_CUDA));
+        return;
+    }
+    enum { N = 300, K = 70, D = 2048 };
+    float *x = xmalloc(N * D * sizeof(float)), *c = xmalloc(K * D * sizeof(float));
+    nearest_data(x, N, c, K, D, 0);
+    int32_t *b1 = xmalloc(N * sizeof(int32_t)), *b2 = xmalloc(N * sizeof(int32_t));
+    float *s1 = xmalloc(N * sizeof(float)), *s2 = xmalloc(N * sizeof(float));
+    nearest_on_gpu(NC_FP32, x, N, c, K, D, b1, s1, NULL);
+    nearest_on_gpu(NC_BF16, x, N, c, K, D, b2, s2, NULL);
+    ck_assert(memcmp(b1, b2, sizeof(int32_t) * N) == 0 && memcmp(s1, s2, sizeof(float) * N) == 0);
+    free(x), free(c);
+    /* TARTAN_GPU_NEAREST=fp32: kern_nearest_centroid answers as before (the same bits). */
+    enum { N2 = 1000, K2 = 513, D2 = 128 };
+    x = xmalloc(N2 * D2 * sizeof(float)), c = xmalloc(K2 * D2 * sizeof(float));
+    nearest_data(x, N2, c, K2, D2, 1);
+    int32_t *b3 = xmalloc(N2 * sizeof(int32_t)), *b4 = xmalloc(N2 * sizeof(int32_t));
+    float *s3 = xmalloc(N2 * sizeof(float)), *s4 = xmalloc(N2 * sizeof(float));
+    ck_assert_int_eq(setenv("TARTAN_GPU_NEAREST", "fp32", 1), 0);
+    nearest_on_gpu(NC_DISPATCH, x, N2, c, K2, D2, b3, s3, NULL);
+    ck_assert_int_eq(unsetenv("TARTAN_GPU_NEAREST"), 0);
+    nearest_on_gpu(NC_DISPATCH, x, N2, c, K2, D2, b4, s4, NULL);
+    ck_assert(memcmp(b3, b4, sizeof(int32_t) * N2) == 0);
+    ck_assert(memcmp(s3, s4, sizeof(float) * N2) == 0);
+    free(x), free(c), free(b1), free(b2), free(s1), free(s2), free(b3), free(b4), free(s3),
+        free(s4);
+}
+END_TEST
+
+START_TEST(test_kernels_gpu_nearest_bf16_ties_go_to_lower_index)
+{
+    if (!kern_gpu_nearest_bf16_usable(128))
+        return;
+    /* Centroid 3 repeated at 130, 200 and 256 (other 128-tiles, other warps and lanes): points
+     * equal to it take 3 on every path, the bf16 argmax included (equal rows score equally). */
+    enum { K = 257, D = 128, N = 300 };
+    float *c = xmalloc(sizeof(float) * K * D), *x = xmalloc(sizeof(float) * N * D);
+    nearest_data(x, N, c, K, D, 0);
+    memcpy(c + 130 * D, c + 3 * D, sizeof(float) * D);
+    memcpy(c + 200 * D, c + 3 * D, sizeof(float) * D);
+    memcpy(c + 256 * D, c + 3 * D, sizeof(float) * D);
+    for (size_t i = 0; i < N; i += 3)
+        memcpy(x + i * D, c + 3 * D, sizeof(float) * D);
+    int32_t *b = xmalloc(sizeof(int32_t) * N);
+    float *s = xmalloc(sizeof(float) * N);
+    size_t nf = 0;
+    for (int path = NC_FP32; path <= NC_DISPATCH; path++) {
+        nearest_on_gpu(path, x, N, c, K, D, b, s, &nf);
+        for (size_t i = 0; i < N; i += 3)
+            ck_assert_msg(b[i] == 3, "path %d point %zu: %d", path, i, b[i]);
+        if (path == NC_SCREENED) /* every exact tie must have gone to fp32 */
+            ck_assert_uint_ge(nf, N / 3);
+    }
+    free(c), free(x), free(b), free(s);
+}
+END_TEST
+
 /* ---- errors become codes ---------------------------------------------------------------- */
 START_TEST(test_kernels_gpu_errors_become_codes)
 {
@@ -1559,6 +1856,10 @@ int main(void)
         {"errors", test_kernels_gpu_errors_become_codes, 60},
         {"i8", test_kernels_gpu_i8_matches_reference, 120},
         {"i8_quantize", test_kernels_gpu_i8_quantize_matches_cpu, 60},
+        {"nearest_bf16", test_kernels_gpu_nearest_bf16_matches_fp32, 300},
+        {"nearest_bf16_large", test_kernels_gpu_nearest_bf16_large, 600},
+        {"nearest_bf16_switches", test_kernels_gpu_nearest_bf16_switches, 120},
+        {"nearest_bf16_ties", test_kernels_gpu_nearest_bf16_ties_go_to_lower_index, 120},
     };
     return FX_RUN("kernels_gpu", cases, FX_GPU, 0);
 }

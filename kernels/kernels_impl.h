@@ -94,13 +94,15 @@ int kern_gpu_nearest_centroid_fp32(const float *x, size_t n, const float *centro
                                    float *best_score);
 /* The fp32 answer bit for bit (index and score), screened on the tensor cores: a bf16 pass
  * keeps each point's best and second-best bf16 scores; where their gap exceeds twice a proven
- * bound on the bf16 error the bf16 best is fp32's and only its score is recomputed, and every
- * other point goes through kern_gpu_nearest_centroid_fp32. n_fp32 (or NULL): how many did.
- * Waits for the device once (to size that pass). KERN_ENODEV where
- * kern_gpu_nearest_bf16_usable(dim) is 0; n at most INT32_MAX. */
+ * bound on the bf16 error the bf16 best is fp32's and only its score is recomputed. The other
+ * points ("open", n_open or NULL) take a second bf16 pass that lists every centroid within
+ * that window, and fp32 chooses among the list; a list beyond 32, or anything not finite, goes
+ * through kern_gpu_nearest_centroid_fp32 (n_fp32 or NULL: how many). Waits for the device up
+ * to twice (to size those passes). KERN_ENODEV where kern_gpu_nearest_bf16_usable(dim) is 0;
+ * n at most INT32_MAX. */
 int kern_gpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
                                        size_t n_centroids, size_t dim, int32_t *best,
-                                       float *best_score, size_t *n_fp32);
+                                       float *best_score, size_t *n_open, size_t *n_fp32);
 /* The bf16 argmax itself (k-means training; kern_nearest_centroid_bf16): best_score the bf16
  * score. Where the dims are too wide for the tensor-core kernel, the fp32 kernel answers.
  * KERN_ENODEV below sm_80. */

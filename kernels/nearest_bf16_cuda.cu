@@ -14,9 +14,15 @@
  *    centroid (below), b1 - b2 > 2E makes i1 the fp32 argmax, alone: for any c != i1,
  *    s32(c) <= sb(c) + E <= b2 + E < b1 - E <= s32(i1). Such a point's fp32 score is then
  *    recomputed exactly as the fp32 kernel computes it (one fmaf chain over k = 0, 1, ...,
- *    from +0), so index and score are the fp32 kernel's bit for bit. Every other point (the
- *    gap too small, ties included, or anything not finite) is gathered and sent through the
- *    fp32 kernel itself, and its answer scattered back.
+ *    from +0), so index and score are the fp32 kernel's bit for bit. The other points ("open":
+ *    the gap too small, ties included) are gathered for a second bf16 pass that lists every
+ *    centroid scoring at least b1 - 2E, which always includes fp32's argmax and everything
+ *    tied with it in fp32 (rescore_lists says why); fp32 then chooses among the list with the
+ *    same chain and the same tie rule. A list longer than LIST_CAP, or anything not finite,
+ *    sends the point through the fp32 kernel itself, its answer scattered back. (Sending every
+ *    open point to the fp32 kernel would cost a share of fp32's time equal to the open share,
+ *    which at K 131,072 on real tokens may be large: the CPU's screen lists 1-3 centroids a
+ *    point there, with a window of the same size.)
  *
  * The bound, for a point x and a centroid c, x~ and c~ their bf16 roundings (nearest even;
  * bf16 subnormals flushed to zero here, so that the tensor cores' own handling of them does
@@ -67,6 +73,9 @@ namespace
 {
 
 constexpr int BM = 128, BN = 128, THREADS = 256;
+/* Candidates a point of the second pass may list before it goes to the fp32 kernel (the CPU's
+ * screen allows 64; lists on build corpora hold 1-3). */
+constexpr unsigned LIST_CAP = 32;
 /* Dims per pipeline stage (two k16 steps), and stages in flight: 3 lets two slices' loads run
  * while one is multiplied. */
 constexpr int BKC = 32, STAGES = 3;
@@ -185,15 +194,21 @@ __global__ void centroids_to_bf16(const float *__restrict__ c, long long k, int 
 
 /*
  * The fused bf16 scores and argmax. x [n, dim] fp32 (rounded to bf16 as the CTA loads it),
- * cb [kp, dp] from centroids_to_bf16, k real centroids. Out: best [n] (the bf16 argmax, -1
- * where every score is NaN), and where not NULL b1 [n] its score and b2 [n] the best score of
- * every other centroid (-inf where there is none).
+ * cb [kp, dp] from centroids_to_bf16, k real centroids.
+ * LIST false: best [n] (the bf16 argmax, -1 where every score is NaN), and where not NULL
+ * b1 [n] its score and b2 [n] the best score of every other centroid (-inf where there is none).
+ * LIST true (the encode path's second pass, on the points the first left open): every centroid
+ * whose bf16 score is >= thr [n] (NaN: none) is appended to the point's list, cand [n][LIST_CAP]
+ * in no particular order, cnt [n] (zeroed by the caller) counting them all, beyond the cap too.
  * Shared memory (dynamic): the point tile [BM][dp + 8] bf16, then STAGES x [BN][CS] bf16.
  */
+template <bool LIST>
 __global__ void __launch_bounds__(THREADS, 2)
     nearest_bf16_kernel(const float *__restrict__ x, long long n, int dim, int dp,
                         const uint16_t *__restrict__ cb, int k, int *__restrict__ best,
-                        float *__restrict__ b1_out, float *__restrict__ b2_out)
+                        float *__restrict__ b1_out, float *__restrict__ b2_out,
+                        const float *__restrict__ thr, unsigned *__restrict__ cnt,
+                        int *__restrict__ cand)
 {
     extern __shared__ __align__(16) uint16_t smem[];
     const int sxs = dp + 8; /* point-tile row stride, elements */
@@ -233,6 +248,10 @@ __global__ void __launch_bounds__(THREADS, 2)
         rb1[i] = -INFINITY;
         rb2[i] = -INFINITY;
         ri1[i] = -1;
+        if (LIST) { /* list mode keeps each row's threshold in rb1 */
+            const long long gm = m0 + wm * 64 + (i / 2) * 16 + (i % 2) * 8 + g;
+            rb1[i] = gm < n ? thr[gm] : NAN;
+        }
     }
     float acc[4][4][4];
 #pragma unroll
@@ -305,6 +324,15 @@ __global__ void __launch_bounds__(THREADS, 2)
                             acc[mi][ni][h * 2 + e] = 0.f;
                             if (col >= k)
                                 continue; /* padding centroids score 0 and must not count */
+                            if (LIST) {
+                                if (v >= rb1[slot]) { /* false for a NaN threshold */
+                                    const long long gm = m0 + wm * 64 + mi * 16 + h * 8 + g;
+                                    const unsigned pos = atomicAdd(&cnt[gm], 1u);
+                                    if (pos < LIST_CAP)
+                                        cand[gm * LIST_CAP + pos] = col;
+                                }
+                                continue;
+                            }
                             if (v > rb1[slot] || (ri1[slot] < 0 && !isnan(v))) {
                                 rb2[slot] = rb1[slot];
                                 rb1[slot] = v;
@@ -317,6 +345,8 @@ __global__ void __launch_bounds__(THREADS, 2)
         }
     }
     cp_async_wait<0>();
+    if (LIST)
+        return;
     __syncthreads(); /* the stage buffers are free: they hold the cross-warp reduction now */
 
     /* A point's candidates: the 4 lanes t of its g in each of the 4 warps wn. */
@@ -355,18 +385,30 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
 }
 
+/* nearest_cuda.cu's score of x and c, bit for bit: acc = fmaf(x_j, c_j, acc), j rising, from +0
+ * (its zero padding past dim adds fmaf(0, 0, acc) = acc). */
+__device__ __forceinline__ float fp32_score(const float *__restrict__ x,
+                                            const float *__restrict__ c, int dim)
+{
+    float acc = 0.f;
+    for (int j = 0; j < dim; j++)
+        acc = fmaf(x[j], c[j], acc);
+    return acc;
+}
+
 /*
  * The encode path's decision, one thread a point: its bound E (header comment) from its norms
  * and the centroid maxima; where b1 - b2 > 2E (and everything is finite) the bf16 argmax is
- * fp32's, and best_score gets the fp32 kernel's own fmaf chain for it; otherwise the point is
- * appended to list (count) for the fp32 kernel.
+ * fp32's, and best_score gets the fp32 kernel's own score for it; otherwise the point is
+ * appended to list (count) with the threshold of the second pass, thr = b1 - 2E rounded down
+ * (NaN where something is not finite: the fp32 kernel then answers).
  */
 __global__ void screen_decide(const float *__restrict__ x, long long n, int dim,
                               const float *__restrict__ c, const unsigned *__restrict__ cmax,
                               double gt, double g32, const int *__restrict__ best,
                               const float *__restrict__ b1, const float *__restrict__ b2,
                               float *__restrict__ best_score, int *__restrict__ list,
-                              unsigned *__restrict__ count)
+                              float *__restrict__ thr, unsigned *__restrict__ count)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
@@ -389,18 +431,63 @@ __global__ void screen_decide(const float *__restrict__ x, long long n, int dim,
     const float f1 = b1[i], f2 = b2[i];
     const bool sure = bi >= 0 && isfinite(f1) && isfinite(w) && (double)f1 - (double)f2 > w;
     if (!sure) {
-        list[atomicAdd(count, 1u)] = (int)i;
+        const unsigned at = atomicAdd(count, 1u);
+        list[at] = (int)i;
+        const double td = (double)f1 - w;
+        float tf = (float)td;
+        if ((double)tf > td)
+            tf = nextafterf(tf, -INFINITY);
+        thr[at] = bi >= 0 && isfinite(td) ? tf : NAN;
         return;
     }
-    if (best_score) {
-        /* exactly nearest_cuda.cu's accumulation: acc = fmaf(x_j, c_j, acc), j rising, from +0
-         * (its zero padding past dim adds fmaf(0, 0, acc) = acc) */
-        const float *ci = c + (long long)bi * dim;
-        float acc = 0.f;
-        for (int j = 0; j < dim; j++)
-            acc = fmaf(xi[j], ci[j], acc);
-        best_score[i] = acc;
+    if (best_score)
+        best_score[i] = fp32_score(xi, c + (long long)bi * dim, dim);
+}
+
+/*
+ * The second pass's lists, one thread a point j of the m open ones (xg [m, dim] their rows,
+ * list their places): the fp32 kernel's argmax among the listed centroids (greatest fp32 score,
+ * lowest index among equal ones) into best and best_score at list[j]. The fp32 argmax c* of the
+ * whole table is always listed: with b the first pass's bf16 winner, sb(c*) >= s32(c*) - E >=
+ * s32(b) - E >= b1 - 2E, whichever pass computed sb; and so is every centroid scoring as c*
+ * does in fp32; so the choice among the list is the fp32 kernel's. An empty or overflowing list
+ * or a NaN threshold: the point goes to list2 (count2) for the fp32 kernel.
+ */
+__global__ void rescore_lists(const float *__restrict__ xg, long long m, int dim,
+                              const float *__restrict__ c, const int *__restrict__ list,
+                              const float *__restrict__ thr, const unsigned *__restrict__ cnt,
+                              const int *__restrict__ cand, int *__restrict__ best,
+                              float *__restrict__ best_score, int *__restrict__ list2,
+                              unsigned *__restrict__ count2)
+{
+    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= m)
+        return;
+    const unsigned nc = cnt[j];
+    if (nc == 0 || nc > LIST_CAP || isnan(thr[j])) {
+        list2[atomicAdd(count2, 1u)] = list[j];
+        return;
     }
+    const float *xj = xg + j * dim;
+    int bi = -1;
+    float bs = -INFINITY;
+    for (unsigned q = 0; q < nc; q++) {
+        const int ci = cand[j * LIST_CAP + q];
+        const float sc = fp32_score(xj, c + (long long)ci * dim, dim);
+        if (isnan(sc))
+            continue;
+        if (bi < 0 || sc > bs || (sc == bs && ci < bi)) {
+            bs = sc;
+            bi = ci;
+        }
+    }
+    if (bi < 0) {
+        list2[atomicAdd(count2, 1u)] = list[j];
+        return;
+    }
+    best[list[j]] = bi;
+    if (best_score)
+        best_score[list[j]] = bs;
 }
 
 /* xg [m, dim] = the points list names. */
@@ -444,6 +531,20 @@ double gamma_of(double n, double u)
     return n * u / (1 - n * u);
 }
 
+/* The fused kernel over n points (see nearest_bf16_kernel for the arguments). */
+template <bool LIST>
+int launch_fused(const float *x, size_t n, size_t dim, const uint16_t *cb, size_t k, int *best,
+                 float *b1, float *b2, const float *thr, unsigned *cnt, int *cand)
+{
+    const size_t dp = padded_dim(dim), smem = smem_bytes(dp);
+    KERN_CUDA_TRY(cudaFuncSetAttribute(nearest_bf16_kernel<LIST>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    nearest_bf16_kernel<LIST><<<(unsigned)((n + BM - 1) / BM), THREADS, smem>>>(
+        x, (long long)n, (int)dim, (int)dp, cb, (int)k, best, b1, b2, thr, cnt, cand);
+    KERN_CUDA_LAUNCHED("nearest_bf16_kernel");
+    return KERN_OK;
+}
+
 /*
  * The shared part of both entry points: centroids to bf16 (cb, cmax: scratch the caller
  * frees), then the fused kernel into best, b1, b2.
@@ -470,13 +571,7 @@ int run_bf16(const float *x, size_t n, const float *centroids, size_t k, size_t 
     centroids_to_bf16<<<(unsigned)((kp + rows_per_block - 1) / rows_per_block), 256>>>(
         centroids, (long long)k, (int)dim, (int)dp, (long long)kp, cb, cmax);
     KERN_CUDA_LAUNCHED("centroids_to_bf16");
-    const size_t smem = smem_bytes(dp);
-    KERN_CUDA_TRY(cudaFuncSetAttribute(nearest_bf16_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    nearest_bf16_kernel<<<(unsigned)((n + BM - 1) / BM), THREADS, smem>>>(
-        x, (long long)n, (int)dim, (int)dp, cb, (int)k, best, b1, b2);
-    KERN_CUDA_LAUNCHED("nearest_bf16_kernel");
-    return KERN_OK;
+    return launch_fused<false>(x, n, dim, cb, k, best, b1, b2, NULL, NULL, NULL);
 }
 
 /* TARTAN_GPU_NEAREST=fp32 keeps the encode path on the fp32 kernel (the reference, and for
@@ -518,6 +613,8 @@ extern "C" int kern_gpu_nearest_centroid_bf16(const float *x, size_t n, const fl
         kern_set_error("nearest_centroid_bf16 (cuda): needs sm_80 or later");
         return KERN_ENODEV;
     }
+    if (n == 0)
+        return KERN_OK;
     /* Wider points than the resident tile allows: fp32's answer is within bf16's promise. */
     if (!kern_gpu_nearest_bf16_usable(dim))
         return kern_gpu_nearest_centroid_fp32(x, n, centroids, n_centroids, dim, best, best_score);
@@ -534,94 +631,121 @@ extern "C" int kern_gpu_nearest_centroid_bf16(const float *x, size_t n, const fl
     return rc;
 }
 
+/* A CUDA status as the kernels' code (KERN_OK, or the failure recorded). */
+static int cuda_status(cudaError_t e, const char *what)
+{
+    return e == cudaSuccess ? KERN_OK : kern_cuda_fail(e, what, __FILE__, __LINE__);
+}
+
+/* Evaluates a kernels' status into rc; on failure to out. */
+#define STEP(call)                                                                                 \
+    do {                                                                                           \
+        if ((rc = (call)) != KERN_OK)                                                              \
+            goto out;                                                                              \
+    } while (0)
+
+/*
+ * The encode path. Pass 1: the fused bf16 kernel on every point (best, second best), then
+ * screen_decide settles the points whose gap exceeds 2E and lists the others with their
+ * thresholds. Pass 2, on those m points gathered: the fused kernel again in list mode (every
+ * centroid within the threshold), and rescore_lists takes the fp32 argmax of each list. What is
+ * left (lists overflowing LIST_CAP, or anything not finite) goes through the fp32 kernel. Two
+ * waits for the device: the host sizes pass 2 and the fp32 pass.
+ */
 extern "C" int kern_gpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
                                                   size_t n_centroids, size_t dim, int32_t *best,
-                                                  float *best_score, size_t *n_fp32)
+                                                  float *best_score, size_t *n_open, size_t *n_fp32)
 {
     cudaGetLastError();
+    if (n_open)
+        *n_open = 0;
     if (n_fp32)
         *n_fp32 = 0;
+    if (n == 0)
+        return KERN_OK;
     if (!kern_gpu_nearest_bf16_usable(dim)) {
         kern_set_error("nearest_centroid (cuda): the bf16 screen needs sm_80 and dim <= %d",
                        MAX_DP);
         return KERN_ENODEV;
     }
-    if ((n + BM - 1) / BM > 0x7fffffffu || n > 0x7fffffffu) {
-        kern_set_error("nearest_centroid (cuda): %zu points beyond one launch", n);
+    if (n > 0x7fffffffu) {
+        kern_set_error("nearest_centroid (cuda): %zu points beyond one screened call", n);
         return KERN_EINVAL;
     }
-    const size_t dp = padded_dim(dim);
     uint16_t *cb = NULL;
-    unsigned *cmax = NULL, *count = NULL;
+    unsigned *cmax = NULL, *count = NULL, *cnt = NULL;
     size_t cbb = 0;
-    float *b1 = NULL, *b2 = NULL, *xg = NULL, *sg = NULL;
-    int *list = NULL, *bg = NULL;
-    unsigned nf = 0;
-    int rc;
-    if ((rc = kern_scratch((void **)&b1, n * sizeof(float))) != KERN_OK ||
-        (rc = kern_scratch((void **)&b2, n * sizeof(float))) != KERN_OK ||
-        (rc = kern_scratch((void **)&list, n * sizeof(int))) != KERN_OK ||
-        (rc = kern_scratch((void **)&count, sizeof(unsigned))) != KERN_OK)
-        goto out;
-    if ((rc = run_bf16(x, n, centroids, n_centroids, dim, best, b1, b2, &cb, &cbb, &cmax)) !=
-        KERN_OK)
-        goto out;
+    float *b1 = NULL, *b2 = NULL, *thr = NULL, *xg = NULL, *sg = NULL;
+    int *list = NULL, *list2 = NULL, *cand = NULL, *bg = NULL;
+    unsigned nc[2] = {0, 0}; /* open after pass 1, left to fp32 after pass 2 */
+    int rc = KERN_OK;
+    STEP(kern_scratch((void **)&b1, n * sizeof(float)));
+    STEP(kern_scratch((void **)&b2, n * sizeof(float)));
+    STEP(kern_scratch((void **)&thr, n * sizeof(float)));
+    STEP(kern_scratch((void **)&list, n * sizeof(int)));
+    STEP(kern_scratch((void **)&count, 2 * sizeof(unsigned)));
+    STEP(run_bf16(x, n, centroids, n_centroids, dim, best, b1, b2, &cb, &cbb, &cmax));
+    STEP(cuda_status(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), 0), "cudaMemsetAsync"));
     {
-        cudaError_t e = cudaMemsetAsync(count, 0, sizeof(unsigned), 0);
-        if (e != cudaSuccess) {
-            rc = kern_cuda_fail(e, "cudaMemsetAsync (count)", __FILE__, __LINE__);
-            goto out;
-        }
-        /* the tensor cores' steps (dims padded to 16 count as steps too) and fp32's chain */
-        const double gt = gamma_of(17.0 * (double)((dp + 15) / 16), 0x1p-21);
+        /* the tensor cores' steps (dims padded to 16 count too) and fp32's chain */
+        const double gt = gamma_of(17.0 * (double)((padded_dim(dim) + 15) / 16), 0x1p-21);
         const double g32 = gamma_of((double)dim, 0x1p-24);
         screen_decide<<<(unsigned)((n + 255) / 256), 256>>>(x, (long long)n, (int)dim, centroids,
                                                             cmax, gt, g32, best, b1, b2, best_score,
-                                                            list, count);
-        if ((e = cudaGetLastError()) != cudaSuccess) {
-            rc = kern_cuda_fail(e, "launch of screen_decide", __FILE__, __LINE__);
-            goto out;
-        }
-        /* The one wait of the call: the host sizes the fp32 pass. */
-        if ((e = cudaMemcpy(&nf, count, sizeof nf, cudaMemcpyDeviceToHost)) != cudaSuccess) {
-            rc = kern_cuda_fail(e, "cudaMemcpy (count)", __FILE__, __LINE__);
-            goto out;
-        }
+                                                            list, thr, count);
+        STEP(cuda_status(cudaGetLastError(), "launch of screen_decide"));
     }
+    STEP(cuda_status(cudaMemcpy(&nc[0], count, sizeof(unsigned), cudaMemcpyDeviceToHost),
+                     "cudaMemcpy (open points)"));
+    if (nc[0] > 0) {
+        const size_t m = nc[0];
+        STEP(kern_scratch((void **)&xg, m * dim * sizeof(float)));
+        STEP(kern_scratch((void **)&cnt, m * sizeof(unsigned)));
+        STEP(kern_scratch((void **)&cand, m * LIST_CAP * sizeof(int)));
+        STEP(kern_scratch((void **)&list2, m * sizeof(int)));
+        const long long el = (long long)(m * dim);
+        gather_rows<<<(unsigned)((el + 255) / 256), 256>>>(x, (int)dim, list, (long long)m, xg);
+        STEP(cuda_status(cudaGetLastError(), "launch of gather_rows"));
+        STEP(cuda_status(cudaMemsetAsync(cnt, 0, m * sizeof(unsigned), 0), "cudaMemsetAsync"));
+        STEP(launch_fused<true>(xg, m, dim, cb, n_centroids, NULL, NULL, NULL, thr, cnt, cand));
+        rescore_lists<<<(unsigned)((m + 255) / 256), 256>>>(xg, (long long)m, (int)dim, centroids,
+                                                            list, thr, cnt, cand, best, best_score,
+                                                            list2, count + 1);
+        STEP(cuda_status(cudaGetLastError(), "launch of rescore_lists"));
+        STEP(cuda_status(cudaMemcpy(&nc[1], count + 1, sizeof(unsigned), cudaMemcpyDeviceToHost),
+                         "cudaMemcpy (points left to fp32)"));
+    }
+    if (nc[1] > 0) {
+        /* xg is free again (stream order): the rows left, gathered, through fp32 */
+        const size_t m = nc[1];
+        STEP(kern_scratch((void **)&bg, m * sizeof(int)));
+        STEP(kern_scratch((void **)&sg, m * sizeof(float)));
+        const long long el = (long long)(m * dim);
+        gather_rows<<<(unsigned)((el + 255) / 256), 256>>>(x, (int)dim, list2, (long long)m, xg);
+        STEP(cuda_status(cudaGetLastError(), "launch of gather_rows"));
+        STEP(kern_gpu_nearest_centroid_fp32(xg, m, centroids, n_centroids, dim, bg, sg));
+        scatter_answers<<<(unsigned)((m + 255) / 256), 256>>>(list2, (long long)m, bg, sg, best,
+                                                              best_score);
+        STEP(cuda_status(cudaGetLastError(), "launch of scatter_answers"));
+    }
+    if (n_open)
+        *n_open = nc[0];
     if (n_fp32)
-        *n_fp32 = nf;
-    if (nf > 0) {
-        if ((rc = kern_scratch((void **)&xg, (size_t)nf * dim * sizeof(float))) != KERN_OK ||
-            (rc = kern_scratch((void **)&bg, (size_t)nf * sizeof(int))) != KERN_OK ||
-            (rc = kern_scratch((void **)&sg, (size_t)nf * sizeof(float))) != KERN_OK)
-            goto out;
-        const long long el = (long long)nf * (long long)dim;
-        gather_rows<<<(unsigned)((el + 255) / 256), 256>>>(x, (int)dim, list, (long long)nf, xg);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) {
-            rc = kern_cuda_fail(e, "launch of gather_rows", __FILE__, __LINE__);
-            goto out;
-        }
-        if ((rc = kern_gpu_nearest_centroid_fp32(xg, nf, centroids, n_centroids, dim, bg, sg)) !=
-            KERN_OK)
-            goto out;
-        scatter_answers<<<(unsigned)((nf + 255) / 256), 256>>>(list, (long long)nf, bg, sg, best,
-                                                               best_score);
-        if ((e = cudaGetLastError()) != cudaSuccess) {
-            rc = kern_cuda_fail(e, "launch of scatter_answers", __FILE__, __LINE__);
-            goto out;
-        }
-    }
+        *n_fp32 = nc[1];
 out:
     kern_scratch_free(cb, cbb);
     kern_scratch_free(cmax, 3 * sizeof(unsigned));
-    kern_scratch_free(count, sizeof(unsigned));
+    kern_scratch_free(count, 2 * sizeof(unsigned));
     kern_scratch_free(b1, n * sizeof(float));
     kern_scratch_free(b2, n * sizeof(float));
+    kern_scratch_free(thr, n * sizeof(float));
     kern_scratch_free(list, n * sizeof(int));
-    kern_scratch_free(xg, (size_t)nf * dim * sizeof(float));
-    kern_scratch_free(bg, (size_t)nf * sizeof(int));
-    kern_scratch_free(sg, (size_t)nf * sizeof(float));
+    kern_scratch_free(xg, (size_t)nc[0] * dim * sizeof(float));
+    kern_scratch_free(cnt, (size_t)nc[0] * sizeof(unsigned));
+    kern_scratch_free(cand, (size_t)nc[0] * LIST_CAP * sizeof(int));
+    kern_scratch_free(list2, (size_t)nc[0] * sizeof(int));
+    kern_scratch_free(bg, (size_t)nc[1] * sizeof(int));
+    kern_scratch_free(sg, (size_t)nc[1] * sizeof(float));
     return rc;
 }
 
@@ -631,6 +755,6 @@ extern "C" int kern_gpu_nearest_centroid(const float *x, size_t n, const float *
 {
     if (!fp32_forced() && kern_gpu_nearest_bf16_usable(dim) && n <= 0x7fffffffu)
         return kern_gpu_nearest_centroid_screened(x, n, centroids, n_centroids, dim, best,
-                                                  best_score, NULL);
+                                                  best_score, NULL, NULL);
     return kern_gpu_nearest_centroid_fp32(x, n, centroids, n_centroids, dim, best, best_score);
 }

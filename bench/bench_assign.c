@@ -4,9 +4,11 @@
  * clustered unit vectors. Prints a table and writes JSON.
  *
  * Assignment costs 2 n K d floating-point operations (one multiply-add per point, centroid and
- * dimension), reported beside the time so that the rate can be set against the GPU's fp32 peak
- * (the kernel uses fp32 FMAs, not tensor cores). "kernel" times kern_nearest_centroid on points
- * already in device memory; "assign" times idx_assign as the build calls it, copies included.
+ * dimension), reported beside the time. On a GPU of sm_80 or later kern_nearest_centroid screens
+ * in bf16 on the tensor cores and completes in fp32 (the fp32 kernel's codes bit for bit), and
+ * k-means assigns in bf16; TARTAN_GPU_NEAREST=fp32 and TARTAN_KMEANS_BF16=0 give the fp32
+ * kernel alone, to compare. "kernel" times kern_nearest_centroid on points already in device
+ * memory; "assign" times idx_assign as the build calls it, copies included.
  *
  *   bench/bench_assign [--device cpu|cuda] [--tokens N] [--centroids K] [--dim D]
  *                      [--kmeans-points M] [--iters I] [--check N] [--seed X] [--json FILE]

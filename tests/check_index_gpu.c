@@ -237,6 +237,71 @@ START_TEST(test_index_gpu_kmeans_matches_cpu)
 }
 END_TEST
 
+/* The mean over the points of their best score against centroids (idx_assign on the GPU). */
+static double mean_best_score(const float *x, size_t n, const float *c, size_t k, size_t dim)
+{
+    uint32_t *codes = xmalloc(sizeof(uint32_t) * n);
+    float *sc = xmalloc(sizeof(float) * n);
+    store_msg m = {{0}};
+    ck_assert_msg(idx_assign(KERN_DEV_CUDA, c, k, dim, x, n, codes, sc, &m) == 0, "%s", m.text);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += sc[i];
+    free(codes);
+    free(sc);
+    return s / (double)n;
+}
+
+START_TEST(test_index_gpu_kmeans_bf16)
+{
+    /* Where the GPU has tensor cores (sm_80+), its k-means iterations assign in bf16 by default,
+     * as the CPU does on AMX: the centroids differ a little from fp32's but serve the points as
+     * well (mean best cosine within 0.002), are reproducible bit for bit, and
+     * TARTAN_KMEANS_BF16=0 gives fp32's again. */
+    ck_assert_int_eq(unsetenv("TARTAN_KMEANS_BF16"), 0);
+    if (!kern_nearest_centroid_bf16_path(KERN_DEV_CUDA)) {
+        ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CUDA), 0);
+        fprintf(stderr, "kmeans_bf16: no tensor-core path on this GPU; skipped\n");
+        return;
+    }
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CUDA), 1);
+    enum { N = 60000, D = 128, K = 1024 };
+    float *x = xmalloc(sizeof(float) * N * D), *a = xmalloc(sizeof(float) * K * D);
+    float *b = xmalloc(sizeof(float) * K * D), *f = xmalloc(sizeof(float) * K * D);
+    clustered(x, N, D, 2000);
+    store_msg m = {{0}};
+    poison(a, K * D);
+    poison(b, K * D);
+    ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, 256, 42, a, &m) == 0, "%s",
+                  m.text);
+    ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, 256, 42, b, &m) == 0, "%s",
+                  m.text);
+    ck_assert(memcmp(a, b, sizeof(float) * K * D) == 0);
+    ck_assert_int_eq(setenv("TARTAN_KMEANS_BF16", "0", 1), 0);
+    ck_assert_int_eq(idx_kmeans_bf16(KERN_DEV_CUDA), 0);
+    poison(f, K * D);
+    ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, 256, 42, f, &m) == 0, "%s",
+                  m.text);
+    ck_assert_int_eq(unsetenv("TARTAN_KMEANS_BF16"), 0);
+    size_t differ = 0;
+    for (size_t i = 0; i < K; i++) {
+        double nn = dot_d(a + i * D, a + i * D, D);
+        ck_assert_msg(fabs(nn - 1.0) < 1e-5, "centroid %zu: squared norm %f", i, nn);
+        differ += memcmp(a + i * D, f + i * D, sizeof(float) * D) != 0;
+    }
+    double obj_f = mean_best_score(x, N, f, K, D), obj_b = mean_best_score(x, N, a, K, D);
+    fprintf(stderr,
+            "kmeans_bf16 (gpu): mean best cosine fp32 %.6f, bf16 %.6f; %zu of %d "
+            "centroids differ\n",
+            obj_f, obj_b, differ, (int)K);
+    ck_assert_msg(fabs(obj_f - obj_b) < 2e-3, "fp32 %.6f, bf16 %.6f", obj_f, obj_b);
+    free(x);
+    free(a);
+    free(b);
+    free(f);
+}
+END_TEST
+
 /* One document's stored bytes, read through the index layer. */
 typedef struct stored {
     size_t ntok;
@@ -418,6 +483,7 @@ int main(void)
         {"nearest_ties_go_to_lower_index", test_index_gpu_nearest_ties_go_to_lower_index, 60},
         {"assign_matches_cpu", test_index_gpu_assign_matches_cpu, 300},
         {"kmeans_matches_cpu", test_index_gpu_kmeans_matches_cpu, 300},
+        {"kmeans_bf16", test_index_gpu_kmeans_bf16, 300},
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},
     };

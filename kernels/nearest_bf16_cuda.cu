@@ -53,8 +53,11 @@
  * Tiling: a CTA of 8 warps owns 128 points, their bf16 rows resident in shared memory for the
  * whole call (so dims up to MAX_DP), and walks every centroid in tiles of 128; each tile's
  * centroid rows come through a 3-stage cp.async ring in slices of 32 dims. Warps are 2 (points)
- * x 4 (centroids), each computing 64 x 32 scores as 4 x 4 mma tiles. After a tile's last slice
- * each thread folds its 64 scores into a running (best, index, second) for each of its 8 points.
+ * x 4 (centroids), each computing 64 x 32 scores as 4 x 4 mma tiles; 128 registers a thread,
+ * so that two CTAs share an SM (16 warps to hide latency). After a tile's last slice each thread
+ * folds its 64 scores into a running (best, index, second) for each of its 8 points, through
+ * each point's maximum of the tile first (one compare per 8 scores in the common case: a
+ * per-score update would cost as many issue slots as the mma themselves).
  * Ties: a thread visits its columns in increasing index and replaces its best only on a strictly
  * greater score (an equal one becomes the second best); across threads the lower index wins on
  * equal scores. So the lowest index among equal best scores wins, and an exact tie leaves
@@ -86,6 +89,8 @@ constexpr int CS = BKC + 8;
 /* Padded dims the resident point tile allows: 128 x (512 + 8) bf16 = 130 KB of shared memory,
  * under the 227 KB of sm_90 and 163 KB of sm_80 with the stages. Wider points take fp32. */
 constexpr int MAX_DP = 512;
+/* Centroids the kernel takes: a tile's column indices stay ints. */
+constexpr size_t MAX_K = 0x7fffffffu - 2 * BN;
 
 __device__ __forceinline__ uint16_t bf16_daz(float v)
 {
@@ -203,7 +208,7 @@ __global__ void centroids_to_bf16(const float *__restrict__ c, long long k, int 
  * Shared memory (dynamic): the point tile [BM][dp + 8] bf16, then STAGES x [BN][CS] bf16.
  */
 template <bool LIST>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(THREADS, LIST ? 1 : 2)
     nearest_bf16_kernel(const float *__restrict__ x, long long n, int dim, int dp,
                         const uint16_t *__restrict__ cb, int k, int *__restrict__ best,
                         float *__restrict__ b1_out, float *__restrict__ b2_out,
@@ -307,21 +312,39 @@ __global__ void __launch_bounds__(THREADS, 2)
         }
 
         if (kc == nkc - 1) {
-            /* the tile's scores into the running states; this thread's columns rise with
-             * (ni, e), so a strict > keeps the lowest index among equal scores */
+            /* The tile's scores into the running states. A row's 8 scores here first give
+             * their maximum: below the running best (the common case once a few tiles are
+             * done) it only raises the second best, or in list mode lists nothing; else, and
+             * in a tile with padding centroids or before any candidate, the scores go one by
+             * one. This thread's columns rise with (ni, e) and earlier tiles' are lower, so a
+             * strict > keeps the lowest index among equal scores, and an equal score becomes
+             * the second best. fmaxf returns one of its operands (NaN only if both are): the
+             * maximum is one of the scores. */
+            /* int: k is at most INT32_MAX - 256 here (the entry points' check) */
             const int c0 = (int)(s / nkc) * BN + wn * 32 + 2 * t;
+            const bool whole = (int)(s / nkc) * BN + BN <= k;
 #pragma unroll
             for (int mi = 0; mi < 4; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int slot = mi * 2 + h;
+                    float m = acc[mi][0][h * 2];
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
+                        m = fmaxf(m, fmaxf(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]));
+                    const bool quick =
+                        whole && (LIST ? !(m >= rb1[slot]) : (ri1[slot] >= 0 && !(m > rb1[slot])));
+                    if (quick) {
+                        if (!LIST)
+                            rb2[slot] = fmaxf(rb2[slot], m);
+                        continue;
+                    }
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             const int col = c0 + ni * 8 + e;
                             const float v = acc[mi][ni][h * 2 + e];
-                            acc[mi][ni][h * 2 + e] = 0.f;
                             if (col >= k)
                                 continue; /* padding centroids score 0 and must not count */
                             if (LIST) {
@@ -342,6 +365,13 @@ __global__ void __launch_bounds__(THREADS, 2)
                             }
                         }
                 }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        acc[mi][ni][r] = 0.f;
         }
     }
     cp_async_wait<0>();
@@ -615,8 +645,9 @@ extern "C" int kern_gpu_nearest_centroid_bf16(const float *x, size_t n, const fl
     }
     if (n == 0)
         return KERN_OK;
-    /* Wider points than the resident tile allows: fp32's answer is within bf16's promise. */
-    if (!kern_gpu_nearest_bf16_usable(dim))
+    /* Wider points than the resident tile allows, or so many centroids that a tile's column
+     * indices would overflow an int: fp32's answer is within bf16's promise. */
+    if (!kern_gpu_nearest_bf16_usable(dim) || n_centroids > MAX_K)
         return kern_gpu_nearest_centroid_fp32(x, n, centroids, n_centroids, dim, best, best_score);
     if ((n + BM - 1) / BM > 0x7fffffffu) {
         kern_set_error("nearest_centroid_bf16 (cuda): %zu points beyond one launch", n);
@@ -668,8 +699,10 @@ extern "C" int kern_gpu_nearest_centroid_screened(const float *x, size_t n, cons
                        MAX_DP);
         return KERN_ENODEV;
     }
-    if (n > 0x7fffffffu) {
-        kern_set_error("nearest_centroid (cuda): %zu points beyond one screened call", n);
+    if (n > 0x7fffffffu || n_centroids > MAX_K) {
+        kern_set_error("nearest_centroid (cuda): %zu points or %zu centroids beyond one screened "
+                       "call",
+                       n, n_centroids);
         return KERN_EINVAL;
     }
     uint16_t *cb = NULL;
@@ -753,7 +786,8 @@ extern "C" int kern_gpu_nearest_centroid(const float *x, size_t n, const float *
                                          size_t n_centroids, size_t dim, int32_t *best,
                                          float *best_score)
 {
-    if (!fp32_forced() && kern_gpu_nearest_bf16_usable(dim) && n <= 0x7fffffffu)
+    if (!fp32_forced() && kern_gpu_nearest_bf16_usable(dim) && n <= 0x7fffffffu &&
+        n_centroids <= MAX_K)
         return kern_gpu_nearest_centroid_screened(x, n, centroids, n_centroids, dim, best,
                                                   best_score, NULL, NULL);
     return kern_gpu_nearest_centroid_fp32(x, n, centroids, n_centroids, dim, best, best_score);

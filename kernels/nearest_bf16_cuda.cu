@@ -34,9 +34,10 @@
  * exact in fp32, but one mma may add its 16 products and the accumulator after aligning them
  * to the largest and truncating, so we allow each m16n8k16 step an error of 17 terms of 2^-21
  * of the largest magnitude in it (a factor 4 over one truncated ulp per term), each at most
- * sum |x~_k c~_k| <= |x~| |c~|: gt = s 17 2^-21 / (1 - s 17 2^-21), s = ceil(d / 16) steps.
- * (0.26e-3 at d 128: a small part of the bf16 terms, which are about 3e-3 for unit vectors; the
- * window is 2E.) 2^-100 covers products and sums flushed below fp32's normal range.
+ * sum |x~_k c~_k| <= |x~| |c~|: gt = s 17 2^-21 / (1 - s 17 2^-21), s the steps (dims padded
+ * to 32, over 16). (6.5e-5 at d 128: a small part of the bf16 terms, which are about 3e-3 for
+ * unit vectors; the window is 2E.) 2^-100 covers products and sums flushed below fp32's normal
+ * range. check_kernels_gpu measures the accumulation against x~.c~ computed in double.
  *
  * Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16" with .bf16), lane = 4 g + t
  * (g = groupID 0..7, t = threadID_in_group 0..3); each .b32 register holds two bf16, the lower
@@ -415,14 +416,17 @@ __global__ void __launch_bounds__(THREADS, LIST ? 1 : 2)
     }
 }
 
-/* nearest_cuda.cu's score of x and c, bit for bit: acc = fmaf(x_j, c_j, acc), j rising, from +0
- * (its zero padding past dim adds fmaf(0, 0, acc) = acc). */
+/* nearest_cuda.cu's score of x and c, bit for bit: acc = fmaf(x_j, c_j, acc), j rising, from +0,
+ * then its zero padding to a multiple of 16 dims, fmaf(0, 0, acc), which changes nothing but
+ * an underflowed -0 (to +0). */
 __device__ __forceinline__ float fp32_score(const float *__restrict__ x,
                                             const float *__restrict__ c, int dim)
 {
     float acc = 0.f;
     for (int j = 0; j < dim; j++)
         acc = fmaf(x[j], c[j], acc);
+    if (dim % 16)
+        acc = fmaf(0.f, 0.f, acc);
     return acc;
 }
 

@@ -49,7 +49,8 @@
  *     b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
  *   C, D (16 x 8 fp32): c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
  * Points and centroids are both stored dims-fastest, so every fragment register is one aligned
- * 32-bit load of two consecutive dims.
+ * 32-bit load of two consecutive dims. (maxsim_cuda.cu's mma16816 pairs registers the same way:
+ * a0, a2 row g and a1, a3 row g + 8; a0 and b0 one k pair, a2 and b1 another.)
  *
  * Tiling: a CTA of 8 warps owns 128 points, their bf16 rows resident in shared memory for the
  * whole call (so dims up to MAX_DP), and walks every centroid in tiles of 128; each tile's

@@ -38,6 +38,7 @@ int tool_cmd_add(int argc, char **argv)
         return 1;
     }
     size_t added = 0;
+    corpus.batch_tokens = tool_batch_tokens(o.device);
     rc = tool_corpus_ingest(db, &corpus, a.batch, a.flags, &added, err, sizeof err);
     if (rc) {
         fprintf(stderr, "tartan add: %s: %s\n", tartan_err_name(rc), err);

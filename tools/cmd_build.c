@@ -47,6 +47,7 @@ int tool_cmd_build(int argc, char **argv)
     else
         rc = tool_corpus_train(db, &corpus, a.seed, err, sizeof err);
     double t1 = tool_now();
+    corpus.batch_tokens = tool_batch_tokens(o.device);
     if (!rc)
         rc = tool_corpus_ingest(db, &corpus, a.batch, 0, &added, err, sizeof err);
     double t2 = tool_now();

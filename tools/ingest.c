@@ -309,6 +309,14 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     return rc;
 }
 
+size_t tool_batch_tokens(tartan_device dev)
+{
+    tartan_device where = TARTAN_DEVICE_CPU;
+    return tartan_device_resolve(dev, &where) == 0 && where == TARTAN_DEVICE_CUDA
+               ? TOOL_BATCH_TOKENS_GPU
+               : TOOL_BATCH_TOKENS;
+}
+
 int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
                        size_t *added, char *err, size_t errlen)
 {
@@ -318,7 +326,7 @@ int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigne
          * multiply the bytes written; large ones cost memory (about 1 KiB per token at dim
          * 128 while a batch is encoded). 2^18 tokens balance the two. */
         size_t avg = c->n_rows / c->n_docs;
-        batch_docs = TOOL_BATCH_TOKENS / (avg ? avg : 1);
+        batch_docs = (c->batch_tokens ? c->batch_tokens : TOOL_BATCH_TOKENS) / (avg ? avg : 1);
         if (batch_docs == 0)
             batch_docs = 1;
     }
@@ -388,7 +396,7 @@ int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, 
         }
     if (batch_docs == 0) {
         size_t avg = n_keep ? keep_rows / n_keep : 1;
-        batch_docs = TOOL_BATCH_TOKENS / (avg ? avg : 1);
+        batch_docs = (c->batch_tokens ? c->batch_tokens : TOOL_BATCH_TOKENS) / (avg ? avg : 1);
         if (batch_docs == 0)
             batch_docs = 1;
     }

@@ -280,6 +280,7 @@ int tool_mpi_cmd_build(int argc, char **argv)
         goto done;
     double t1 = tool_now();
     size_t added = 0;
+    c.batch_tokens = tool_batch_tokens(o.device);
     rc = tool_corpus_ingest_some(db, &c, keep, a.batch, 0, &added, err, sizeof err);
     double t2 = tool_now();
     double train_s = tool_mpi_max(t1 - t0), add_s = tool_mpi_max(t2 - t1);
@@ -351,6 +352,7 @@ int tool_mpi_cmd_add(int argc, char **argv)
     }
     double t0 = tool_now();
     size_t added = 0;
+    c.batch_tokens = tool_batch_tokens(o.device);
     rc = tool_corpus_ingest_some(db, &c, keep, a.batch, a.flags, &added, err, sizeof err);
     double secs = tool_mpi_max(tool_now() - t0);
     uint64_t total = tool_mpi_sum(added);

@@ -963,6 +963,9 @@ START_TEST(test_kernels_gpu_topk_matches_reference)
 {
     run_topk(3, 1000000, 10, 0);   /* millions of scores in all */
     run_topk(2, 2000000, 1000, 1); /* heavy ties: lower index first */
+    /* The multi-kernel path over many rows (the scan's four rows a block, the last partial). */
+    run_topk(37, 70000, 300, 0);
+    run_topk(9, 100000, 2000, 1);
     run_topk(4, 5000, 1, 0);
     run_topk(2, 50, 80, 0);    /* fewer qualify than k */
     run_topk(32, 3000, 64, 1); /* a query's tokens x centroids: top ncells */

@@ -799,7 +799,16 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         (krc = kern_cuda_upload(g->done.p, done, nq * 8)) ||
         (krc = kern_cuda_upload(g->next.p, next, nq * 8)))
         goto dev_fail;
-    size_t D = 0; /* columns ordered so far */
+    /* Every query's candidates in order as deep as any round may go (cap), once: a top-k
+     * orders its leading columns as a narrower one would, so each round takes the next
+     * columns of this order. Why once: a top-k per round read every candidate column again
+     * (its histogram passes), and the top-k machinery was 30% of a batch's GPU time at 1M
+     * documents (ncu, H200). */
+    if ((krc =
+             kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, cap, g->sel.p, g->approx2.p)) ||
+        (krc = kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, cap, g->docs2.p)))
+        goto dev_fail;
+    size_t D = 0; /* columns scored as far as any query went */
     for (;;) {
         size_t dn = 0, dmin = SIZE_MAX;
         for (size_t q = 0; q < nq; q++) {
@@ -809,12 +818,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         }
         if (dmin == SIZE_MAX)
             break; /* every query has stopped */
-        /* The candidates in order, as far as any query goes now (a wider top-k orders the
-         * same leading columns the same way). */
-        if ((krc = kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, dn, g->sel.p,
-                                  g->approx2.p)) ||
-            (krc = kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, dn, g->docs2.p)) ||
-            (krc = kern_cuda_take_columns(g->docs2.p, dn, dmin, dn, g->done.p, g->next.p, nq,
+        if ((krc = kern_cuda_take_columns(g->docs2.p, cap, dmin, dn, g->done.p, g->next.p, nq,
                                           g->docs3.p)))
             goto dev_fail;
         D = dn;
@@ -823,7 +827,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         if ((krc = kern_cuda_scatter_columns(g->scores.p, dn - dmin, dmin, g->done.p, g->next.p, nq,
                                              g->exact_all.p, cap)) ||
             (krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
-            (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, dn, g->done.p,
+            (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, cap, g->done.p,
                                            g->counts.p, g->approx1.p, width, nq, s->k, s->z,
                                            ENG_GPU_BATCH_GROWTH, cap, g->next.p)))
             goto dev_fail;
@@ -844,9 +848,9 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
     if ((rc = dbuf_need(&g->vals, nq * *k * 4, 0, m)) ||
         (rc = dbuf_need(&g->docs4, nq * *k * 4, 0, m)))
         return rc;
-    /* The scored documents' best: their columns index the last round's order (docs2). */
+    /* The scored documents' best: their columns index the order (docs2). */
     KTRY(kern_topk_rows(KERN_DEV_CUDA, g->exact_all.p, nq, cap, *k, g->sel.p, g->vals.p), "top-k");
-    KTRY(kern_cuda_gather_docs(g->docs2.p, D, g->sel.p, nq, *k, g->docs4.p), "gather");
+    KTRY(kern_cuda_gather_docs(g->docs2.p, cap, g->sel.p, nq, *k, g->docs4.p), "gather");
     return 0;
 dev_fail:
     rc = gpu_fail(krc, m, "adaptive stages");

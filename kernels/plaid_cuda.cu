@@ -33,6 +33,7 @@ constexpr int PROBE_THREADS = 128;
 constexpr int PROBE_BATCH = 8;
 /* Fewest rows a segment scans: enough segments to fill the GPU for one query's 32 columns. */
 constexpr long long PROBE_SEG_ROWS = 32;
+constexpr long long PROBE_MERGE_ENTRIES = 16384; /* segments x n a column, at most */
 
 /* Keeps the n best (value descending, row ascending) in v/ix, sorted; rows arrive ascending,
  * so a later row with an equal value never displaces an earlier one. */
@@ -329,9 +330,14 @@ int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, cons
                  int32_t *probes)
 {
     /* Enough segments to fill the GPU when there are few columns; each at least
-     * PROBE_SEG_ROWS rows (the merge takes one block a column whatever their number). */
+     * PROBE_SEG_ROWS rows, and at most PROBE_MERGE_ENTRIES / n of them: the merge's block
+     * reads every segment's n entries of its column several times, so a single query's 32
+     * columns over 4,096 segments of K 131,072 spent 175 us a query there (ncu, H200) while
+     * phase 1 took 62. */
     const long long colblocks = (long long)((ld + PROBE_THREADS - 1) / PROBE_THREADS);
     long long segs = 4096 / colblocks;
+    if (segs > PROBE_MERGE_ENTRIES / n)
+        segs = PROBE_MERGE_ENTRIES / n;
     if (segs > ((long long)K + PROBE_SEG_ROWS - 1) / PROBE_SEG_ROWS)
         segs = ((long long)K + PROBE_SEG_ROWS - 1) / PROBE_SEG_ROWS;
     if (segs < 1)

@@ -420,6 +420,25 @@ static const uint8_t *data_copy(tartan_db *db, size_t *len)
     return copy;
 }
 
+/* Writes bytes as the calibration record, in one transaction (the store's checks only). */
+static void put_record(tartan_db *db, const void *bytes, size_t len)
+{
+    store_msg m;
+    put_ctx ctx = {bytes, len};
+    ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+}
+
+/* 300 documents of model 2 (32 dimensions, nq queries, seed), added and calibrated: its
+ * record, version 2, is 168 bytes. */
+static tartan_db *calibrated_ix(corpus *c, size_t nq, uint64_t seed)
+{
+    corpus_make(c, TOOL_SYNTH_V2, 300, 20, 32, nq, seed);
+    tartan_db *db = open_ix(c->dim);
+    add_range(db, c, 0, c->n_docs);
+    ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
+    return db;
+}
+
 /* A query whose margin reaches fewer candidates than k probes every token's whole cap: it
  * returns as many results as probing the cap outright does (fixed ncells at the cap, every
  * candidate kept), never fewer. */
@@ -518,10 +537,7 @@ END_TEST
 START_TEST(test_adaptive_version1_record)
 {
     corpus c;
-    corpus_make(&c, TOOL_SYNTH_V2, 300, 20, 32, 4, 19);
-    tartan_db *db = open_ix(c.dim);
-    add_range(db, &c, 0, c.n_docs);
-    ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
+    tartan_db *db = calibrated_ix(&c, 4, 19);
     size_t len;
     uint8_t v1[512];
     const uint8_t *now = data_copy(db, &len);
@@ -529,9 +545,8 @@ START_TEST(test_adaptive_version1_record)
     ck_assert_uint_eq(len, 168);
     uint32_t one = 1;
     memcpy(v1, &one, 4);
+    put_record(db, v1, 124);
     store_msg m;
-    put_ctx ctx = {v1, 124};
-    ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
     eng_calib got;
     ck_assert_msg(read_calib(db, &got, &m) == 0, "%s", m.text);
     ck_assert_int_eq(got.calibrated, 1);
@@ -543,8 +558,7 @@ START_TEST(test_adaptive_version1_record)
     ck_assert_float_eq(r->stats.probe_margin, eng_calib_margin(&got, 10, 0.95f, 32));
     tartan_results_free(r);
     /* A version 1 header on a version 2 body is refused. */
-    ctx.len = 168;
-    ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+    put_record(db, v1, 168);
     ck_assert_int_eq(read_calib(db, &got, &m), TARTAN_ECORRUPT);
     tartan_close(db);
     corpus_free(&c);
@@ -554,12 +568,8 @@ END_TEST
 START_TEST(test_adaptive_damaged_record)
 {
     corpus c;
-    corpus_make(&c, TOOL_SYNTH_V2, 300, 20, 32, 3, 9);
-    tartan_db *db = open_ix(c.dim);
-    add_range(db, &c, 0, c.n_docs);
-    ck_assert_int_eq(tartan_calibrate(db, NULL, NULL), 0);
+    tartan_db *db = calibrated_ix(&c, 3, 9);
     /* The record with its first margin made negative, then cut short. */
-    store_msg m;
     size_t len;
     const uint8_t *now = data_copy(db, &len);
     uint8_t *bad = xmalloc(len);
@@ -575,8 +585,7 @@ START_TEST(test_adaptive_damaged_record)
         } else {
             memcpy(bad + 32 + 4 * ENG_CALIB_LEVELS, &neg, 4);
         }
-        put_ctx ctx = {bad, how == 1 ? len - 4 : len};
-        ck_assert_int_eq(store_write(db->env, put_fn, &ctx, &m), 0);
+        put_record(db, bad, how == 1 ? len - 4 : len);
         tartan_search_params p;
         tartan_search_params_init(&p, 10);
         tartan_queries q = queries_of(&c);

@@ -317,19 +317,23 @@ size_t tool_batch_tokens(tartan_device dev)
                : TOOL_BATCH_TOKENS;
 }
 
+/* Documents a batch when the caller names no size: about c->batch_tokens tokens (the CPU's
+ * TOOL_BATCH_TOKENS when 0) of documents averaging rows / docs tokens. Every batch rewrites the
+ * last page of most inverted lists, so small batches multiply the bytes written; large ones
+ * cost memory (about 1 KiB a token at dim 128 while a batch is encoded): ingest.h. */
+static size_t default_batch(const tool_corpus *c, size_t docs, size_t rows)
+{
+    size_t avg = docs ? rows / docs : 1;
+    size_t n = (c->batch_tokens ? c->batch_tokens : TOOL_BATCH_TOKENS) / (avg ? avg : 1);
+    return n ? n : 1;
+}
+
 int tool_corpus_ingest(tartan_db *db, tool_corpus *c, size_t batch_docs, unsigned flags,
                        size_t *added, char *err, size_t errlen)
 {
     *added = 0;
-    if (batch_docs == 0) {
-        /* Every batch rewrites the last page of most inverted lists, so small batches
-         * multiply the bytes written; large ones cost memory (about 1 KiB per token at dim
-         * 128 while a batch is encoded). 2^18 tokens balance the two. */
-        size_t avg = c->n_rows / c->n_docs;
-        batch_docs = (c->batch_tokens ? c->batch_tokens : TOOL_BATCH_TOKENS) / (avg ? avg : 1);
-        if (batch_docs == 0)
-            batch_docs = 1;
-    }
+    if (batch_docs == 0)
+        batch_docs = default_batch(c, c->n_docs, c->n_rows);
     size_t *lens = malloc(batch_docs * sizeof *lens);
     const char **ids = malloc(batch_docs * sizeof *ids);
     char *names = malloc(batch_docs * 21); /* row numbers as text: up to 20 digits */
@@ -394,12 +398,8 @@ int tool_corpus_ingest_some(tartan_db *db, tool_corpus *c, const uint8_t *keep, 
             n_keep++;
             keep_rows += tool_corpus_doclen(c, i);
         }
-    if (batch_docs == 0) {
-        size_t avg = n_keep ? keep_rows / n_keep : 1;
-        batch_docs = (c->batch_tokens ? c->batch_tokens : TOOL_BATCH_TOKENS) / (avg ? avg : 1);
-        if (batch_docs == 0)
-            batch_docs = 1;
-    }
+    if (batch_docs == 0)
+        batch_docs = default_batch(c, n_keep, keep_rows);
     if (batch_docs > n_keep)
         batch_docs = n_keep ? n_keep : 1;
     size_t *lens = malloc(batch_docs * sizeof *lens);

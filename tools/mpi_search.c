@@ -40,6 +40,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +62,9 @@ typedef struct shard_state {
     char err[1400];          /* rank 0: the last failure, with the code's name first */
     int have_params, stopped;
     int n_shards; /* S: shards of the index (the ranks, or a divisor of them: replicas) */
-    /* Rank 0: MPI taken in turns by its search threads; the parameters sent once; batches
-     * numbered as sent; two in flight or one. */
-    pthread_mutex_t mpi_mu, params_mu;
+    /* Rank 0: MPI taken in turns by its search threads (mpi_mu); the parameters sent once
+     * and err written under state_mu; batches numbered as sent; two in flight or one. */
+    pthread_mutex_t mpi_mu, state_mu;
     uint64_t sent;
     int async;
 } shard_state;
@@ -702,10 +703,22 @@ static int be_open(void *ctx, const char *path, tartan_index_info *info)
     return rc;
 }
 
-/* Sends the parameters when they differ from those sent last (the command sets them once). */
+/* Rank 0's failure message, from either search thread (both may fail at once). */
+static void set_err(shard_state *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&s->state_mu);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    pthread_mutex_unlock(&s->state_mu);
+    va_end(ap);
+}
+
+/* Sends the parameters when they differ from those sent last (the command sets them once).
+ * Under state_mu, which its messages are written under too. */
 static int send_params(shard_state *s, const tartan_search_params *p)
 {
-    pthread_mutex_lock(&s->params_mu);
+    pthread_mutex_lock(&s->state_mu);
     int rc = 0;
     if (!s->have_params || memcmp(&s->p, p, sizeof *p)) {
         wbuf b = {0};
@@ -739,7 +752,7 @@ static int send_params(shard_state *s, const tartan_search_params *p)
             s->have_params = 1;
         }
     }
-    pthread_mutex_unlock(&s->params_mu);
+    pthread_mutex_unlock(&s->state_mu);
     return rc;
 }
 
@@ -750,10 +763,9 @@ static int merge_answers(shard_state *s, const tartan_queries *q, const tartan_s
     int rc = 0, p_n = tool_mpi_size;
     part *parts = calloc((size_t)p_n, sizeof *parts);
     const tartan_results **pp = calloc((size_t)p_n, sizeof *pp);
-    char err[sizeof s->err] = "";
     if (!parts || !pp) {
         rc = ENOMEM;
-        snprintf(err, sizeof err, "ENOMEM: out of memory for the ranks' results");
+        set_err(s, "ENOMEM: out of memory for the ranks' results");
     }
     for (int r = 0; r < p_n && !rc; r++) {
         rbuf in = {all + offs[r], (size_t)lens[r], 0, 0};
@@ -761,32 +773,25 @@ static int merge_answers(shard_state *s, const tartan_queries *q, const tartan_s
         int rrc = 0;
         if (take_answer(&in, &parts[r], &rrc, msg, sizeof msg)) {
             rc = TARTAN_EINTERNAL;
-            snprintf(err, sizeof err, "TARTAN_EINTERNAL: rank %d's answer is malformed", r);
+            set_err(s, "TARTAN_EINTERNAL: rank %d's answer is malformed", r);
         } else if (rrc) {
             rc = rrc;
             const char *name = tartan_err_name(rrc);
-            snprintf(err, sizeof err, "%s: rank %d: %s", name ? name : "error", r,
-                     tool_mpi_detail(msg));
+            set_err(s, "%s: rank %d: %s", name ? name : "error", r, tool_mpi_detail(msg));
         }
         if (!rc && tool_mpi_size / s->n_shards > 1 &&
             spread_share(&parts[r], q->n_queries, r / s->n_shards, tool_mpi_size / s->n_shards)) {
             rc = TARTAN_EINTERNAL;
-            snprintf(err, sizeof err, "TARTAN_EINTERNAL: rank %d's answer does not fit its share",
-                     r);
+            set_err(s, "TARTAN_EINTERNAL: rank %d's answer does not fit its share", r);
         }
         pp[r] = &parts[r].r;
     }
     if (!rc && (rc = tartan_results_merge(pp, (size_t)p_n, p->k, res)))
-        snprintf(err, sizeof err, "%s", tartan_errmsg(NULL));
+        set_err(s, "%s", tartan_errmsg(NULL));
     for (int r = 0; parts && r < p_n; r++)
         part_free(&parts[r]);
     free(parts);
     free(pp);
-    if (rc) {
-        pthread_mutex_lock(&s->params_mu); /* two searching threads may fail at once */
-        memcpy(s->err, err, sizeof err);
-        pthread_mutex_unlock(&s->params_mu);
-    }
     return rc;
 }
 
@@ -804,7 +809,7 @@ static int be_search(void *ctx, const tartan_queries *q, const tartan_search_par
     put_queries(&b, q);
     if (b.oom) {
         free(b.p);
-        snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the queries");
+        set_err(s, "ENOMEM: out of memory for the queries");
         return ENOMEM;
     }
     pthread_mutex_lock(&s->mpi_mu);
@@ -813,7 +818,7 @@ static int be_search(void *ctx, const tartan_queries *q, const tartan_search_par
     pthread_mutex_unlock(&s->mpi_mu);
     if (rc) {
         free(b.p);
-        snprintf(s->err, sizeof s->err, "ENOMEM: a rank is out of memory for the queries");
+        set_err(s, "ENOMEM: a rank is out of memory for the queries");
         return rc;
     }
     wbuf mine;
@@ -827,7 +832,7 @@ static int be_search(void *ctx, const tartan_queries *q, const tartan_search_par
     pthread_mutex_unlock(&s->mpi_mu);
     free(mine.p);
     if (rc)
-        snprintf(s->err, sizeof s->err, "ENOMEM: out of memory for the ranks' results");
+        set_err(s, "ENOMEM: out of memory for the ranks' results");
     else
         rc = merge_answers(s, q, p, all, lens, offs, res);
     free(all);
@@ -861,12 +866,12 @@ int tool_mpi_cmd_search(int argc, char **argv)
         return serve();
     shard_state s = {0};
     pthread_mutex_init(&s.mpi_mu, NULL);
-    pthread_mutex_init(&s.params_mu, NULL);
+    pthread_mutex_init(&s.state_mu, NULL);
     /* Two batches in flight need MPI from two threads, in turns. */
     tool_search_backend be = {be_open, be_search,           be_errmsg,  be_close,
                               &s,      tool_mpi_serialized, be_inflight};
     int status = tool_search_run(argc, argv, &be);
     pthread_mutex_destroy(&s.mpi_mu);
-    pthread_mutex_destroy(&s.params_mu);
+    pthread_mutex_destroy(&s.state_mu);
     return status;
 }

@@ -13,8 +13,9 @@
  *      codes c among token i's best probe-cap centroids, of best_i - S[i, c] (a document
  *      none of whose codes is among them needs more than any margin: infinite);
  *   4. the quantiles of those margins at the coverage levels, the table a search reads;
- *   5. the default search's recall@10 and @100 against the reference with the new table,
- *      on the same queries (for tartan info);
+ *   5. the default search's recall@10 and @100 with the new table, on the same queries,
+ *      against the reference documents that stand for the index's top 10 and top 100 (all
+ *      of the reference's top k when it ranked every document; recall_of) (for tartan info);
  *   6. one write transaction stores the record.
  *
  * Pseudo-queries stand in for real queries when the caller has none. Real queries relate to
@@ -401,6 +402,8 @@ typedef struct calib_run {
     tartan_queries sq; /* over semb; n_queries 0 when none */
     float *tok;        /* a document's decompressed tokens */
     size_t tok_cap;
+    uint8_t *stand; /* [n_q * 100]: which reference hits stand for the index's top 10 (bit 0)
+                     * and top 100 (bit 1) (needed_margins), for step 5's recall */
 } calib_run;
 
 /* The reference sample: live documents whose hashed number falls under the sampling rate. */
@@ -587,7 +590,8 @@ static int margin_push(margin_set *ms, float v)
  */
 static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan_results *ref,
                           size_t qi, double rate, const uint32_t *src, float *S, int64_t *tix,
-                          float *tval, margin_set *ms10, margin_set *ms100, store_msg *m)
+                          float *tval, margin_set *ms10, margin_set *ms100, uint8_t *stand,
+                          store_msg *m)
 {
     const size_t K = c->K;
     int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, c->r.centroids, K, c->dim, S);
@@ -622,6 +626,8 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
         int whole = rate >= 1.0 || is_src;
         size_t slot = whole ? h : others++;
         int in10 = slot < (whole ? 10 : k10), in100 = slot < (whole ? 100 : k100);
+        if (stand && h < 100)
+            stand[qi * 100 + h] = (uint8_t)(in10 | in100 << 1);
         if (!in10 && !in100)
             continue;
         kern_pdoc pd;
@@ -695,30 +701,43 @@ static int make_short(calib_run *c, store_msg *m)
  * NULL. */
 static int margins_of(calib_run *c, const eng_queries *eq, const tartan_results *ref, double rate,
                       const uint32_t *src, float *S, int64_t *tix, float *tval, margin_set *ms10,
-                      margin_set *ms100, store_msg *m)
+                      margin_set *ms100, uint8_t *stand, store_msg *m)
 {
     int rc = 0;
     for (size_t i = 0; i < eq->n && !rc; i++)
         rc = needed_margins(c, eq->emb + eq->off[i] * c->dim, eq->off[i + 1] - eq->off[i], ref, i,
-                            rate, src ? src + 2 * i : NULL, S, tix, tval, ms10, ms100, m);
+                            rate, src ? src + 2 * i : NULL, S, tix, tval, ms10, ms100, stand, m);
     return rc;
 }
 
-static double recall_of(const tartan_results *res, const tartan_results *ref, size_t k)
+/*
+ * Recall of run res against the reference hits that stand for the index's top k (stand[q * 100
+ * + h] & bit, needed_margins), averaged over the queries: found in res's top k. With every
+ * document in the reference those are its top k. Over a sample they are the sources and the
+ * sample's top ceil((k - sources) * rate) others: the sample's whole top k would stand for the
+ * index's top k / rate, which margins calibrated for the top k do not promise to reach
+ * (measured: 0.934 / 0.880 at k 10 / 100 over a 10% sample of 200,000 documents of 10 tokens,
+ * where the same queries against every document gave 0.974 / 0.979).
+ */
+static double recall_of(const tartan_results *res, const tartan_results *ref, size_t k,
+                        const uint8_t *stand, int bit)
 {
     double sum = 0;
     size_t nq = 0;
     for (size_t q = 0; q < ref->n_queries; q++) {
-        size_t nr = ref->counts[q] < k ? ref->counts[q] : k;
-        if (!nr)
-            continue;
-        size_t hit = 0, ng = res->counts[q] < k ? res->counts[q] : k;
-        for (size_t i = 0; i < nr; i++)
+        size_t nr = 0, hit = 0, ng = res->counts[q] < k ? res->counts[q] : k;
+        for (size_t i = 0; i < ref->counts[q] && i < 100; i++) {
+            if (!(stand[q * 100 + i] & bit))
+                continue;
+            nr++;
             for (size_t j = 0; j < ng; j++)
                 if (!strcmp(ref->hits[ref->offsets[q] + i].id, res->hits[res->offsets[q] + j].id)) {
                     hit++;
                     break;
                 }
+        }
+        if (!nr)
+            continue;
         sum += (double)hit / (double)nr;
         nq++;
     }
@@ -738,6 +757,7 @@ static void calib_free(calib_run *c)
     free(c->qlens);
     free(c->src);
     free(c->tok);
+    free(c->stand);
 }
 
 typedef struct calib_put {
@@ -840,15 +860,16 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     S = malloc(eq.max_len * c.K * sizeof *S);
     tix = malloc(eq.max_len * cap100 * sizeof *tix);
     tval = malloc(eq.max_len * cap100 * sizeof *tval);
-    if (!S || !tix || !tval) {
+    c.stand = calloc(q->n_queries ? q->n_queries * 100 : 1, 1);
+    if (!S || !tix || !tval || !c.stand) {
         rc = store_fail(&m, ENOMEM, "calibration: out of memory");
         goto fail;
     }
     double rate = (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
     const uint32_t *src = params->queries ? NULL : c.src;
-    if ((rc = margins_of(&c, &eq, ref, rate, src, S, tix, tval, &ms10, &ms100, &m)) ||
+    if ((rc = margins_of(&c, &eq, ref, rate, src, S, tix, tval, &ms10, &ms100, c.stand, &m)) ||
         (c.sq.n_queries &&
-         (rc = margins_of(&c, &eqs, sref, rate, src, S, tix, tval, &ss10, &ss100, &m))))
+         (rc = margins_of(&c, &eqs, sref, rate, src, S, tix, tval, &ss10, &ss100, NULL, &m))))
         goto fail;
     if (!ms10.n || !ms100.n) {
         rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the reference found no documents");
@@ -885,7 +906,7 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         p.device = params->device;
         if ((rc = eng_search_call(db, q, &p, &cal, &res)))
             break;
-        double r = recall_of(res, ref, k);
+        double r = recall_of(res, ref, k, c.stand, pass ? 2 : 1);
         if (pass) {
             cal.recall100 = (float)r;
         } else {

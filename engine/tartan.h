@@ -623,8 +623,10 @@ typedef struct tartan_calibration {
     float margin_k10;          /* probe margins a default search (recall_target 0.95) uses */
     float margin_k100;         /*   at k 10 and k 100, for queries of 32 tokens or more */
     float recall_k10;          /* that search's recall@10 / @100 against exhaustive search */
-    float recall_k100;         /*   over the same documents, on the calibration queries */
-    double candidates_k10;     /* its candidates and exactly scored documents per query, k 10 */
+    float recall_k100;         /*   on the calibration queries (over a sample: an estimate,
+                                  from the sample's documents standing for the top k) */
+    double candidates_k10;     /* its candidates and exactly scored documents per query, k 10
+                                  (over the sample's documents when n_reference_docs < n_docs) */
     double exact_k10;
     double seconds;          /* the calibration's wall time */
     uint32_t short_len;      /* tokens of the short pseudo-queries (8); 0: not measured */

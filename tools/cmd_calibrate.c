@@ -46,12 +46,15 @@ void tool_calibration_print(FILE *f, const tartan_calibration *c)
             c->n_queries, c->from_queries ? "of your queries" : "pseudo-queries",
             (unsigned long long)c->n_docs, (unsigned long long)c->n_reference_docs,
             c->stale ? "; STALE: the documents changed more than twofold since" : "", c->seconds);
+    /* Over a sample the recall is an estimate and the counts are the sample's. */
+    const int sampled = c->n_reference_docs < c->n_docs;
     fprintf(f,
             "  default search (recall target 0.95): probe margin %.4f at k 10, %.4f at k 100;\n"
-            "  recall against exhaustive %.4f at k 10, %.4f at k 100; %.0f candidates and %.0f\n"
-            "  exact scores a query at k 10\n",
+            "  recall against exhaustive %.4f at k 10, %.4f at k 100%s;\n"
+            "  %.0f candidates and %.0f exact scores a query at k 10%s\n",
             (double)c->margin_k10, (double)c->margin_k100, (double)c->recall_k10,
-            (double)c->recall_k100, c->candidates_k10, c->exact_k10);
+            (double)c->recall_k100, sampled ? " (estimated from the sample)" : "",
+            c->candidates_k10, c->exact_k10, sampled ? " over the sample" : "");
     if (c->short_len)
         fprintf(f,
                 "  queries of %u tokens or fewer: probe margin %.4f at k 10, %.4f at k 100 "

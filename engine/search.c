@@ -414,6 +414,7 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         s.adaptive = params->ndocs == 0;
         if (s.adaptive) {
             s.z = eng_rerank_z(target);
+            s.tail_eps = ENG_TAIL_SHARE * (1.0 - (double)target) * (double)s.k;
             s.depth_cap =
                 ENG_DEPTH_PER_K * s.k > ENG_DEPTH_FLOOR ? ENG_DEPTH_PER_K * s.k : ENG_DEPTH_FLOOR;
             /* A subset this small is scored exactly, all of it. */

@@ -46,6 +46,10 @@ typedef struct eng_search {
      * best exact score (engine/SEARCH.md); ndocs = ndocs_exact = k then. */
     int adaptive;
     float z;
+    /* ... and, beside it, until the expected number of the remaining ordered candidates whose
+     * exact score beats the k-th best (each one's chance under a normal error of that mean and
+     * sd, summed: eng_tail_need) is at most tail_eps. */
+    double tail_eps;
     size_t depth_cap; /* adaptive mode: exactly scored documents at most */
     size_t ndocs;
     size_t ndocs_exact;
@@ -87,6 +91,23 @@ typedef struct eng_stage_stats {
 #define ENG_GPU_BATCH_GROWTH 3.0
 #define ENG_DEPTH_FLOOR 4096
 #define ENG_DEPTH_PER_K 64
+/* The share of a search's allowed misses (1 - recall target) of its top k that the stopping
+ * rule may spend in expectation: tail_eps = ENG_TAIL_SHARE (1 - target) k (the other half goes
+ * to probing, engine/calibrate.c COVER_SHARE). */
+#define ENG_TAIL_SHARE 0.5
+
+/*
+ * The stopping rule's multiplicity bound: with a[0 .. valid) the ordered candidates'
+ * approximate scores (descending) of which the first n are scored, theta the k-th best exact
+ * score and (mu, sd) the error's mean and standard deviation, each remaining candidate j beats
+ * theta with chance p_j = P(N(mu, sd) > theta - a[j]) (sd 0: 1 when a[j] + mu >= theta, else
+ * 0). Returns the smallest m in [n, valid] whose tail sum of p_j over [m, valid) is at most
+ * eps. Why: the z rule bounds each candidate's chance, not their number; at 1M documents of
+ * `tartan gen --model 1` thousands of candidates sat just under its bound and the rule kept
+ * 0.947 of the exhaustive top 10 (engine/SEARCH.md).
+ */
+size_t eng_tail_need(const float *a, size_t n, size_t valid, double theta, double mu, double sd,
+                     double eps);
 
 /* Monotonic seconds. */
 double eng_now(void);

@@ -829,7 +829,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
             (krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
             (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, cap, g->done.p,
                                            g->counts.p, g->approx1.p, width, nq, s->k, s->z,
-                                           ENG_GPU_BATCH_GROWTH, cap, g->next.p)))
+                                           s->tail_eps, ENG_GPU_BATCH_GROWTH, cap, g->next.p)))
             goto dev_fail;
         memcpy(done, next, nq * 8);
         if ((krc = kern_cuda_download(next, g->next.p, nq * 8)))

@@ -557,6 +557,32 @@ static int cmp_scored(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+size_t eng_tail_need(const float *a, size_t n, size_t valid, double theta, double mu, double sd,
+                     double eps)
+{
+    /* p_j falls with j (a descends): sum from the front until the terms vanish, then walk m
+     * up from n while the tail left is over eps. */
+    const double gap = theta - mu;
+    double tail = 0;
+    size_t end = n;
+    for (; end < valid; end++) {
+        double p = sd > 0 ? 0.5 * erfc((gap - (double)a[end]) / (sd * 1.4142135623730951))
+                   : (double)a[end] >= gap ? 1.0
+                                           : 0.0;
+        if (p < 1e-12 && (double)a[end] < gap)
+            break; /* the rest are smaller still: at most valid x 1e-12 in all */
+        tail += p;
+    }
+    size_t m = n;
+    while (m < end && tail > eps) {
+        tail -= sd > 0                ? 0.5 * erfc((gap - (double)a[m]) / (sd * 1.4142135623730951))
+                : (double)a[m] >= gap ? 1.0
+                                      : 0.0;
+        m++;
+    }
+    return m;
+}
+
 /*
  * The adaptive exact stage over the n candidates of ws (numbers cand, documents pd with codes
  * renumbered for t, approximate scores score): exact scores in order of approximate score, a
@@ -606,15 +632,20 @@ static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_pla
         /* ws->score is free now: scratch for the selection. */
         float theta = kth_largest(ws->ev_exact, done, s->k, ws->score);
         double mu = sum / (double)done, var = sum2 / (double)done - mu * mu;
-        double reach = (double)theta - mu - s->z * sqrt(var > 0 ? var : 0);
+        const double sd = sqrt(var > 0 ? var : 0);
+        double reach = (double)theta - mu - s->z * sd;
         /* The next batch: the candidates whose approximate score reaches it (they come in
-         * descending order), at most ENG_BATCH_GROWTH times as many as scored so far. */
+         * descending order), and those the tail bound asks for, at most ENG_BATCH_GROWTH times
+         * as many as scored so far. */
         size_t grow = (size_t)ceil((double)done * ENG_BATCH_GROWTH);
         if (grow > no)
             grow = no;
         next = done;
         while (next < grow && (double)ws->ev_approx[next] >= reach)
             next++;
+        size_t tail = eng_tail_need(ws->ev_approx, done, no, theta, mu, sd, s->tail_eps);
+        if (tail > next)
+            next = tail < grow ? tail : grow;
     }
     st->n_exact += done;
     /* Ties go to the lower number: the scored documents in ascending number for top-k. */

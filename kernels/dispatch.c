@@ -291,11 +291,11 @@ int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_
 
 int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
                             const int64_t *done, const int64_t *counts, const float *approx,
-                            size_t width, size_t nq, size_t k, float z, double growth, size_t cap,
-                            int64_t *next)
+                            size_t width, size_t nq, size_t k, float z, double eps, double growth,
+                            size_t cap, int64_t *next)
 {
     (void)E, (void)ldE, (void)sorted, (void)lds, (void)done, (void)counts, (void)approx;
-    (void)width, (void)nq, (void)k, (void)z, (void)growth, (void)cap, (void)next;
+    (void)width, (void)nq, (void)k, (void)z, (void)eps, (void)growth, (void)cap, (void)next;
     return no_cuda();
 }
 

@@ -350,14 +350,17 @@ int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_
  * and standard deviation of E - sorted over its first n columns (sorted [nq, lds]: the
  * candidates' approximate scores in descending order) and theta the k-th best of those exact
  * scores, the candidates whose approximate score (approx [nq, width], every candidate, NaN
- * past counts[q]) reaches theta - mu - z sd number c; next[q] = min(c, ceil(n * growth),
- * min(counts[q], cap)), or n when that is not more than n, or when n < k or n >= min(counts[q],
- * cap) (nothing left to score). All arrays on the device, int64 where integer.
+ * past counts[q]) reaches theta - mu - z sd number c, and m is eng_tail_need's bound over
+ * sorted's first min(counts[q], cap) columns (the smallest m >= n whose remaining candidates'
+ * chances to beat theta sum to at most eps), taken up to the growth limit; next[q] =
+ * min(max(c, m), ceil(n * growth), min(counts[q], cap)), or n when that is not more than n,
+ * or when n < k or n >= min(counts[q], cap) (nothing left to score). All arrays on the
+ * device, int64 where integer.
  */
 int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
                             const int64_t *done, const int64_t *counts, const float *approx,
-                            size_t width, size_t nq, size_t k, float z, double growth, size_t cap,
-                            int64_t *next);
+                            size_t width, size_t nq, size_t k, float z, double eps, double growth,
+                            size_t cap, int64_t *next);
 
 /* out[q, j] = in[q, sel[q, j]] (KERN_NO_DOC where sel is negative), for j < k of sel [nq, k]
  * and in [nq, width]; width 0: in is one list for every query, out[q, j] = in[sel[q, j]]. */

@@ -755,6 +755,12 @@ template <typename T> __device__ T block_sum(T v)
     return t;
 }
 
+/* A remaining candidate's chance to beat theta (eng_tail_need): P(N(0, sd) > gap - a). */
+__device__ __forceinline__ double next_chance(double a, double gap, double sd)
+{
+    return sd > 0 ? 0.5 * erfc((gap - a) / (sd * 1.4142135623730951)) : a >= gap ? 1.0 : 0.0;
+}
+
 /*
  * Block q: how far query q's exact scoring goes next (kernels.h, kern_cuda_adaptive_next).
  * E [nq, ldE] exact scores in order of approximate score, sorted [nq, lds] those approximate
@@ -763,7 +769,7 @@ template <typename T> __device__ T block_sum(T v)
 __global__ void __launch_bounds__(NEXT_THREADS)
     next_kernel(const float *__restrict__ E, long long ldE, const float *__restrict__ sorted,
                 long long lds, const int64_t *__restrict__ done, const int64_t *__restrict__ counts,
-                const float *__restrict__ approx, long long width, long long k, float z,
+                const float *__restrict__ approx, long long width, long long k, float z, double eps,
                 double growth, long long cap, int64_t *__restrict__ next)
 {
     const long long q = blockIdx.x, n = done[q];
@@ -796,17 +802,42 @@ __global__ void __launch_bounds__(NEXT_THREADS)
     }
     const float theta = __uint_as_float(t & 0x80000000u ? t & 0x7fffffffu : ~t);
     const double mu = a / (double)n, var = b / (double)n - mu * mu;
-    const double reach = (double)theta - mu - (double)z * sqrt(var > 0 ? var : 0);
+    const double sd = sqrt(var > 0 ? var : 0);
+    const double reach = (double)theta - mu - (double)z * sd;
     /* Candidates whose approximate score reaches it (every candidate of the row). */
     long long c = 0;
     const float *row = approx + q * width;
     for (long long j = threadIdx.x; j < width; j += NEXT_THREADS)
         c += (double)row[j] >= reach; /* NaN never does */
     c = block_sum(c);
+    long long grow = (long long)ceil((double)n * growth);
+    grow = grow > n ? grow : n + 1;
+    /* The tail bound (eng_tail_need): the smallest m >= n whose tail of chances over the
+     * ordered candidates [m, valid) is at most eps; searched in [n, min(grow, valid)], since
+     * the round takes at most grow. */
+    const double gap = (double)theta - mu;
+    double tail = 0;
+    for (long long j = n + threadIdx.x; j < valid; j += NEXT_THREADS)
+        tail += next_chance((double)ap[j], gap, sd);
+    tail = block_sum(tail);
+    long long m = n;
+    if (tail > eps) {
+        long long lo = n, hi = grow < valid ? grow : valid; /* the answer, capped, is in (lo, hi] */
+        while (hi - lo > 1) {
+            const long long mid = lo + (hi - lo) / 2;
+            double head = 0; /* chances over [n, mid) */
+            for (long long j = n + threadIdx.x; j < mid; j += NEXT_THREADS)
+                head += next_chance((double)ap[j], gap, sd);
+            if (tail - block_sum(head) <= eps)
+                hi = mid;
+            else
+                lo = mid;
+        }
+        m = hi;
+    }
     if (threadIdx.x == 0) {
-        long long grow = (long long)ceil((double)n * growth);
-        grow = grow > n ? grow : n + 1;
         long long want = c < valid ? c : valid;
+        want = want > m ? want : m;
         next[q] = want > n ? (want < grow ? want : grow) : n;
     }
 }
@@ -1225,11 +1256,12 @@ extern "C" int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, c
 extern "C" int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
                                        const int64_t *done, const int64_t *counts,
                                        const float *approx, size_t width, size_t nq, size_t k,
-                                       float z, double growth, size_t cap, int64_t *next)
+                                       float z, double eps, double growth, size_t cap,
+                                       int64_t *next)
 {
     cudaGetLastError();
     if (!E || !sorted || !done || !counts || !approx || !next || k == 0 || nq > 0x7fffffff ||
-        !(z >= 0.f) || !(growth > 1.0)) {
+        !(z >= 0.f) || !(eps > 0.0) || !(growth > 1.0)) {
         kern_set_error("adaptive_next (cuda): bad arguments (k %zu, width %zu)", k, width);
         return KERN_EINVAL;
     }
@@ -1237,7 +1269,7 @@ extern "C" int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *
         return KERN_OK;
     next_kernel<<<(unsigned)nq, NEXT_THREADS>>>(E, (long long)ldE, sorted, (long long)lds, done,
                                                 counts, approx, (long long)width, (long long)k, z,
-                                                growth, (long long)cap, next);
+                                                eps, growth, (long long)cap, next);
     KERN_CUDA_LAUNCHED("next_kernel");
     return KERN_OK;
 }

@@ -17,6 +17,7 @@
 #include "calibrate.h"
 #include "db.h"
 #include "fixture.h"
+#include "search.h"
 #include "store.h"
 #include "synth.h"
 #include "tartan.h"
@@ -578,6 +579,47 @@ START_TEST(test_adaptive_recall_estimate)
 }
 END_TEST
 
+/* eng_tail_need against the tail sums taken in full, in double: random descending scores, the
+ * scored share, sd 0 (chances 0 or 1) and budgets from tiny to the whole tail. */
+START_TEST(test_adaptive_tail_need)
+{
+    uint64_t st = 12345;
+    for (int trial = 0; trial < 400; trial++) {
+        size_t valid = 1 + (size_t)(rng_uniform(&st) * 3000),
+               n = (size_t)(rng_uniform(&st) * valid);
+        float *a = xmalloc(valid * sizeof *a);
+        double x = 30.0;
+        for (size_t j = 0; j < valid; j++) {
+            x -= rng_uniform(&st) * (trial % 3 == 0 ? 0.001 : 0.05);
+            a[j] = (float)x;
+        }
+        const double sd = trial % 7 == 0 ? 0.0 : 0.01 + rng_uniform(&st);
+        const double mu = rng_uniform(&st) - 0.5,
+                     theta = a[n < valid ? n : valid - 1] + mu + (rng_uniform(&st) - 0.3) * 2.0;
+        const double eps = trial % 5 == 0 ? 1e-6 : rng_uniform(&st) * 3.0;
+        /* The smallest m in [n, valid] whose full tail sum is at most eps. */
+        size_t want = valid;
+        for (size_t m = n; m <= valid; m++) {
+            double t = 0;
+            for (size_t j = m; j < valid; j++)
+                t += sd > 0 ? 0.5 * erfc((theta - mu - (double)a[j]) / (sd * sqrt(2.0)))
+                     : (double)a[j] + mu >= theta ? 1.0
+                                                  : 0.0;
+            if (t <= eps) {
+                want = m;
+                break;
+            }
+        }
+        const size_t got = eng_tail_need(a, n, valid, theta, mu, sd, eps);
+        /* Within one candidate where the tail sits within rounding of eps. */
+        ck_assert_msg(got == want || (got + 1 == want || want + 1 == got),
+                      "trial %d (n %zu, valid %zu, sd %g, eps %g): %zu, want %zu", trial, n, valid,
+                      sd, eps, got, want);
+        free(a);
+    }
+}
+END_TEST
+
 /* A version 1 record (no short margins, as older builds write) still reads and steers the
  * search: every length gets the full margin. */
 START_TEST(test_adaptive_version1_record)
@@ -744,6 +786,7 @@ static Suite *adaptive_suite(void)
         {"too_few_candidates", test_adaptive_too_few_candidates},
         {"widens", test_adaptive_widens},
         {"recall_estimate", test_adaptive_recall_estimate},
+        {"tail_need", test_adaptive_tail_need},
         {"bad_arguments", test_adaptive_bad_arguments},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

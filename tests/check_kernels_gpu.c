@@ -22,6 +22,7 @@
 #include "fixture.h"
 #include "kernels_impl.h"
 #include "scratch_cuda.h"
+#include "search.h"
 #include "tune_cuda.h"
 
 /* ---- device helpers: every status checked ----------------------------------------------- */
@@ -1065,8 +1066,20 @@ static void run_probe_equal(size_t K, size_t ld, size_t n)
  * references of kernels.h's definitions: random approximate scores (a row of every candidate,
  * and the same in descending order), exact ones near them, random done counts, random
  * candidate counts (fewer than k, fewer than done, many). */
-static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, size_t cap)
+/* The reference next of one query (kernels.h): c the z rule's count (capped at valid), the
+ * tail bound's m over sorted [0, valid) at eps. */
+static int64_t next_ref(size_t c, const float *sorted, size_t n, size_t valid, double theta,
+                        double mu, double sd, double eps, size_t grow)
 {
+    size_t m = eng_tail_need(sorted, n, valid, theta, mu, sd, eps);
+    size_t w = c > m ? c : m;
+    return w > n ? (int64_t)(w < grow ? w : grow) : (int64_t)n;
+}
+
+static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, size_t cap, double eps,
+                     int tail_matters)
+{
+    size_t by_tail = 0; /* queries whose next the tail bound set */
     float *ap = malloc(nq * width * sizeof *ap), *sorted = malloc(nq * width * sizeof *sorted);
     float *E = malloc(nq * ldE * sizeof *E);
     int64_t *done = malloc(nq * 8), *cnt = malloc(nq * 8), *next = malloc(nq * 8);
@@ -1098,7 +1111,7 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         next[i] = -9;
     int64_t *d_next = dev_put(next, nq * 8);
     ck_assert_int_eq(kern_cuda_adaptive_next(d_E, ldE, d_so, width, d_done, d_cnt, d_ap, width, nq,
-                                             k, z, 1.5, cap, d_next),
+                                             k, z, eps, 1.5, cap, d_next),
                      KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(next, d_next, nq * 8, 0), KERN_OK);
     for (size_t q = 0; q < nq; q++) {
@@ -1122,14 +1135,22 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
                 if (above + same_before == k - 1)
                     theta = E[q * ldE + j];
             }
-            reach = theta - mu - z * sqrt(var > 0 ? var : 0);
+            const double sd = sqrt(var > 0 ? var : 0);
+            reach = theta - mu - z * sd;
             size_t c = 0;
             for (size_t j = 0; j < width; j++)
                 c += (double)ap[q * width + j] >= reach;
             size_t grow = (size_t)ceil((double)n * 1.5);
             grow = grow > n ? grow : n + 1;
-            size_t w = c < valid ? c : valid;
-            want = w > n ? (int64_t)(w < grow ? w : grow) : (int64_t)n;
+            c = c < valid ? c : valid;
+            want = next_ref(c, sorted + q * width, n, valid, theta, mu, sd, eps, grow);
+            by_tail += want > (int64_t)(c > n ? (c < grow ? c : grow) : n);
+            /* Sums in another order: a tail within rounding of eps may stop either side. */
+            if (next[q] != want && (next[q] == next_ref(c, sorted + q * width, n, valid, theta, mu,
+                                                        sd, eps * (1 - 1e-9), grow) ||
+                                    next[q] == next_ref(c, sorted + q * width, n, valid, theta, mu,
+                                                        sd, eps * (1 + 1e-9), grow)))
+                want = next[q];
         }
         if (next[q] != want && n >= k && n < valid) {
             /* Sums in another order: a score within rounding of reach may land on either
@@ -1145,6 +1166,10 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         ck_assert_msg(next[q] == want, "query %zu (done %zu, candidates %zu): next %lld, want %lld",
                       q, n, (size_t)cnt[q], (long long)next[q], (long long)want);
     }
+    if (tail_matters)
+        ck_assert_msg(by_tail > 0, "the tail bound decided no query");
+    else
+        ck_assert_uint_eq(by_tail, 0);
     /* take_columns and scatter_columns over [lo, hi) = [done, next). */
     uint32_t *docs = malloc(nq * width * 4), *cols = malloc(nq * width * 4);
     for (size_t i = 0; i < nq * width; i++)
@@ -1207,15 +1232,20 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     run_probe_how(40000, 5, 64, 0.f, 2);
     run_probe_equal(3000, 4, 32);
     run_probe_equal(60000, 2, 32);
-    run_next(60, 300, 300, 10, 3.f, 300);
-    run_next(40, 1000, 1000, 100, 2.5f, 640);
-    run_next(25, 64, 64, 1, 4.f, 64);
-    run_next(10, 5000, 4096, 1000, 3.f, 4096);
+    /* eps huge: the z rule alone; small: the tail bound decides some queries. */
+    run_next(60, 300, 300, 10, 3.f, 300, 1e9, 0);
+    run_next(40, 1000, 1000, 100, 2.5f, 640, 1e9, 0);
+    run_next(25, 64, 64, 1, 4.f, 64, 1e9, 0);
+    run_next(10, 5000, 4096, 1000, 3.f, 4096, 1e9, 0);
+    /* A low z leaves many candidates with a fair chance beyond its bound: the tail decides. */
+    run_next(60, 300, 300, 10, 1.f, 300, 0.25, 1);
+    run_next(40, 1000, 1000, 100, 0.5f, 640, 2.5, 1);
+    run_next(40, 5000, 4096, 10, 1.f, 4096, 0.05, 1);
     /* Bad arguments come back as codes. */
     ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL), KERN_EINVAL);
-    ck_assert_int_eq(
-        kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, NULL, 1, 1, 1, 3.f, 1.5, 1, NULL),
-        KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, NULL, 1, 1, 1, 3.f, 1.0,
+                                             1.5, 1, NULL),
+                     KERN_EINVAL);
 }
 END_TEST
 

@@ -58,31 +58,32 @@ TARTAN_API const char *tartan_version(int *major, int *minor, int *patch);
  * nor TARTAN_OK (0).
  * ------------------------------------------------------------------------------------- */
 
-#define TARTAN_ERRNO_MAP(XX)                                                                   \
-    XX(EINVAL, -30900, "invalid argument")                                                     \
-    XX(EDIM, -30901, "dimension mismatch")                                                     \
-    XX(ENONFINITE, -30902, "NaN or infinity in input")                                         \
-    XX(EEMPTY, -30903, "empty document, query or input")                                       \
-    XX(ETOOBIG, -30904, "input or value too large")                                            \
-    XX(EDUPID, -30905, "duplicate external id")                                                \
-    XX(EBADID, -30906, "empty or malformed external id")                                       \
-    XX(ENOTFOUND, -30907, "no such document or id")                                            \
-    XX(ERANGE, -30908, "parameter out of range")                                               \
-    XX(EEXIST, -30909, "index already exists")                                                 \
-    XX(ENOINDEX, -30910, "not a tartan index")                                                 \
-    XX(EVERSION, -30911, "unsupported index format version")                                   \
-    XX(ECORRUPT, -30912, "index data is damaged")                                              \
-    XX(EREADONLY, -30913, "index is open read-only")                                           \
-    XX(ENOTTRAINED, -30914, "index has no centroids yet")                                      \
-    XX(EFORMAT, -30915, "malformed file")                                                      \
-    XX(ETRUNC, -30916, "truncated file")                                                       \
-    XX(EDTYPE, -30917, "unsupported data type")                                                \
-    XX(ESTORAGE, -30918, "storage engine error")                                               \
-    XX(ETRAIN, -30919, "centroid training failed")                                             \
-    XX(ENODEV, -30920, "no usable GPU")                                                        \
-    XX(EDEVICE, -30921, "GPU error")                                                           \
-    XX(ENOTSUP, -30922, "not supported by this build")                                         \
-    XX(EINTERNAL, -30923, "internal error")
+#define TARTAN_ERRNO_MAP(XX)                                                                       \
+    XX(EINVAL, -30900, "invalid argument")                                                         \
+    XX(EDIM, -30901, "dimension mismatch")                                                         \
+    XX(ENONFINITE, -30902, "NaN or infinity in input")                                             \
+    XX(EEMPTY, -30903, "empty document, query or input")                                           \
+    XX(ETOOBIG, -30904, "input or value too large")                                                \
+    XX(EDUPID, -30905, "duplicate external id")                                                    \
+    XX(EBADID, -30906, "empty or malformed external id")                                           \
+    XX(ENOTFOUND, -30907, "no such document or id")                                                \
+    XX(ERANGE, -30908, "parameter out of range")                                                   \
+    XX(EEXIST, -30909, "index already exists")                                                     \
+    XX(ENOINDEX, -30910, "not a tartan index")                                                     \
+    XX(EVERSION, -30911, "unsupported index format version")                                       \
+    XX(ECORRUPT, -30912, "index data is damaged")                                                  \
+    XX(EREADONLY, -30913, "index is open read-only")                                               \
+    XX(ENOTTRAINED, -30914, "index has no centroids yet")                                          \
+    XX(EFORMAT, -30915, "malformed file")                                                          \
+    XX(ETRUNC, -30916, "truncated file")                                                           \
+    XX(EDTYPE, -30917, "unsupported data type")                                                    \
+    XX(ESTORAGE, -30918, "storage engine error")                                                   \
+    XX(ETRAIN, -30919, "centroid training failed")                                                 \
+    XX(ENODEV, -30920, "no usable GPU")                                                            \
+    XX(EDEVICE, -30921, "GPU error")                                                               \
+    XX(ENOTSUP, -30922, "not supported by this build")                                             \
+    XX(EINTERNAL, -30923, "internal error")                                                        \
+    XX(EGROUP, -30924, "another member of a shared training failed")
 
 /* TARTAN_OK and one TARTAN_E<NAME> per entry of the list above. */
 enum tartan_errno {
@@ -718,9 +719,11 @@ TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
  * merge of the shards' exact top k. The library holds no network code; the `tartan-mpi`
  * program (README, "Sharded indexes") does the following over MPI, and an RPC service can do
  * the same with these calls:
- *   1. train one shard (tartan_train, from a sample of the whole corpus), tartan_model_export
- *      its model and tartan_model_import the string into every other shard, each created
- *      empty with the same dim;
+ *   1. train every shard with one model: either all of them together, each from its own part
+ *      of the sample (tartan_train_shared: k-means's work divides between them), or one shard
+ *      (tartan_train, from a sample of the whole corpus), then tartan_model_export its model and
+ *      tartan_model_import the string into every other shard, each created empty with the
+ *      same dim;
  *   2. send each document to shard tartan_shard_of(id, P), for adds, replaces and deletes
  *      alike, so that an id lives in one shard only;
  *   3. search every shard with the same queries and parameters, k results each, and
@@ -732,6 +735,89 @@ TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
  * search is as high or higher in practice (tests/check_mpi.sh measures it), though not
  * guaranteed query by query.
  * ------------------------------------------------------------------------------------- */
+
+/* Most members a shared training may have. */
+#define TARTAN_GROUP_MAX 4096
+
+/*
+ * The members of a shared training (tartan_train_shared) and the three collective operations
+ * the caller's transport provides for them (MPI: MPI_Allreduce, MPI_Bcast, MPI_Gatherv; an RPC
+ * service: the same over its connections). Every member passes its own rank and the same size;
+ * each callback is called by every member in the same order, on the thread that called
+ * tartan_train_shared (never from the library's worker threads: MPI_THREAD_FUNNELED is enough
+ * when that is the main thread), and returns 0, or nonzero after a failure, which must then be
+ * every member's (a transport that fails on one member only leaves the others waiting in the
+ * next call). All buffers are the library's and valid during the call only.
+ */
+typedef struct tartan_train_group {
+    int rank;  /* this member, 0 .. size - 1 */
+    int size;  /* members, 1 .. TARTAN_GROUP_MAX */
+    void *ctx; /* the caller's, passed to every callback */
+    /* Replaces values [n] with their sum over the members, on every member (an allreduce).
+     * Called a few times with a handful of values, and once per k-means iteration with
+     * K * (dim + 1) + size values (64 MB at K 65,536, dim 128). */
+    int (*sum)(void *ctx, double *values, size_t n);
+    /* Copies rank 0's buf [len] into every other member's buf (lengths agree). */
+    int (*broadcast)(void *ctx, void *buf, size_t len);
+    /* Every member's mine [len] to rank 0, into all in rank order: lens [size] gives every
+     * member's len and is the same on every member; all is NULL on the others (a gatherv).
+     * At most K * dim floats in all (the first centroids), or 50,000 * dim (the held-out
+     * residuals); len may be 0. */
+    int (*gather)(void *ctx, const void *mine, size_t len, void *all, const size_t *lens);
+} tartan_train_group;
+
+/* Where a shared training's time went, this member's seconds (tartan_train_shared). */
+typedef struct tartan_train_stats {
+    double seconds_kmeans; /* k-means, its exchanges included */
+    double seconds_codec;  /* the held-out residuals, gathered on rank 0, the codec fit there
+                              and its broadcast */
+    double seconds_store;  /* writing the model into this member's index */
+    double seconds_group;  /* inside the callbacks, waiting for slower members included */
+    double seconds_total;  /* the whole call */
+} tartan_train_stats;
+
+/*
+ * tartan_train_shared: trains several indexes with one model, each member of the group (a
+ * process, usually one per shard) contributing its own part of the sample and its own device:
+ * the work of k-means divides between them. Called by every member, collectively. The group's
+ * sample is the members' parts in rank order, and every member stores in its own index the
+ * model that tartan_train gives one index from that whole sample (the same centroids and codec
+ * bit for bit, where the members' devices assign every point alike: see below), so that the
+ * shards' tartan_model_export strings are equal and no model needs to be sent afterwards.
+ *
+ * How: the held-out 5% and k-means's subset and first centroids are seeded selections over the
+ * group's tokens, each member keeping its own; at every k-means iteration each member assigns
+ * its own points to the centroids (on its GPU or its CPU) and sums them per centroid, sum()
+ * adds the members' sums and counts up (in fixed point, exactly: the result does not depend on
+ * how the sample is split or on the order the transport adds in), and every member computes
+ * the same new centroids; an empty cluster takes the group's worst-served point (each member
+ * proposes its own, rank 0 chooses and broadcasts). The codec is fitted on rank 0 to every
+ * member's held-out residuals (gathered: at most 50,000 x dim floats) and broadcast. A point
+ * whose two best centroids score within rounding of each other may be assigned otherwise on
+ * another kind of device or precision (assign.h): members on different kinds of device may
+ * then train a slightly different model than one process would, still one model for all.
+ *   db: in, this member's index, open read-write, untrained and without documents; every
+ *     member's created with the same dim, nbits, seed and sample_docs and opened with the same
+ *     n_centroids, kmeans_iters and seed (else TARTAN_EINVAL naming what differs).
+ *   sample: in, this member's part of the sample (ids may be NULL); NULL or n_docs 0 for none.
+ *   corpus_tokens: in, the whole corpus's tokens (every shard's), the same on every member; 0:
+ *     the group's sample's.
+ *   group: in, see tartan_train_group.   stats: out, may be NULL.
+ * Returns 0 on every member, or an error on every member: where the failure arose, its own
+ * code (the batch errors of tartan_add for this member's sample, TARTAN_EINVAL, TARTAN_EDIM,
+ * TARTAN_EEMPTY for fewer than 2 tokens in the whole group, TARTAN_ETRAIN, TARTAN_EREADONLY,
+ * the device's, ENOMEM, storage errors); on the other members TARTAN_EGROUP, whose message
+ * names the first rank that failed and its code. Every exchange carries every member's status,
+ * so a member that fails (bad input, no memory, a device error) makes the others return at the
+ * next exchange instead of waiting for it; one that dies or hangs is the transport's to detect
+ * (MPI ends the job). A malformed group (NULL callbacks, rank or size out of range) gives
+ * TARTAN_EINVAL at once, without calling the group. After a failure no index has changed,
+ * except when some member failed to store the model: the others have stored it, every member
+ * returns the error, and the build starts again with fresh indexes. Threads: as tartan_train;
+ * the call holds the index's write lock (and the process's GPU) while it waits for the group.
+ */
+TARTAN_API int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens,
+                                   const tartan_train_group *group, tartan_train_stats *stats);
 
 /*
  * tartan_model_export: the index's trained model as one opaque byte string: the model fields

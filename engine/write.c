@@ -4,7 +4,9 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "db.h"
 #include "device.h"
@@ -116,6 +118,84 @@ int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens
         eng_gpu_unlock();
     pthread_mutex_unlock(&db->write_lock);
     idx_batch_free(&b);
+    return rc ? eng_fail(db, rc, &m) : 0;
+}
+
+_Static_assert(TARTAN_GROUP_MAX == IDX_GROUP_MAX, "the public and internal group limits");
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens,
+                        const tartan_train_group *group, tartan_train_stats *stats)
+{
+    double t0 = now_s();
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!db)
+        return eng_failf(NULL, TARTAN_EINVAL, "tartan_train_shared: db is NULL");
+    if (!group || group->size < 1 || group->size > TARTAN_GROUP_MAX || group->rank < 0 ||
+        group->rank >= group->size || !group->sum || !group->broadcast || !group->gather)
+        return eng_failf(db, TARTAN_EINVAL,
+                         "tartan_train_shared: a malformed group (NULL, a NULL callback, or "
+                         "rank %d of %d members, at most %d)",
+                         group ? group->rank : -1, group ? group->size : 0, TARTAN_GROUP_MAX);
+    /* The group's state lives on this stack (about 64 KB): nothing to allocate before the
+     * first exchange, where a member without memory could not take part. */
+    idx_group g;
+    memset(&g, 0, sizeof g);
+    g.rank = group->rank;
+    g.size = group->size;
+    g.ctx = group->ctx;
+    g.sum = group->sum;
+    g.bcast = group->broadcast;
+    g.gather = group->gather;
+    g.failed_rank = -1;
+    store_msg m = {{0}};
+    idx_batch b;
+    memset(&b, 0, sizeof b);
+    int have = sample && sample->n_docs > 0, rc = 0;
+    /* Every failure from here on still takes part in the group's exchanges (idx_train_group
+     * carries it to the others). */
+    if (have) {
+        rc = prepare(db, sample, 0, &b, &m);
+        if (rc)
+            memset(&b, 0, sizeof b);
+    } else if (sample && sample->n_rows) {
+        rc =
+            store_fail(&m, TARTAN_EINVAL, "a sample of no documents with %zu rows", sample->n_rows);
+    }
+    idx_train_opts o;
+    memset(&o, 0, sizeof o);
+    int orc = train_opts(db, &o, &m);
+    if (!rc)
+        rc = orc;
+    idx_train_times times = {0, 0, 0};
+    pthread_mutex_lock(&db->write_lock);
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_lock();
+    rc = idx_train_group(db->env, &b, corpus_tokens, &o, rc, &g, &times, &m);
+    if (o.device == KERN_DEV_CUDA)
+        eng_gpu_unlock();
+    pthread_mutex_unlock(&db->write_lock);
+    if (have)
+        idx_batch_free(&b);
+    if (stats) {
+        stats->seconds_kmeans = times.kmeans;
+        stats->seconds_codec = times.codec;
+        stats->seconds_group = g.seconds;
+        stats->seconds_total = now_s() - t0;
+        stats->seconds_store = times.store;
+    }
+    if (rc == TARTAN_EGROUP && g.failed_rank >= 0) {
+        const char *name = tartan_err_name(g.failed_code);
+        snprintf(m.text, sizeof m.text, "rank %d of %d failed with %s (its own message says why)",
+                 g.failed_rank, g.size, name ? name : "an unknown code");
+    }
     return rc ? eng_fail(db, rc, &m) : 0;
 }
 

@@ -73,9 +73,11 @@ static int assign_cpu(const float *centroids, size_t k, size_t dim, const float 
 
 /* bf16: k-means iterations only (the tensor cores' bf16 argmax, kern_nearest_centroid_bf16);
  * encoding passes 0 and gets fp32's codes (kern_nearest_centroid, screened in bf16 where the
- * GPU has tensor cores). */
-static int assign_cuda(const float *centroids, size_t k, size_t dim, const float *x, size_t n,
-                       uint32_t *codes, float *scores, int bf16, store_msg *m)
+ * GPU has tensor cores). x_dev: the same points already on the device (k-means keeps its points
+ * there across iterations), or NULL: x is uploaded chunk by chunk. */
+static int assign_cuda(const float *centroids, size_t k, size_t dim, const float *x,
+                       const float *x_dev, size_t n, uint32_t *codes, float *scores, int bf16,
+                       store_msg *m)
 {
     size_t chunk = GPU_CHUNK_BYTES / (dim * sizeof(float));
     if (chunk == 0)
@@ -89,7 +91,7 @@ static int assign_cuda(const float *centroids, size_t k, size_t dim, const float
     int32_t *db = NULL;
     int rc = 0, krc;
     if ((krc = kern_cuda_malloc((void **)&dc, k * dim * sizeof(float))) ||
-        (krc = kern_cuda_malloc((void **)&dx, chunk * dim * sizeof(float))) ||
+        (!x_dev && (krc = kern_cuda_malloc((void **)&dx, chunk * dim * sizeof(float)))) ||
         (krc = kern_cuda_malloc((void **)&db, chunk * sizeof(int32_t))) ||
         (scores && (krc = kern_cuda_malloc((void **)&ds, chunk * sizeof(float)))) ||
         (krc = kern_cuda_upload(dc, centroids, k * dim * sizeof(float)))) {
@@ -100,9 +102,10 @@ static int assign_cuda(const float *centroids, size_t k, size_t dim, const float
         size_t c = n - r0 < chunk ? n - r0 : chunk;
         /* Copies and the kernel share the default stream: each download waits for the kernel
          * and reports a failure of it. */
-        if ((krc = kern_cuda_upload(dx, x + r0 * dim, c * dim * sizeof(float))) ||
-            (krc = bf16 ? kern_nearest_centroid_bf16(KERN_DEV_CUDA, dx, c, dc, k, dim, db, ds)
-                        : kern_nearest_centroid(KERN_DEV_CUDA, dx, c, dc, k, dim, db, ds)) ||
+        const float *px = x_dev ? x_dev + r0 * dim : dx;
+        if ((!x_dev && (krc = kern_cuda_upload(dx, x + r0 * dim, c * dim * sizeof(float)))) ||
+            (krc = bf16 ? kern_nearest_centroid_bf16(KERN_DEV_CUDA, px, c, dc, k, dim, db, ds)
+                        : kern_nearest_centroid(KERN_DEV_CUDA, px, c, dc, k, dim, db, ds)) ||
             (krc = kern_cuda_download(best, db, c * sizeof(int32_t))) ||
             (scores && (krc = kern_cuda_download(scores + r0, ds, c * sizeof(float))))) {
             rc = kern_fail(krc, m, "assigning points to centroids on the GPU");
@@ -135,7 +138,7 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
         return store_fail(m, TARTAN_EINVAL, "assignment: NULL input or bad sizes (k %zu, dim %zu)",
                           k, dim);
     if (dev == KERN_DEV_CUDA)
-        return assign_cuda(centroids, k, dim, x, n, codes, scores, 0, m);
+        return assign_cuda(centroids, k, dim, x, NULL, n, codes, scores, 0, m);
     return assign_cpu(centroids, k, dim, x, n, codes, scores, 0, m);
 }
 
@@ -150,22 +153,6 @@ int idx_kmeans_bf16(kern_dev dev)
 }
 
 /* ---- k-means -------------------------------------------------------------------------- */
-
-/* Uniform in [0, bound) from the splitmix stream (the modulo bias is below 2^-30 here). */
-static size_t rand_below(uint64_t *st, size_t bound)
-{
-    return (size_t)(idx_rand_next(st) % bound);
-}
-
-/* Selection sampling (Knuth's algorithm S): want of n indices, uniformly, ascending, in one
- * pass, so that the picked points keep their order. */
-static void sample_sorted(uint64_t *st, size_t n, size_t want, size_t *out)
-{
-    size_t got = 0;
-    for (size_t i = 0; i < n && got < want; i++)
-        if (rand_below(st, n - i) < want - got)
-            out[got++] = i;
-}
 
 static void normalise_row(float *dst, const double *acc, size_t dim)
 {
@@ -253,103 +240,298 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
     }
 }
 
-int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t k, int niter,
-                      int max_per_centroid, uint64_t seed, float *centroids, store_msg *m)
+/* The selections' streams: one for each selection, each from the seed alone, so that a member
+ * of a group runs a selection only up to the end of its own points and runs no other. */
+#define STREAM_SUBSET 0x6b2d6d65616e7321ull
+#define STREAM_INIT 0x6b2d696e69747321ull
+
+/*
+ * The centroid sums in fixed point: each coordinate of a point (L2-normalised: |v| <= 1)
+ * rounded to a multiple of 2^-30 and kept as an integer in a double. Sums of integers below
+ * 2^53 are exact, so a sum does not depend on the order of its terms: not on the thread count,
+ * not on how the points are split between the members of a group, not on the order in which the
+ * group's sum adds the members' parts (an MPI allreduce's tree). P members thus compute exactly
+ * the centroids one process computes from all the points. 2^30 keeps the sums exact for clusters
+ * of up to 2^23 (8.4M) points; beyond, they are rounded as ordinary double sums are (a cluster
+ * averages max_per_centroid points, 64 in a build). The rounding, 2^-31 at most, is a sixteenth
+ * of a float's spacing at a typical coordinate (1/sqrt(128)) and far below the fp16 the index
+ * stores its centroids in.
+ */
+#define SUM_SCALE 1073741824.0
+
+/* An empty cluster's candidate as a member proposes it: a worst-served point, its score (NaN
+ * as -inf) and its index in the group's subset, followed by the point's dim floats. */
+typedef struct cand {
+    float score;
+    uint32_t pad;
+    uint64_t at;
+} cand;
+
+/* A candidate on rank 0, for sorting: worst first, ties to the lower index. */
+typedef struct cand_key {
+    float score;
+    uint64_t at;
+    size_t i;
+} cand_key;
+
+static int cand_cmp(const void *a, const void *b)
 {
-    if (!x || !centroids || n == 0 || dim == 0 || k == 0 || k > n || k > INT32_MAX || niter < 1 ||
-        max_per_centroid < 1)
-        return store_fail(m, TARTAN_EINVAL,
-                          "k-means: bad arguments (%zu points, dim %zu, k %zu, %d iterations)", n,
-                          dim, k, niter);
-    /* A stream of its own, so that it does not repeat the caller's shuffle of the sample. */
-    uint64_t st = seed ^ 0x6b2d6d65616e7321ull;
-    size_t np = n;
-    const float *xs = x;
-    float *own = NULL;
+    const cand_key *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score < y->score ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/*
+ * Refills the ne empty clusters (ascending in empty) with the ne worst-served points of the
+ * group: each member proposes its own ne worst (lowest score, ties to the lower index), rank 0
+ * takes the ne worst of all the proposals in the same order and sends their vectors to every
+ * member. One process alone takes its own ne worst: the same points as a group would.
+ * xs [np, dim], score [np]: this member's points of the subset, from index sub_off of it;
+ * sub [size]: every member's number of them. lens [size]: scratch.
+ */
+static int refill(idx_group *g, const float *xs, const float *score, size_t np, size_t sub_off,
+                  const size_t *sub, size_t dim, const size_t *empty, size_t ne, size_t *lens,
+                  double *acc, float *centroids, store_msg *m)
+{
+    size_t p = (size_t)g->size, rec = sizeof(cand) + dim * sizeof(float);
+    size_t mine = ne < np ? ne : np, total = 0;
+    for (size_t r = 0; r < p; r++) {
+        lens[r] = (ne < sub[r] ? ne : sub[r]) * rec;
+        total += lens[r];
+    }
+    size_t *w = malloc((mine ? mine : 1) * sizeof *w);
+    unsigned char *buf = malloc(mine ? mine * rec : 1);
+    float *fill = malloc(ne * dim * sizeof *fill);
+    unsigned char *all = NULL;
+    cand_key *keys = NULL;
+    int rc = 0;
+    if (g->rank == 0) {
+        all = malloc(total ? total : 1);
+        keys = malloc((total / rec + 1) * sizeof *keys);
+    }
+    if (!w || !buf || !fill || (g->rank == 0 && (!all || !keys)))
+        rc = store_fail(m, ENOMEM, "out of memory refilling %zu empty clusters", ne);
+    if ((rc = idx_group_check(g, rc, m)))
+        goto out;
+    worst_points(score, np, mine, w);
+    for (size_t t = 0; t < mine; t++) {
+        cand c = {isnan(score[w[t]]) ? -INFINITY : score[w[t]], 0, (uint64_t)(sub_off + w[t])};
+        memcpy(buf + t * rec, &c, sizeof c);
+        memcpy(buf + t * rec + sizeof c, xs + w[t] * dim, dim * sizeof(float));
+    }
+    if ((rc = idx_group_gather(g, buf, mine * rec, all, lens, m)))
+        goto out;
+    if (g->rank == 0) {
+        size_t nk = total / rec;
+        for (size_t i = 0; i < nk; i++) {
+            cand c;
+            memcpy(&c, all + i * rec, sizeof c);
+            keys[i] = (cand_key){c.score, c.at, i};
+        }
+        qsort(keys, nk, sizeof *keys, cand_cmp);
+        for (size_t t = 0; t < ne; t++)
+            memcpy(fill + t * dim, all + keys[t].i * rec + sizeof(cand), dim * sizeof(float));
+    }
+    if ((rc = idx_group_bcast(g, fill, ne * dim * sizeof(float), m)))
+        goto out;
+    for (size_t t = 0; t < ne; t++) {
+        double *a = acc + empty[t] * dim;
+        for (size_t j = 0; j < dim; j++)
+            a[j] = fill[t * dim + j];
+        normalise_row(centroids + empty[t] * dim, a, dim);
+    }
+out:
+    free(w);
+    free(buf);
+    free(fill);
+    free(all);
+    free(keys);
+    return rc;
+}
+
+/* This member's points on the GPU for all of k-means's iterations, when they take at most
+ * half of its free memory (the rest for the centroids, the kernel's scratch and other work):
+ * each iteration then uploads only the centroids. *dx NULL: they stay on the host, uploaded
+ * chunk by chunk at every iteration as before. 0, or a device error other than no memory. */
+static int resident_points(const float *xs, size_t np, size_t dim, float **dx, store_msg *m)
+{
+    *dx = NULL;
+    size_t bytes = np * dim * sizeof(float), fr = 0, tot = 0;
+    if (np == 0 || kern_cuda_mem_info(&fr, &tot) != 0 || bytes > fr / 2)
+        return 0;
+    int krc = kern_cuda_malloc((void **)dx, bytes);
+    if (krc == KERN_ENOMEM) {
+        *dx = NULL;
+        return 0;
+    }
+    if (!krc)
+        krc = kern_cuda_upload(*dx, xs, bytes);
+    if (krc) {
+        kern_cuda_free(*dx);
+        *dx = NULL;
+        return kern_fail(krc, m, "keeping the k-means points on the GPU");
+    }
+    return 0;
+}
+
+int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,
+                     size_t dim, size_t k, int niter, int max_per_centroid, uint64_t seed,
+                     idx_group *g, float *centroids, store_msg *m)
+{
+    size_t p = (size_t)g->size;
+    size_t *cnt = NULL, *sub = NULL, *lens = NULL;
     size_t *pick = NULL, *order = NULL, *count = NULL, *empty = NULL;
     uint32_t *codes = NULL;
-    float *score = NULL;
+    float *score = NULL, *own = NULL, *rows = NULL, *dxs = NULL;
     double *acc = NULL;
     int rc = 0;
-    if (k <= SIZE_MAX / (size_t)max_per_centroid && n > k * (size_t)max_per_centroid)
-        np = k * (size_t)max_per_centroid;
-    if (!(pick = malloc((np > k ? np : k) * sizeof *pick)) ||
-        !(order = malloc(np * sizeof *order)) || !(count = calloc(k + 1, sizeof *count)) ||
-        !(empty = malloc(k * sizeof *empty)) || !(codes = malloc(np * sizeof *codes)) ||
-        !(score = malloc(np * sizeof *score)) || !(acc = malloc(k * dim * sizeof *acc))) {
-        rc = store_fail(m, ENOMEM, "out of memory for k-means of %zu points into %zu", np, k);
+    if (!centroids || dim == 0 || k == 0 || k > INT32_MAX || niter < 1 || max_per_centroid < 1 ||
+        (n && !x) || (n_skip && !skip))
+        rc = store_fail(m, TARTAN_EINVAL,
+                        "k-means: bad arguments (%zu points, dim %zu, k %zu, %d iterations)", n,
+                        dim, k, niter);
+    else if (!(cnt = malloc(3 * p * sizeof *cnt)))
+        rc = store_fail(m, ENOMEM, "out of memory");
+    /* 1. Where this member's points lie among the group's (rank order). */
+    if ((rc = idx_group_counts(g, n, cnt, rc, m)))
         goto out;
+    sub = cnt + p;
+    lens = sub + p;
+    size_t ntot = 0, off = 0;
+    for (size_t r = 0; r < p; r++) {
+        ntot += cnt[r];
+        off += r < (size_t)g->rank ? cnt[r] : 0;
+    }
+    if (ntot == 0 || k > ntot) {
+        /* The same on every member: no exchange needed to agree. */
+        rc = store_fail(m, TARTAN_EINVAL, "k-means: %zu centroids from %zu points", k, ntot);
+        goto out;
+    }
+    /* 2. The subset k-means trains on: at most max_per_centroid * k of the group's points, a
+     * seeded selection over all of them; this member copies out its own (skipping the rows
+     * that are not training points). */
+    size_t nsub = ntot, np = n;
+    if (k <= SIZE_MAX / (size_t)max_per_centroid && ntot > k * (size_t)max_per_centroid)
+        nsub = k * (size_t)max_per_centroid;
+    const float *xs = x;
+    if (nsub < ntot || n_skip) {
+        size_t below;
+        if (!(pick = malloc((n ? n : 1) * sizeof *pick))) {
+            rc = store_fail(m, ENOMEM, "out of memory for a k-means subsample");
+        } else {
+            if (nsub < ntot) {
+                np = idx_select_range(seed ^ STREAM_SUBSET, ntot, nsub, off, off + n, pick, &below);
+            } else {
+                for (size_t i = 0; i < n; i++)
+                    pick[i] = i;
+            }
+            /* Training point t is row t plus the skipped rows at or before it. */
+            for (size_t i = 0, sp = 0; i < np; i++) {
+                while (sp < n_skip && skip[sp] <= pick[i] + sp)
+                    sp++;
+                pick[i] += sp;
+            }
+            if (np > SIZE_MAX / dim / sizeof(float) ||
+                !(own = malloc((np ? np : 1) * dim * sizeof(float))))
+                rc = store_fail(m, ENOMEM, "out of memory for a k-means subsample of %zu", np);
+        }
+        if (!rc) {
+#pragma omp parallel for schedule(static)
+            for (long long i = 0; i < (long long)np; i++)
+                memcpy(own + (size_t)i * dim, x + pick[i] * dim, dim * sizeof(float));
+            xs = own;
+        }
+    }
+    if ((rc = idx_group_counts(g, np, sub, rc, m)))
+        goto out;
+    size_t sub_off = 0;
+    for (size_t r = 0; r < (size_t)g->rank; r++)
+        sub_off += sub[r];
+    size_t nk = np < k ? np : k; /* this member's share of the first centroids, at most */
+    if (!(order = malloc((np ? np : 1) * sizeof *order)) ||
+        !(count = calloc(k + 1, sizeof *count)) || !(empty = malloc(k * sizeof *empty)) ||
+        !(codes = malloc((np ? np : 1) * sizeof *codes)) ||
+        !(score = malloc((np ? np : 1) * sizeof *score)) ||
+        !(acc = malloc((k * dim + k + p) * sizeof *acc)) ||
+        !(rows = malloc((nk ? nk : 1) * dim * sizeof *rows)) ||
+        (nk && !pick && !(pick = malloc(nk * sizeof *pick))))
+        rc = store_fail(m, ENOMEM, "out of memory for k-means of %zu points into %zu", np, k);
+    /* 3. The first centroids: k distinct points of the subset, a seeded selection over the
+     * group's subset; each member sends its own to rank 0, which sends the table to all. */
+    size_t kc = 0, below = 0;
+    if (!rc) {
+        kc = idx_select_range(seed ^ STREAM_INIT, nsub, k, sub_off, sub_off + np, pick, &below);
+        for (size_t c = 0; c < kc; c++)
+            memcpy(rows + c * dim, xs + pick[c] * dim, dim * sizeof(float));
+    }
+    if ((rc = idx_group_counts(g, kc * dim * sizeof(float), lens, rc, m)) ||
+        (rc = idx_group_gather(g, rows, kc * dim * sizeof(float), centroids, lens, m)) ||
+        (rc = idx_group_bcast(g, centroids, k * dim * sizeof(float), m)))
+        goto out;
+    for (size_t c = 0; c < k; c++) {
+        for (size_t j = 0; j < dim; j++)
+            acc[c * dim + j] = centroids[c * dim + j];
+        normalise_row(centroids + c * dim, acc + c * dim, dim);
     }
     /* The iterations' assignment in bf16 where that is faster (idx_kmeans_bf16): on AMX a
      * sixth of fp32's time (8.5 s against 49.4 s for the 1.45M-token build's k-means), and
      * the centroids serve the points as well, with recall unchanged (bench/RESULTS.md "Build
      * time"); on a GPU with tensor cores (sm_80+) likewise, on them. The centroid update below
-     * stays fp32 (double sums) on the original points. */
+     * stays exact (fixed-point sums, SUM_SCALE) on the fp32 points. */
     int bf16 = idx_kmeans_bf16(dev);
-    if (np < n) {
-        if (np > SIZE_MAX / dim / sizeof(float) || !(own = malloc(np * dim * sizeof(float)))) {
-            rc = store_fail(m, ENOMEM, "out of memory for a k-means subsample of %zu", np);
-            goto out;
-        }
-        sample_sorted(&st, n, np, pick);
-#pragma omp parallel for schedule(static)
-        for (long long i = 0; i < (long long)np; i++)
-            memcpy(own + (size_t)i * dim, x + pick[i] * dim, dim * sizeof(float));
-        xs = own;
-    }
-    /* The first centroids: k distinct points of the training set. */
-    sample_sorted(&st, np, k, pick);
-    for (size_t c = 0; c < k; c++) {
-        for (size_t j = 0; j < dim; j++)
-            acc[c * dim + j] = xs[pick[c] * dim + j];
-        normalise_row(centroids + c * dim, acc + c * dim, dim);
-    }
+    if (dev == KERN_DEV_CUDA)
+        rc = resident_points(xs, np, dim, &dxs, m);
+    double *cnts = acc + k * dim;
     for (int it = 0; it < niter; it++) {
-        if ((rc = !bf16 ? idx_assign(dev, centroids, k, dim, xs, np, codes, score, m)
-                  : dev == KERN_DEV_CUDA
-                      ? assign_cuda(centroids, k, dim, xs, np, codes, score, 1, m)
-                      : assign_cpu(centroids, k, dim, xs, np, codes, score, 1, m)))
-            goto out;
-        /* Counting sort by cluster, stable: each cluster's points in point order, so that
-         * its sum does not depend on the thread count. */
-        memset(count, 0, (k + 1) * sizeof *count);
-        for (size_t i = 0; i < np; i++)
-            count[codes[i] + 1]++;
-        for (size_t c = 0; c < k; c++)
-            count[c + 1] += count[c];
-        for (size_t i = 0; i < np; i++)
-            order[count[codes[i]]++] = i;
-            /* count[c] is now the end of cluster c, which is where cluster c + 1 starts. */
+        /* 4. Each member assigns its own points and sums them per cluster; the group adds
+         * the sums and counts up, and every member computes the same centroids from them. */
+        if (!rc && np)
+            rc = dev == KERN_DEV_CUDA
+                     ? assign_cuda(centroids, k, dim, xs, dxs, np, codes, score, bf16, m)
+                     : assign_cpu(centroids, k, dim, xs, np, codes, score, bf16, m);
+        if (!rc) {
+            /* Counting sort by cluster: each cluster's points together, for one thread. */
+            memset(count, 0, (k + 1) * sizeof *count);
+            for (size_t i = 0; i < np; i++)
+                count[codes[i] + 1]++;
+            for (size_t c = 0; c < k; c++)
+                count[c + 1] += count[c];
+            for (size_t i = 0; i < np; i++)
+                order[count[codes[i]]++] = i;
+                /* count[c] is now the end of cluster c, which is where cluster c + 1 starts. */
 #pragma omp parallel for schedule(dynamic, 64)
-        for (long long cc = 0; cc < (long long)k; cc++) {
-            size_t c = (size_t)cc, b = c ? count[c - 1] : 0, e = count[c];
-            double *a = acc + c * dim;
-            if (b == e)
-                continue;
-            for (size_t j = 0; j < dim; j++)
-                a[j] = 0.0;
-            for (size_t t = b; t < e; t++) {
-                const float *p = xs + order[t] * dim;
+            for (long long cc = 0; cc < (long long)k; cc++) {
+                size_t c = (size_t)cc, b = c ? count[c - 1] : 0, e = count[c];
+                double *a = acc + c * dim;
                 for (size_t j = 0; j < dim; j++)
-                    a[j] += p[j];
+                    a[j] = 0.0;
+                for (size_t t = b; t < e; t++) {
+                    const float *pt = xs + order[t] * dim;
+                    for (size_t j = 0; j < dim; j++)
+                        a[j] += nearbyint((double)pt[j] * SUM_SCALE);
+                }
+                cnts[c] = (double)(e - b);
             }
-            normalise_row(centroids + c * dim, a, dim);
         }
+        if ((rc = idx_group_sum(g, acc, k * dim + k, rc, m)))
+            goto out;
+#pragma omp parallel for schedule(static)
+        for (long long cc = 0; cc < (long long)k; cc++)
+            if (cnts[cc] > 0.0)
+                normalise_row(centroids + (size_t)cc * dim, acc + (size_t)cc * dim, dim);
+        /* 5. An empty cluster takes a worst-served point of the group (refill). */
         size_t ne = 0;
         for (size_t c = 0; c < k; c++)
-            if ((c ? count[c - 1] : 0) == count[c])
+            if (cnts[c] == 0.0)
                 empty[ne++] = c;
-        if (ne) {
-            worst_points(score, np, ne, pick);
-            for (size_t t = 0; t < ne; t++) {
-                double *a = acc + empty[t] * dim;
-                for (size_t j = 0; j < dim; j++)
-                    a[j] = xs[pick[t] * dim + j];
-                normalise_row(centroids + empty[t] * dim, a, dim);
-            }
-        }
+        if (ne &&
+            (rc = refill(g, xs, score, np, sub_off, sub, dim, empty, ne, lens, acc, centroids, m)))
+            goto out;
     }
 out:
+    kern_cuda_free(dxs);
+    free(cnt);
     free(own);
     free(pick);
     free(order);
@@ -358,5 +540,15 @@ out:
     free(codes);
     free(score);
     free(acc);
+    free(rows);
     return rc;
+}
+
+int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t k, int niter,
+                      int max_per_centroid, uint64_t seed, float *centroids, store_msg *m)
+{
+    idx_group g;
+    idx_group_solo(&g);
+    return idx_kmeans_group(dev, x, n, NULL, 0, dim, k, niter, max_per_centroid, seed, &g,
+                            centroids, m);
 }

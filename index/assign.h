@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "group.h"
 #include "kernels.h"
 #include "store.h"
 
@@ -34,12 +35,13 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
  * FAISS's Clustering on the CPU, whose rules it keeps): at most
  * max_per_centroid * k training points (a seeded random subset beyond), k distinct seeded random
  * points as the first centroids, niter Lloyd iterations (assign; each centroid the normalised
- * sum of its points, summed in double in point order). An empty cluster takes the worst-served
- * point (lowest best score, ties to the lower index; the next worst for the next empty one) as
- * its centroid, where FAISS splits a large cluster: both keep all k centroids in use. The same
- * inputs, seed and device give the same centroids whatever the thread count. x [n, dim]
- * L2-normalised, 1 <= k <= n, k <= INT32_MAX; centroids [k, dim] L2-normalised on return.
- * Errors as idx_assign's, and TARTAN_EINVAL for bad sizes.
+ * sum of its points, summed exactly: fixed point in double, assign.c SUM_SCALE). An empty
+ * cluster takes the worst-served point (lowest best score, ties to the lower index; the next
+ * worst for the next empty one) as its centroid, where FAISS splits a large cluster: both keep
+ * all k centroids in use. The same inputs, seed and device give the same centroids whatever the
+ * thread count. x [n, dim] L2-normalised, 1 <= k <= n, k <= INT32_MAX; centroids [k, dim]
+ * L2-normalised on return. Errors as idx_assign's, and TARTAN_EINVAL for bad sizes. The
+ * group of one's idx_kmeans_group.
  *
  * Where idx_kmeans_bf16(dev) says 1, the iterations assign with bf16 products
  * (kern_nearest_centroid_bf16: points and centroids rounded to bf16, fp32 accumulation, on AMX
@@ -51,6 +53,27 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
  */
 int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t k, int niter,
                       int max_per_centroid, uint64_t seed, float *centroids, store_msg *m);
+
+/*
+ * The same k-means shared by the members of a group (group.h), each calling it with its own
+ * points: x [n + n_skip, dim] whose rows skip [n_skip] (ascending; NULL when n_skip is 0) are
+ * left out, the n others being this member's training points; n may be 0. The group's points
+ * are the members' in rank order, and every rule above runs over them as over one process's:
+ * the subset and the first centroids are seeded selections over the group's indices (each
+ * member copies out its own), the assignment runs where the points are (each member on its own
+ * device), the clusters' sums and counts are added up over the group (idx_group_sum; exact, so
+ * the order of the addition does not matter), and the empty clusters take the group's
+ * worst-served points (each member proposes its own, rank 0 chooses). Every member returns the
+ * same centroids, bit for bit the ones one process computes from all the points in the same
+ * order with the same assignment results (the same device and precision; points whose two best
+ * scores tie within rounding may go another way on another device). k, niter,
+ * max_per_centroid and seed must be the same on every member. On KERN_DEV_CUDA each member's
+ * points stay on its GPU for all iterations when they fit (half its free memory). Errors:
+ * idx_kmeans_device's on the member where they arose, TARTAN_EGROUP on the others.
+ */
+int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,
+                     size_t dim, size_t k, int niter, int max_per_centroid, uint64_t seed,
+                     idx_group *g, float *centroids, store_msg *m);
 
 /*
  * Whether idx_kmeans_device on dev assigns in bf16. The environment variable TARTAN_KMEANS_BF16,

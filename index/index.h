@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "codec.h"
+#include "group.h"
 #include "kernels.h"
 #include "store.h"
 
@@ -88,6 +89,27 @@ typedef struct idx_train_opts {
  */
 int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
               const idx_train_opts *o, store_msg *m);
+
+/* Where a training's time went (seconds, this member's). */
+typedef struct idx_train_times {
+    double kmeans; /* idx_kmeans_group, its exchanges included */
+    double codec;  /* the held-out residuals, their gathering, the fit and its broadcast */
+    double store;  /* writing the model (idx_train_group) */
+} idx_train_times;
+
+/*
+ * idx_train shared by the members of a group (group.h, idx_model_train_group): each member
+ * passes its own part of the sample (sample->n_rows may be 0) and its own index, and every
+ * member stores the same model. rc: this member's failure so far (0 or a code, its message in
+ * m), which the first exchange makes every member's. Every member's index must have been
+ * created alike and be opened alike (dim, nbits, seed, k-means iterations, centroids; corpus_tokens
+ * too), else TARTAN_EINVAL naming what differs. Errors as idx_train's where they arose,
+ * TARTAN_EGROUP on the others; a member that failed to store the model makes every member
+ * return an error, though the others have stored it. times: may be NULL.
+ */
+int idx_train_group(store_env *env, const idx_batch *sample, size_t corpus_tokens,
+                    const idx_train_opts *o, int rc, idx_group *g, idx_train_times *times,
+                    store_msg *m);
 
 /*
  * Adds the documents of b in one transaction (trains first from a sample of b when the index

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "codec.h"
+#include "group.h"
 #include "index.h"
 
 typedef struct idx_model {
@@ -19,15 +20,28 @@ typedef struct idx_model {
 
 /*
  * Trains a model from n sample tokens x [n, dim] (L2-normalised): k centroids (k_req, or from
- * corpus_tokens by DESIGN's rule, at most the points k-means gets), spherical k-means on 95% of
- * the tokens and the codec from the held-out 5% (at most 50,000). On KERN_DEV_CPU k-means is
- * FAISS's; on KERN_DEV_CUDA it is idx_kmeans_device's (assign.h: the same sample, K, init and
- * iteration rules, assignment on the GPU). TARTAN_ETRAIN, TARTAN_EEMPTY, ENOMEM, and the
- * device's errors (TARTAN_ENODEV, TARTAN_EDEVICE). Shuffles x in place (the sample is the
- * largest thing a build holds: no copy).
+ * corpus_tokens by DESIGN's rule, at most the points k-means gets), spherical k-means
+ * (idx_kmeans_device, assign.h) on 95% of the tokens and the codec from the held-out 5% (at
+ * most 50,000: a seeded selection). TARTAN_ETRAIN, TARTAN_EEMPTY, TARTAN_ERANGE, ENOMEM, and
+ * the device's errors (TARTAN_ENODEV, TARTAN_EDEVICE). Reorders x in place (the held-out rows
+ * taken out; the sample is the largest thing a build holds: no copy). The group of one's
+ * idx_model_train_group.
  */
 int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
                     size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m);
+
+/*
+ * The same, shared by the members of a group (group.h), each with its own part x [n, dim] of
+ * the sample (n may be 0): the group's sample is the members' parts in rank order, and every
+ * member ends with the model one process trains from that whole sample, bit for bit (see
+ * idx_kmeans_group for the one proviso), with the held-out tokens a selection over the group's
+ * sample and the codec fitted on rank 0 to every member's held-out residuals. nbits, k_req,
+ * corpus_tokens, iters and seed must be the same on every member. times: may be NULL. Errors as
+ * idx_model_train's where they arose, TARTAN_EGROUP on the other members.
+ */
+int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits,
+                          size_t k_req, size_t corpus_tokens, int iters, uint64_t seed,
+                          idx_group *g, idx_model *out, idx_train_times *times, store_msg *m);
 void idx_model_free(idx_model *mod);
 
 /* Loads the stored model of a trained index (copies): TARTAN_ENOTTRAINED if none. */

@@ -8,8 +8,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "assign.h"
+#include "group.h"
 #include "kmeans.h"
 #include "model.h"
 #include "plan.h"
@@ -38,80 +40,156 @@ void idx_model_free(idx_model *mod)
     mod->centroids = NULL;
 }
 
-int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
-                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m)
+/* Removes the rows skip [ns] (ascending) from x [n, dim], keeping the others in order: each run
+ * between two skipped rows moves down once (one sequential pass over the rows after the first
+ * skipped one). */
+static void drop_rows(float *x, size_t n, size_t dim, const size_t *skip, size_t ns)
+{
+    size_t w = 0, r = 0;
+    for (size_t s = 0; s <= ns; s++) {
+        size_t end = s < ns ? skip[s] : n;
+        if (end > r) {
+            if (w != r)
+                memmove(x + w * dim, x + r * dim, (end - r) * dim * sizeof(float));
+            w += end - r;
+        }
+        r = end + 1;
+    }
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits,
+                          size_t k_req, size_t corpus_tokens, int iters, uint64_t seed,
+                          idx_group *g, idx_model *out, idx_train_times *times, store_msg *m)
 {
     memset(out, 0, sizeof *out);
-    if (n < 2)
-        return store_fail(m, TARTAN_EEMPTY, "training needs at least 2 tokens, the sample has %zu",
-                          n);
-    size_t held = (size_t)(HELDOUT_FRACTION * (double)n);
+    if (times)
+        memset(times, 0, sizeof *times);
+    size_t p = (size_t)g->size;
+    size_t *cnt = malloc(2 * p * sizeof *cnt), *hsel = NULL;
+    float *cent = NULL, *hx = NULL, *all = NULL;
+    uint32_t *lab = NULL;
+    int rc = 0;
+    if (!cnt)
+        rc = store_fail(m, ENOMEM, "out of memory");
+    if ((rc = idx_group_counts(g, n, cnt, rc, m)))
+        goto done;
+    size_t *lens = cnt + p;
+    size_t ntot = 0, off = 0;
+    for (size_t r = 0; r < p; r++) {
+        ntot += cnt[r];
+        off += r < (size_t)g->rank ? cnt[r] : 0;
+    }
+    /* From here to the next exchange every member decides alike: the same counts. */
+    if (ntot < 2) {
+        rc = store_fail(m, TARTAN_EEMPTY, "training needs at least 2 tokens, the sample has %zu",
+                        ntot);
+        goto done;
+    }
+    size_t held = (size_t)(HELDOUT_FRACTION * (double)ntot);
     if (held > HELDOUT_MAX)
         held = HELDOUT_MAX;
     if (held == 0)
         held = 1;
-    size_t ntrain = n - held;
-    size_t k = k_req ? k_req : idx_plan_centroids(corpus_tokens ? corpus_tokens : n);
+    size_t ntrain = ntot - held;
+    size_t k = k_req ? k_req : idx_plan_centroids(corpus_tokens ? corpus_tokens : ntot);
     if (k > ntrain)
         k = ntrain; /* k-means cannot make more centroids than it has points */
-    if (k > UINT32_MAX)
-        return store_fail(m, TARTAN_ERANGE, "%zu centroids is too many", k);
-
-    /* A seeded shuffle decides which tokens train k-means and which are held out. */
-    float *tmp = malloc(dim * sizeof(float));
-    float *cent = malloc(k * dim * sizeof(float));
-    float *resid = malloc(held * dim * sizeof(float));
-    uint32_t *lab = malloc(held * sizeof *lab);
-    int rc = 0;
-    if (!tmp || !cent || !resid || !lab) {
-        rc = store_fail(m, ENOMEM, "out of memory training on %zu tokens", n);
+    if (k > UINT32_MAX) {
+        rc = store_fail(m, TARTAN_ERANGE, "%zu centroids is too many", k);
         goto done;
     }
-    /* In place: the sample is the largest thing a build holds, so it is never copied.
-     * Fisher-Yates from the end: step i fixes position i, so the first `held` steps already
-     * decide the held-out set and the rest would only reorder the training set, whose order
-     * k-means does not depend on (it draws its points by its own seeded rule), so the shuffle
-     * stops there (a swap costs about 0.6 us: 36 s of one core for the 57M-token sample of a
-     * 100k-page ColPali corpus). */
-    uint64_t st = seed;
-    for (size_t i = n - 1; i > ntrain - 1; i--) {
-        size_t j = (size_t)(idx_rand_next(&st) % (i + 1));
-        if (j == i)
-            continue;
-        memcpy(tmp, x + i * dim, dim * sizeof(float));
-        memcpy(x + i * dim, x + j * dim, dim * sizeof(float));
-        memcpy(x + j * dim, tmp, dim * sizeof(float));
+    /* The held-out tokens: a seeded selection of `held` of the group's tokens (each member
+     * keeps its own), so that the same tokens are held out however the sample is split between
+     * members. They are copied out; the rest train k-means in their order. */
+    size_t hcap = n < held ? n : held, nh = 0, below;
+    if (!(hsel = malloc((hcap ? hcap : 1) * sizeof *hsel)) ||
+        !(hx = malloc((hcap ? hcap : 1) * dim * sizeof *hx)) ||
+        !(lab = malloc((hcap ? hcap : 1) * sizeof *lab)) ||
+        !(cent = malloc(k * dim * sizeof *cent)) ||
+        (g->rank == 0 && !(all = malloc(held * dim * sizeof *all)))) {
+        rc = store_fail(m, ENOMEM, "out of memory training on %zu tokens", n);
+    } else {
+        nh = idx_select_range(seed, ntot, held, off, off + n, hsel, &below);
+        for (size_t i = 0; i < nh; i++)
+            memcpy(hx + i * dim, x + hsel[i] * dim, dim * sizeof(float));
     }
-    float *shuf = x;
+    if ((rc = idx_group_check(g, rc, m)))
+        goto done;
+    /* k-means reads every training point in place when it uses them all: the held-out rows are
+     * then taken out of x in place (the sample is the largest thing a build holds, so it is
+     * never copied). When it draws a subset (more than MAX_PER_CENTROID points a centroid: its
+     * own rule, repeated here), it copies its points out and skips the held-out rows itself,
+     * and x stays as it is. */
+    const size_t *skip = hsel;
+    size_t nskip = nh;
+    if (!(k <= SIZE_MAX / MAX_PER_CENTROID && ntrain > k * MAX_PER_CENTROID)) {
+        drop_rows(x, n, dim, hsel, nh);
+        skip = NULL;
+        nskip = 0;
+    }
     /* One k-means for both devices (assign.h): only the assignment step looks at the device.
      * On the CPU it replaced FAISS's Clustering, whose BLAS assignment ran 1.6-1.8x slower than
      * the project's kernel on the build host and whose result depended on the sample's order. */
-    if ((rc = idx_kmeans_device(dev, shuf, ntrain, dim, k, iters, MAX_PER_CENTROID, seed, cent, m)))
+    double t0 = seconds_now();
+    rc = idx_kmeans_group(dev, x, n - nh, skip, nskip, dim, k, iters, MAX_PER_CENTROID, seed, g,
+                          cent, m);
+    double t1 = seconds_now();
+    if (times)
+        times->kmeans = t1 - t0;
+    if (rc)
         goto done;
     /* The index stores its centroids as fp16 (FORMAT.md "centroids"): codes, residuals and
      * norms are computed against exactly the values stored. */
     for (size_t i = 0; i < k * dim; i++)
         cent[i] = store_f16_to_f32(store_f32_to_f16(cent[i]));
-    const float *hx = shuf + ntrain * dim;
-    if ((rc = idx_assign(dev, cent, k, dim, hx, held, lab, NULL, m)))
-        goto done;
-    for (size_t i = 0; i < held; i++)
+    /* The codec from every held-out residual: each member computes its own, rank 0 gathers
+     * them (at most 50,000 x dim floats: 25 MB at dim 128) and fits, and sends the tables to
+     * all. Fitting on rank 0's share alone would be cheaper but would give another codec with
+     * every number of members; this one is the one process's, value for value. */
+    rc = idx_assign(dev, cent, k, dim, hx, nh, lab, NULL, m);
+    for (size_t i = 0; i < nh && !rc; i++)
         for (size_t j = 0; j < dim; j++)
-            resid[i * dim + j] = hx[i * dim + j] - cent[(size_t)lab[i] * dim + j];
-    if (idx_codec_fit(&out->codec, dim, nbits, resid, held, CODEC_FIT_ITERS)) {
+            hx[i * dim + j] -= cent[(size_t)lab[i] * dim + j];
+    if ((rc = idx_group_counts(g, nh * dim * sizeof(float), lens, rc, m)) ||
+        (rc = idx_group_gather(g, hx, nh * dim * sizeof(float), all, lens, m)))
+        goto done;
+    if (g->rank == 0 && idx_codec_fit(&out->codec, dim, nbits, all, held, CODEC_FIT_ITERS))
         rc = store_fail(m, TARTAN_ETRAIN, "training the %u-bit codec on %zu residuals failed",
                         nbits, held);
+    if ((rc = idx_group_check(g, rc, m)) ||
+        (rc = idx_group_bcast(g, &out->codec, sizeof out->codec, m)))
         goto done;
-    }
+    if (times)
+        times->codec = seconds_now() - t1;
     out->k = (uint32_t)k;
     out->centroids = cent;
     cent = NULL;
 done:
-    free(tmp);
-    free(cent);
-    free(resid);
+    if (rc)
+        memset(&out->codec, 0, sizeof out->codec);
+    free(cnt);
+    free(hsel);
+    free(hx);
     free(lab);
+    free(cent);
+    free(all);
     return rc;
+}
+
+int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
+                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m)
+{
+    idx_group g;
+    idx_group_solo(&g);
+    return idx_model_train_group(dev, x, n, dim, nbits, k_req, corpus_tokens, iters, seed, &g, out,
+                                 NULL, m);
 }
 
 int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_msg *m)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "assign.h"
 #include "model.h"
@@ -471,6 +472,85 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     rc = store_write(env, train_fn, &c, m);
     idx_model_free(&mod);
     return rc;
+}
+
+/* What every member of a shared training must agree on: what it trains with, and the header's
+ * model fields that tartan_model_export carries (so that the members' exports are equal). */
+enum {
+    PAR_DIM,
+    PAR_NBITS,
+    PAR_SEED,
+    PAR_ITERS,
+    PAR_K,
+    PAR_CORPUS,
+    PAR_HSEED,
+    PAR_HITERS,
+    PAR_HSAMPLE,
+    PAR_N
+};
+static const char *const par_name[PAR_N] = {"dim",
+                                            "nbits",
+                                            "seed",
+                                            "k-means iterations",
+                                            "centroids",
+                                            "corpus tokens",
+                                            "creation seed",
+                                            "creation k-means iterations",
+                                            "creation sample_docs"};
+
+int idx_train_group(store_env *env, const idx_batch *sample, size_t corpus_tokens,
+                    const idx_train_opts *o, int rc, idx_group *g, idx_train_times *times,
+                    store_msg *m)
+{
+    store_header h;
+    idx_model mod;
+    memset(&h, 0, sizeof h);
+    memset(&mod, 0, sizeof mod);
+    if (!rc && store_is_readonly(env))
+        rc = store_fail(m, TARTAN_EREADONLY, "'%s' is open read-only", store_path(env));
+    if (!rc)
+        rc = load_state(env, &h, &mod, m);
+    if (!rc && h.n_centroids != 0)
+        rc = store_fail(m, TARTAN_EINVAL, "the index is trained already (%u centroids)",
+                        h.n_centroids);
+    if (!rc && sample->n_rows && sample->dim != h.dim)
+        rc = store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u", sample->dim,
+                        h.dim);
+    int iters = o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters;
+    uint64_t mine[PAR_N] = {h.dim,         h.nbits, o->seed,        (uint64_t)iters, o->n_centroids,
+                            corpus_tokens, h.seed,  h.kmeans_iters, h.sample_docs};
+    uint64_t zero[PAR_N];
+    memcpy(zero, mine, sizeof zero);
+    int brc = idx_group_bcast(g, zero, sizeof zero, m);
+    if (brc) {
+        idx_model_free(&mod);
+        return brc;
+    }
+    for (int i = 0; i < PAR_N && !rc; i++)
+        if (mine[i] != zero[i])
+            rc = store_fail(m, TARTAN_EINVAL,
+                            "rank %d of %d trains with %s %llu, rank 0 with %llu: every member "
+                            "of a shared training must be opened and created alike",
+                            g->rank, g->size, par_name[i], (unsigned long long)mine[i],
+                            (unsigned long long)zero[i]);
+    idx_model_free(&mod);
+    if ((rc = idx_group_check(g, rc, m)))
+        return rc;
+    rc = idx_model_train_group(o->device, sample->emb, sample->n_rows, h.dim, h.nbits,
+                               o->n_centroids, corpus_tokens, iters, o->seed, g, &mod, times, m);
+    if (rc)
+        return rc;
+    /* Every member stores the same model in its own index; a member that cannot makes all
+     * of them fail (the others keep the model they stored). */
+    train_ctx c = {&mod};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = store_write(env, train_fn, &c, m);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (times)
+        times->store = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    idx_model_free(&mod);
+    return idx_group_check(g, rc, m);
 }
 
 typedef struct del_ctx {

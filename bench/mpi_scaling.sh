@@ -4,8 +4,11 @@
 # build it as 1 shard (k-means here, once), then as P shards for each P of RANKS with that
 # model (`tartan-mpi build --model`), search each index's queries with P ranks (the default
 # search, batched, and an exhaustive one), and check that exhaustive search over P shards
-# returns exactly what the 1-shard index returns (ids, and scores within 1e-4); then the
-# 1-shard index on P ranks as replicas (each rank a share of every batch's queries).
+# returns exactly what the 1-shard index returns (ids, and scores within 1e-4); then the real
+# P-rank build, P ranks training one model together without a model file ("trains itself":
+# timed, with its sampling / k-means / codec / exchange seconds, and checked for one model over
+# its shards); then the 1-shard index on P ranks as replicas (each rank a share of every
+# batch's queries).
 #
 #   bash bench/mpi_scaling.sh OUTDIR
 #
@@ -146,6 +149,20 @@ rate() {
         END { print r }' "$log"
 }
 
+# parts IX: the shared training's breakdown of IX's build (tools/mpi_ingest.c prints it) into
+# sample_s, kmeans_s, codec_s, exchange_s ("null" where the build imported a model instead).
+parts() {
+    local l
+    l=$(grep "^trained one model over .* ranks" "$log" | tail -1)
+    sample_s=null kmeans_s=null codec_s=null exchange_s=null
+    # Only the line of this build: the one just before its summary.
+    [ -n "$l" ] && [ "$(grep -A1 "^trained one model over" "$log" | tail -1 | cut -d' ' -f2)" = "$1" ] || return 0
+    sample_s=$(echo "$l" | sed -n 's/.*sampling \([0-9.]*\) s.*/\1/p')
+    kmeans_s=$(echo "$l" | sed -n 's/.*k-means \([0-9.]*\) s.*/\1/p')
+    codec_s=$(echo "$l" | sed -n 's/.*codec \([0-9.]*\) s.*/\1/p')
+    exchange_s=$(echo "$l" | sed -n 's/.*exchanges \([0-9.]*\) s.*/\1/p')
+}
+
 # ---- corpus ----------------------------------------------------------------------------------
 c=$work/c
 run "gen" "$tartan" gen "$c" --docs "$DOCS" --queries "$QUERIES" --doc-len "$DOCLEN" \
@@ -187,6 +204,7 @@ for P in 1 $RANKS; do
     t1=$(date +%s.%N)
     [ "$P" = 1 ] && run "export the model" "$tartan" model "$ix/shard-0-of-1" -o "$work/model.bin"
     line=$(grep "^built $ix over" "$log" | tail -1)
+    parts $ix
     train=$(echo "$line" | sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p')
     [ -n "$train" ] || train=$(echo "$line" | sed -n 's/.*model \([0-9.]*\) s.*/\1/p')
     add=$(echo "$line" | sed -n 's/.*adding \([0-9.]*\) s.*/\1/p')
@@ -223,8 +241,8 @@ EOF
     build=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
     say "$(printf '%-5s %-7s %8s %8s %8s %8s %10s %10s %9s %10s %6s' "$P" "$t" "$train" "$add" \
         "${calib:--}" "$build" "$qps" "$eqps" "$mb" "$equal" "$load")"
-    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "add_s": %s, "calibrate_s": %s, "build_wall_s": %s, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
-        "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${add:-null}" "${calib:-null}" "$build" "${qps:-null}" \
+    printf '{"ranks": %d, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "sample_s": %s, "kmeans_s": %s, "codec_s": %s, "exchange_s": %s, "add_s": %s, "calibrate_s": %s, "build_wall_s": %s, "default_qps": %s, "exhaustive_qps": %s, "exhaustive_equal": "%s", "shard0_bytes": %d, "load": %s, "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
+        "$P" "$t" "$DOCS" "$tokens" "${train:-null}" "${sample_s:-null}" "${kmeans_s:-null}" "${codec_s:-null}" "${exchange_s:-null}" "${add:-null}" "${calib:-null}" "$build" "${qps:-null}" \
         "${eqps:-null}" "$equal" "$(du -sb "$ix/shard-0-of-$P" | cut -f1)" "$load" "$commit" \
         "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
     if [ "$P" = 1 ] && [ "$TARTAN_DEVICE" = cuda ] && [ "$ngpus" -gt 1 ]; then
@@ -256,6 +274,33 @@ EOF
         done
     fi
     if [ "$P" != 1 ]; then
+        # The real P-rank build: no model file, the P ranks train one model together
+        # (tartan_train_shared, each rank k-means's assignment over its share of the sample).
+        # Its model differs from the 1-shard index's (another sample), so it is timed and
+        # checked for one model over its shards, not searched.
+        six=$work/self$P
+        s0=$(date +%s.%N)
+        cen=()
+        [ "$CENTROIDS" = 0 ] || cen=(--centroids "$CENTROIDS")
+        run "build P=$P, training itself" mpi "$P" build "$six" "${C[@]}" "${cen[@]}"
+        s1=$(date +%s.%N)
+        sline=$(grep "^built $six over" "$log" | tail -1)
+        parts "$six"
+        strain=$(echo "$sline" | sed -n 's/.*sampling and training \([0-9.]*\) s.*/\1/p')
+        sadd=$(echo "$sline" | sed -n 's/.*adding \([0-9.]*\) s.*/\1/p')
+        scalib=$(sed -n "/^built $(echo "$six" | sed 's/[\/&.]/\\&/g') over/,\$p" "$log" |
+            sed -n 's/^calibrated the search of .* in \([0-9.]*\) s.*/\1/p' | head -1)
+        sbuild=$(awk "BEGIN { printf \"%.1f\", $s1 - $s0 }")
+        run "info P=$P, training itself" mpi "$P" info "$six"
+        one=NO
+        sed -n "/^## info P=$P, training itself/,\$p" "$log" | grep -q "^model .*one for all shards" && one=yes
+        [ "$one" = yes ] || status=1
+        say "$(printf '%-5s %-7s %8s %8s %8s %8s  %s' "$P" "$t" "$strain" "$sadd" "${scalib:--}" "$sbuild" \
+            "trains itself: sampling $sample_s, k-means $kmeans_s, codec $codec_s, exchanges $exchange_s s; one model: $one")"
+        printf '{"ranks": %d, "trains_itself": 1, "threads_per_rank": %d, "docs": %d, "tokens": %d, "train_s": %s, "sample_s": %s, "kmeans_s": %s, "codec_s": %s, "exchange_s": %s, "add_s": %s, "calibrate_s": %s, "build_wall_s": %s, "one_model": "%s", "commit": "%s", "date": "%s", "machine": "%s", "mpi": "%s"}\n' \
+            "$P" "$t" "$DOCS" "$tokens" "${strain:-null}" "$sample_s" "$kmeans_s" "$codec_s" "$exchange_s" \
+            "${sadd:-null}" "${scalib:-null}" "$sbuild" "$one" "$commit" "$(date -u +%F)" "$machine" "$mpi_version" >>"$json"
+        [ "${KEEP:-0}" = 1 ] || rm -rf "$six"
         # Replicas: the 1-shard index on P ranks, each taking a share of every batch.
         run "search P=$P, replicas of 1 shard" mpi "$P" search "$work/ix1" --queries \
             "$c/queries.npy" -k "$K" "${batch[@]}" -o "$work/rep$P.run"
@@ -277,6 +322,6 @@ EOF
     fi
     [ "$P" = 1 ] || [ "${KEEP:-0}" = 1 ] || rm -rf "$ix"
 done
-say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: k-means (P = 1), the model's broadcast and import (P > 1); add_s, calib_s: the slowest shard's; build_s: the whole build's wall time"
+say "# $(($(date +%s) - start)) s in all; load after: $(cut -d' ' -f1-3 /proc/loadavg); train_s: sampling and training (P = 1, and the rows 'trains itself': P ranks training one model together, tartan_train_shared), the model's broadcast and import (the other P > 1 rows, built with the 1-shard index's model); add_s, calib_s: the slowest shard's; build_s: the whole build's wall time"
 [ "$status" = 0 ] || say "# FAILED: an exhaustive run over shards differs from the 1-shard index's"
 exit "$status"

@@ -11,6 +11,9 @@
 #   - a rank killed with SIGKILL in the middle of an add leaves every shard sound and holding
 #     whole batches of its documents (a prefix of them in file order), and running the same
 #     add again with --replace converges to the intended index;
+#   - the ranks train one model together (tartan_train_shared), every shard holding it byte for
+#     byte; a NaN in one rank's share of the sample stops every rank, without a hang, and
+#     trains no shard;
 #   - a job with another number of ranks, and a build over an existing index, are refused.
 # Skipped (77) where tartan-mpi was not built (configure found no MPI) or mpirun is missing.
 set -u
@@ -159,6 +162,11 @@ grep -q "calibrated the search of 3 shards" "$work/build.err" &&
     fail "calibration after build: $(cat "$work/build.err" "$work/info.out")"
 cp "$work/a/ids.txt" "$work/expect.ids"
 msg=$(routed) && ok "build routes every id to its shard" || fail "build routing: $msg"
+
+# The shards trained together (tartan_train_shared), and said where the time went.
+grep -q "trained one model over 3 ranks from 900 sampled documents (.*): sampling .* k-means .* codec .* exchanges" "$work/build.err" &&
+    ok "the ranks trained one model together (time breakdown printed)" ||
+    fail "no shared training summary: $(cat "$work/build.err")"
 
 # The single index with the same model.
 "$tartan" model "$ix/shard-0-of-$P" -o "$work/model.bin" || die "tartan model"
@@ -351,6 +359,56 @@ done
     fail "a 4-rank search of a 3-shard index succeeded" ||
     { grep -q "holds the shards of 3 ranks, not 4" "$work/np4.err" &&
         ok "4 ranks on a 3-shard index: refused, saying why" || fail "np 4: $(head -3 "$work/np4.err")"; }
+
+# ---- a rank whose share of the training sample is bad ---------------------------------------
+# A NaN in the first document of rank 1's shard (every document is sampled at this size): rank
+# 1's training fails with TARTAN_ENONFINITE, the others learn of it at the next exchange and
+# fail too (TARTAN_EGROUP, quiet), the job ends nonzero without hanging, no shard is trained.
+mkdir -p "$work/nan"
+cp "$work/b/doclens.npy" "$work/b/ids.txt" "$work/nan/"
+python3 - "$work/b" "$work/nan" "$P" "$work" <<'EOF' || die "writing the NaN corpus"
+import re, struct, sys
+src, dst, P, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+exec(open(f"{work}/shard_of.py").read())
+def npy(path):
+    b = bytearray(open(path, "rb").read())
+    hl, at = (struct.unpack("<H", b[8:10])[0], 10) if b[6] == 1 else (struct.unpack("<I", b[8:12])[0], 12)
+    return b, at + hl, b[at:at + hl].decode("latin1")
+lb, loff, lh = npy(f"{src}/doclens.npy")
+dt = {"<i4": "i", "<i8": "q"}[re.search(r"'descr': '([^']+)'", lh).group(1)]
+lens = struct.unpack(f"<{(len(lb) - loff) // struct.calcsize(dt)}{dt}", bytes(lb[loff:]))
+ids = open(f"{src}/ids.txt").read().split()
+row = 0
+for i, l in enumerate(lens):
+    if shard(ids[i], P) == 1:
+        break
+    row += l
+eb, eoff, eh = npy(f"{src}/embeddings.npy")
+descr = re.search(r"'descr': '([^']+)'", eh).group(1)
+dim = int(re.search(r"'shape': \(\d+, (\d+)\)", eh).group(1))
+size, nan = {"<f4": (4, struct.pack("<f", float("nan"))), "<f2": (2, b"\x00\x7e")}[descr]
+at = eoff + (row * dim + 3) * size
+eb[at:at + size] = nan
+open(f"{dst}/embeddings.npy", "wb").write(bytes(eb))
+EOF
+NAN=(--embeddings "$work/nan/embeddings.npy" --doclens "$work/nan/doclens.npy" --ids "$work/nan/ids.txt")
+timeout 300 "$mpirun" -np "$P" "$tmpi" build "$work/ixnan" "${NAN[@]}" >/dev/null 2>"$work/nan.err"
+st=$?
+if [ "$st" = 124 ]; then
+    fail "a bad sample on rank 1: the build hung"
+elif [ "$st" -ne 0 ] && grep -q "rank 1: TARTAN_ENONFINITE" "$work/nan.err" &&
+    ! grep -q "TARTAN_EGROUP" "$work/nan.err"; then
+    ok "a bad sample on rank 1: every rank stopped, rank 1 said why"
+else
+    fail "a bad sample on rank 1 (exit $st): $(head -5 "$work/nan.err")"
+fi
+untrained=0
+for r in $(seq 0 $((P - 1))); do
+    "$tartan" model "$work/ixnan/shard-$r-of-$P" -o "$work/nan$r.bin" 2>/dev/null ||
+        untrained=$((untrained + 1))
+done
+[ "$untrained" = "$P" ] && ok "a bad sample on rank 1: no shard trained" ||
+    fail "a bad sample on rank 1: $((P - untrained)) shards trained"
 
 # ---- refusals --------------------------------------------------------------------------------
 "$mpirun" -np 2 "$tmpi" search "$ix" "${Q[@]}" >/dev/null 2>"$work/np2.err" &&

@@ -5,10 +5,11 @@
  * copy on each host) but touches only its own documents' rows.
  *
  * build: every rank draws its share of the training sample from its own documents (shares in
- * proportion to the ranks' documents, tartan_sample_docs of the whole corpus in all); rank 0
- * gathers the sample, trains its shard (k-means once), exports the model and broadcasts it;
- * the other ranks import it (tartan_model_import), so that every shard encodes alike; then
- * every rank adds its documents. Then every shard calibrates its search on its own documents
+ * proportion to the ranks' documents, tartan_sample_docs of the whole corpus in all), and all
+ * ranks train together (tartan_train_shared: each assigns its own share at every k-means
+ * iteration, the centroid sums are added up over MPI), so that every shard stores the same
+ * model and encodes alike; or, given --model, every rank imports that file's model; then every
+ * rank adds its documents. Then every shard calibrates its search on its own documents
  * (calibrate_shards), unless --no-calibrate; an add calibrates again the shards whose documents
  * changed more than twofold.
  *
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "corpus_args.h"
 #include "errbuf.h"
@@ -67,141 +69,103 @@ static size_t sample_share(size_t want, size_t n_docs, uint64_t mine)
     return (size_t)(w * (double)(before + mine) / n) - (size_t)(w * (double)before / n);
 }
 
-/* Gathers every rank's sample on rank 0 into *all (rank 0 only). 0 or ENOMEM/ETOOBIG. */
-static int gather_sample(const tool_sample *s, const tool_corpus *c, tool_sample *all, char *err,
-                         size_t errlen)
-{
-    memset(all, 0, sizeof *all);
-    int p = tool_mpi_size;
-    uint64_t mine[2] = {s->n, s->tokens}, *each = NULL;
-    int rc = 0;
-    if (s->n > INT_MAX || s->tokens > INT_MAX)
-        rc = tool_fail(err, errlen, TARTAN_ETOOBIG, "a sample of %zu tokens from one rank",
-                       s->tokens);
-    if (tool_mpi_rank == 0 && !(each = malloc((size_t)p * sizeof mine)))
-        rc = tool_fail(err, errlen, ENOMEM, "out of memory");
-    if (tool_mpi_any(rc)) {
-        free(each);
-        return rc ? rc : TARTAN_EINVAL;
-    }
-    MPI_Gather(mine, 2, MPI_UINT64_T, each, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    int *cnt = NULL, *off = NULL, *tcnt = NULL, *toff = NULL;
-    uint64_t *lens64 = NULL;
-    if (tool_mpi_rank == 0) {
-        size_t n = 0, t = 0;
-        cnt = malloc((size_t)p * sizeof *cnt);
-        off = malloc((size_t)p * sizeof *off);
-        tcnt = malloc((size_t)p * sizeof *tcnt);
-        toff = malloc((size_t)p * sizeof *toff);
-        for (int r = 0; r < p; r++) {
-            n += each[2 * r];
-            t += each[2 * r + 1];
-        }
-        all->n = n;
-        all->tokens = t;
-        lens64 = malloc((n ? n : 1) * sizeof *lens64);
-        all->lens = malloc((n ? n : 1) * sizeof *all->lens);
-        all->emb = malloc((t ? t : 1) * c->row_bytes);
-        if (!cnt || !off || !tcnt || !toff || !lens64 || !all->lens || !all->emb)
-            rc = tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens", t);
-        else if (n > INT_MAX || t > INT_MAX)
-            rc = tool_fail(err, errlen, TARTAN_ETOOBIG, "a sample of %zu tokens", t);
-        else
-            for (int r = 0, a = 0, b = 0; r < p; r++) {
-                cnt[r] = (int)each[2 * r];
-                off[r] = a;
-                tcnt[r] = (int)each[2 * r + 1];
-                toff[r] = b;
-                a += cnt[r];
-                b += tcnt[r];
-            }
-    }
-    uint64_t *my64 = malloc((s->n ? s->n : 1) * sizeof *my64);
-    if (!my64)
-        rc = tool_fail(err, errlen, ENOMEM, "out of memory");
-    if (!tool_mpi_any(rc)) {
-        for (size_t i = 0; i < s->n; i++)
-            my64[i] = s->lens[i];
-        MPI_Gatherv(my64, (int)s->n, MPI_UINT64_T, lens64, cnt, off, MPI_UINT64_T, 0,
-                    MPI_COMM_WORLD);
-        /* Rows as one datatype: the counts are rows, so a sample of up to 2^31 rows fits. */
-        MPI_Datatype row;
-        MPI_Type_contiguous((int)c->row_bytes, MPI_BYTE, &row);
-        MPI_Type_commit(&row);
-        MPI_Gatherv(s->emb, (int)s->tokens, row, all->emb, tcnt, toff, row, 0, MPI_COMM_WORLD);
-        MPI_Type_free(&row);
-        if (tool_mpi_rank == 0)
-            for (size_t i = 0; i < all->n; i++)
-                all->lens[i] = (size_t)lens64[i];
-    } else if (!rc) {
-        rc = TARTAN_EINVAL; /* another rank failed; it reports */
-    }
-    free(my64);
-    free(lens64);
-    free(each);
-    free(cnt);
-    free(off);
-    free(tcnt);
-    free(toff);
-    if (rc)
-        tool_sample_free(all);
-    return rc;
-}
-
 /*
- * Trains the shards: rank 0 from the gathered sample (or from the model file), every other
- * rank by importing rank 0's model. Collective; 0 on every rank or 1 after reporting.
+ * Trains the shards. Without a model file, every rank draws its share of the sample from its
+ * own documents and all of them train together (tartan_train_shared): each runs k-means's
+ * assignment over its own share on its own device and the ranks add up the centroid sums at
+ * every iteration, so k-means's time divides between them, and every shard stores the same
+ * model; nothing is gathered on rank 0 but the first centroids and the held-out residuals. With
+ * a model file, rank 0 reads it and every rank imports it. Prints where the time went (the
+ * slowest rank's seconds of each part). Collective; 0 on every rank or 1 after reporting.
  */
 static int train_shards(const char *prog, tartan_db *db, tool_corpus *c, const tool_build_args *a,
                         const uint8_t *keep, size_t mine)
 {
     char err[1400] = "";
     int rc = 0;
-    char *model = NULL;
-    size_t mlen = 0;
     if (a->model) {
+        double t0 = tool_now();
+        char *model = NULL;
+        size_t mlen = 0;
         if (tool_mpi_rank == 0 && (rc = tool_file_read(a->model, &model, &mlen, err, sizeof err)))
             model = NULL;
-    } else {
-        size_t want = tartan_sample_docs(db, c->n_docs);
-        tool_sample s = {0}, all = {0};
-        rc = tool_corpus_sample(c, sample_share(want, c->n_docs, mine), a->seed, keep, &s, err,
-                                sizeof err);
-        if (tool_mpi_failed(prog, rc, err))
+        /* Rank 0's outcome decides; it alone reports it. */
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (rc) {
+            if (tool_mpi_rank == 0)
+                fprintf(stderr, "%s: %s: %s\n", prog, tartan_err_name(rc), err);
+            free(model);
             return 1;
-        rc = gather_sample(&s, c, &all, err, sizeof err);
-        tool_sample_free(&s);
-        if (tool_mpi_failed(prog, rc, err))
-            return 1;
-        if (tool_mpi_rank == 0) {
-            rc = tool_sample_train(db, &all, c, c->n_rows, err, sizeof err);
-            void *buf = NULL;
-            if (!rc && (rc = tartan_model_export(db, &buf, &mlen)))
-                tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
-            model = buf;
         }
-        tool_sample_free(&all);
-    }
-    /* Rank 0's outcome decides; it alone reports it. */
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rc) {
-        if (tool_mpi_rank == 0)
-            fprintf(stderr, "%s: %s: %s\n", prog, tartan_err_name(rc), err);
-        free(model);
-        return 1;
-    }
-    if (tool_mpi_bcast_alloc(&model, &mlen, 0)) {
-        if (tool_mpi_rank == 0)
-            fprintf(stderr, "%s: ENOMEM: out of memory for the model\n", prog);
-        free(model);
-        return 1;
-    }
-    if (tool_mpi_rank != 0 || a->model) {
+        if (tool_mpi_bcast_alloc(&model, &mlen, 0)) {
+            if (tool_mpi_rank == 0)
+                fprintf(stderr, "%s: ENOMEM: out of memory for the model\n", prog);
+            free(model);
+            return 1;
+        }
         if ((rc = tartan_model_import(db, model, mlen)))
             tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
+        free(model);
+        double secs = tool_mpi_max(tool_now() - t0);
+        if (tool_mpi_failed(prog, rc, err))
+            return 1;
+        if (tool_mpi_rank == 0)
+            fprintf(stderr, "model %s: read, broadcast and imported in %.2f s (slowest rank)\n",
+                    a->model, secs);
+        return 0;
     }
-    free(model);
-    return tool_mpi_failed(prog, rc, err);
+    double t0 = tool_now();
+    size_t want = tartan_sample_docs(db, c->n_docs);
+    tool_sample s = {0};
+    rc = tool_corpus_sample(c, sample_share(want, c->n_docs, mine), a->seed, keep, &s, err,
+                            sizeof err);
+    double sample_s = tool_mpi_max(tool_now() - t0);
+    if (tool_mpi_failed(prog, rc, err))
+        return 1;
+    tartan_batch b = {0};
+    b.n_docs = s.n;
+    b.doclens = s.lens;
+    b.embeddings = s.emb;
+    b.n_rows = s.tokens;
+    b.dim = c->dim;
+    b.dtype = c->dtype;
+    tartan_train_group g;
+    tool_mpi_train_group(&g);
+    tartan_train_stats st;
+    int tty = tool_mpi_rank == 0 && isatty(STDERR_FILENO);
+    uint64_t docs = tool_mpi_sum(s.n), toks = tool_mpi_sum(s.tokens);
+    if (tty)
+        fprintf(stderr,
+                "training on %llu sampled documents (%llu tokens) over %d ranks: k-means, "
+                "codec...",
+                (unsigned long long)docs, (unsigned long long)toks, tool_mpi_size);
+    rc = tartan_train_shared(db, &b, c->n_rows, &g, &st);
+    if (tty)
+        fprintf(stderr, rc ? " failed\n" : " done\n");
+    tool_sample_free(&s);
+    if (rc)
+        tool_fail(err, sizeof err, rc, "training on %zu sampled documents of this rank: %s",
+                  b.n_docs, tool_mpi_detail(tartan_errmsg(db)));
+    /* The ranks that failed on their own report; the others (TARTAN_EGROUP: "rank R failed")
+     * stay quiet, unless every rank has only that to say (the transport failed). */
+    if (tool_mpi_failed(prog, rc == TARTAN_EGROUP ? 0 : rc, err))
+        return 1;
+    if (tool_mpi_any(rc)) {
+        if (tool_mpi_rank == 0)
+            fprintf(stderr, "%s: %s: %s\n", prog, tartan_err_name(rc), err);
+        return 1;
+    }
+    double km = tool_mpi_max(st.seconds_kmeans), codec = tool_mpi_max(st.seconds_codec);
+    double store = tool_mpi_max(st.seconds_store), ex = tool_mpi_max(st.seconds_group);
+    double all = tool_mpi_max(st.seconds_total);
+    if (tool_mpi_rank == 0)
+        fprintf(stderr,
+                "trained one model over %d ranks from %llu sampled documents (%llu tokens): "
+                "sampling %.2f s, k-means %.2f s, codec %.2f s, storing %.2f s, training %.2f s "
+                "in all, of which exchanges %.2f s (slowest rank each)\n",
+                tool_mpi_size, (unsigned long long)docs, (unsigned long long)toks, sample_s, km,
+                codec, store, all, ex);
+    return 0;
 }
 
 /*

@@ -156,6 +156,74 @@ int tool_mpi_bcast_alloc(char **buf, size_t *len, int root)
     return 0;
 }
 
+/* ---- the transport of a shared training (tartan_train_group) ------------------------------ */
+
+static int group_sum(void *ctx, double *v, size_t n)
+{
+    (void)ctx;
+    /* Pieces of 2^27 doubles (1 GiB): MPI counts are ints. */
+    const size_t piece = (size_t)1 << 27;
+    for (size_t at = 0; at < n; at += piece) {
+        size_t c = n - at < piece ? n - at : piece;
+        if (MPI_Allreduce(MPI_IN_PLACE, v + at, (int)c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) !=
+            MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+static int group_bcast(void *ctx, void *buf, size_t len)
+{
+    (void)ctx;
+    for (size_t at = 0; at < len; at += PIECE) {
+        size_t c = len - at < PIECE ? len - at : PIECE;
+        if (MPI_Bcast((char *)buf + at, (int)c, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+/* Point to point, rank by rank, in pieces: no int limit on any member's bytes or their total
+ * (a gather happens twice a training, of at most K x dim floats). */
+static int group_gather(void *ctx, const void *mine, size_t len, void *all, const size_t *lens)
+{
+    (void)ctx;
+    const int tag = 2020;
+    if (tool_mpi_rank != 0) {
+        for (size_t at = 0; at < len; at += PIECE) {
+            size_t c = len - at < PIECE ? len - at : PIECE;
+            if (MPI_Send((const char *)mine + at, (int)c, MPI_BYTE, 0, tag, MPI_COMM_WORLD) !=
+                MPI_SUCCESS)
+                return -1;
+        }
+        return 0;
+    }
+    char *dst = all;
+    if (len)
+        memcpy(dst, mine, len);
+    dst += len;
+    for (int r = 1; r < tool_mpi_size; r++) {
+        for (size_t at = 0; at < lens[r]; at += PIECE) {
+            size_t c = lens[r] - at < PIECE ? lens[r] - at : PIECE;
+            if (MPI_Recv(dst + at, (int)c, MPI_BYTE, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
+                MPI_SUCCESS)
+                return -1;
+        }
+        dst += lens[r];
+    }
+    return 0;
+}
+
+void tool_mpi_train_group(tartan_train_group *g)
+{
+    g->rank = tool_mpi_rank;
+    g->size = tool_mpi_size;
+    g->ctx = NULL;
+    g->sum = group_sum;
+    g->broadcast = group_bcast;
+    g->gather = group_gather;
+}
+
 char **tool_mpi_gather_text(const char *text)
 {
     int len = (int)strlen(text), p = tool_mpi_size;

@@ -61,6 +61,11 @@ void tool_mpi_bcast(void *buf, size_t len, int root);
  * with a NUL after the last byte). 0, or ENOMEM on every rank when any rank lacked memory. */
 int tool_mpi_bcast_alloc(char **buf, size_t *len, int root);
 
+/* The job's ranks as a shared training's group (tartan_train_shared): MPI_Allreduce,
+ * MPI_Bcast and point-to-point sends to rank 0 on MPI_COMM_WORLD, from the main thread. MPI's
+ * default error handler ends the job on a failed call, so a failure is every rank's. */
+void tool_mpi_train_group(tartan_train_group *g);
+
 /* Collective: each rank's text to rank 0: there texts[r] (malloc'd, NUL-terminated; free each
  * and the array), NULL elsewhere. */
 char **tool_mpi_gather_text(const char *text);

@@ -736,8 +736,9 @@ TARTAN_API int tartan_check(tartan_db *db, tartan_check_fn report, void *ctx,
  * guaranteed query by query.
  * ------------------------------------------------------------------------------------- */
 
-/* Most members a shared training may have. */
-#define TARTAN_GROUP_MAX 4096
+/* Most members a shared training may have: its status and count exchanges use a buffer of
+ * this many slots on the caller's stack (16 KB), so that they need no allocation. */
+#define TARTAN_GROUP_MAX 1024
 
 /*
  * The members of a shared training (tartan_train_shared) and the three collective operations

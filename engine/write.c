@@ -144,7 +144,7 @@ int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus
                          "tartan_train_shared: a malformed group (NULL, a NULL callback, or "
                          "rank %d of %d members, at most %d)",
                          group ? group->rank : -1, group ? group->size : 0, TARTAN_GROUP_MAX);
-    /* The group's state lives on this stack (about 64 KB): nothing to allocate before the
+    /* The group's state lives on this stack (about 16 KB): nothing to allocate before the
      * first exchange, where a member without memory could not take part. */
     idx_group g;
     memset(&g, 0, sizeof g);

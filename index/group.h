@@ -23,7 +23,7 @@
 /* Most members a group may have: the status and count exchanges use a buffer of this many
  * slots inside the group, so that they need no allocation (a member that could not allocate
  * could not take part, and the others would wait for it). */
-#define IDX_GROUP_MAX 4096
+#define IDX_GROUP_MAX 1024
 
 typedef struct idx_group {
     int rank, size; /* 0 <= rank < size */

@@ -2,7 +2,8 @@
  * check_index_train.c: the index layer's training: spherical k-means (clusters recovered,
  * centroids normalised, reproducible, silent, bad arguments refused; on the kernels' device
  * path too), flat inner-product search, the sizing plan, and nearest-centroid assignment, each
- * against a plain double-precision reference computed here; outputs are poisoned first.
+ * against a plain double-precision reference computed here; k-means skipping rows against
+ * k-means without them; outputs are poisoned first.
  */
 #include "config.h"
 
@@ -945,6 +946,57 @@ START_TEST(test_index_kmeans_device_refills_empty_clusters)
 }
 END_TEST
 
+START_TEST(test_index_kmeans_group_skips_rows)
+{
+    /* k-means given rows to skip (idx_kmeans_group, the group of one) trains on exactly the
+     * other rows: the same centroids, bit for bit, as idx_kmeans_device on those rows alone,
+     * whether it draws a subset (per 20) or uses every point (per 256). The skipped rows hold
+     * NaN: read by mistake, they would fail the assignment or spoil a centroid. */
+    enum { N = 3000, D = 24, K = 48, SKIP = 217 };
+    float *x = xmalloc(sizeof(float) * (N + SKIP) * D);
+    float *kept = xmalloc(sizeof(float) * N * D);
+    float *a = xmalloc(sizeof(float) * K * D), *b = xmalloc(sizeof(float) * K * D);
+    size_t skip[SKIP];
+    uint64_t s = 23;
+    random_units(&s, kept, N, D);
+    /* SKIP rows of N + SKIP, ascending: pairs of neighbours every 29 rows from the first, and
+     * the last row. */
+    for (size_t j = 0; j + 1 < SKIP; j++)
+        skip[j] = (j / 2) * 29 + j % 2;
+    skip[SKIP - 1] = N + SKIP - 1;
+    for (size_t i = 0, r = 0, j = 0; i < N + SKIP; i++) {
+        if (j < SKIP && skip[j] == i) {
+            for (size_t d = 0; d < D; d++)
+                x[i * D + d] = NAN;
+            j++;
+        } else {
+            memcpy(x + i * D, kept + r++ * D, sizeof(float) * D);
+        }
+    }
+    const int per[2] = {20, 256};
+    for (int t = 0; t < 2; t++) {
+        store_msg m = {{0}};
+        idx_group g;
+        idx_group_solo(&g);
+        poison(a, K * D);
+        poison(b, K * D);
+        ck_assert_msg(
+            idx_kmeans_group(KERN_DEV_CPU, x, N, skip, SKIP, D, K, 4, per[t], 9, &g, a, &m) == 0,
+            "%s", m.text);
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, kept, N, D, K, 4, per[t], 9, b, &m) == 0,
+                      "%s", m.text);
+        ck_assert_msg(memcmp(a, b, sizeof(float) * K * D) == 0,
+                      "per %d: skipping rows gave other centroids than leaving them out", per[t]);
+        for (size_t i = 0; i < K; i++)
+            ck_assert(fabs(dot_d(a + i * D, a + i * D, D) - 1.0) < 1e-5);
+    }
+    free(x);
+    free(kept);
+    free(a);
+    free(b);
+}
+END_TEST
+
 START_TEST(test_index_device_option_reaches_build)
 {
     /* The handle's device reaches training and encoding: asking for CUDA where there is none
@@ -1020,6 +1072,7 @@ int main(void)
         {"kmeans_device_recovers_clusters", test_index_kmeans_device_recovers_clusters, 0},
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
          0},
+        {"kmeans_group_skips_rows", test_index_kmeans_group_skips_rows, 0},
         {"device_option_reaches_build", test_index_device_option_reaches_build, 0},
     };
     return FX_RUN("index-train", cases, 0, 0);

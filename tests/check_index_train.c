@@ -25,7 +25,10 @@
 #include "kernels_impl.h"
 #include "kmeans.h"
 #include "microkernel_cpu.h"
+#include "model.h"
 #include "plan.h"
+#include "rand.h"
+#include "store.h"
 #include "tartan.h"
 
 /* ---- k-means ------------------------------------------------------------------------ */
@@ -997,6 +1000,67 @@ START_TEST(test_index_kmeans_group_skips_rows)
 }
 END_TEST
 
+START_TEST(test_index_model_train_holds_out_by_rule)
+{
+    /* idx_model_train against its rules redone here: the held-out tokens are idx_select_range's
+     * `held` (5%) of the sample from the seed's stream, k-means runs on the others in their
+     * order (64 points a centroid at most: train.c's MAX_PER_CENTROID), the centroids are
+     * rounded to fp16, and the codec is fitted (30 Lloyd-Max steps) to the held-out tokens'
+     * residuals to their nearest centroid. K 32 draws a subset (held-out rows skipped in
+     * place), K 160 uses every point (held-out rows taken out of the sample): the same model,
+     * bit for bit, both ways. */
+    enum { N = 6000, D = 16 };
+    const size_t ks[2] = {32, 160};
+    float *x = xmalloc(sizeof(float) * N * D), *work = xmalloc(sizeof(float) * N * D);
+    float *train = xmalloc(sizeof(float) * N * D), *cen = NULL;
+    uint64_t s = 31;
+    random_units(&s, x, N, D);
+    size_t held = (size_t)(0.05 * N), sel[N], below;
+    ck_assert_uint_eq(idx_select_range(77, N, held, 0, N, sel, &below), held);
+    float *res = xmalloc(sizeof(float) * held * D);
+    uint32_t *lab = xmalloc(sizeof(uint32_t) * held);
+    for (int t = 0; t < 2; t++) {
+        size_t k = ks[t], nt = 0;
+        for (size_t i = 0, j = 0; i < N; i++) {
+            if (j < held && sel[j] == i)
+                j++;
+            else
+                memcpy(train + nt++ * D, x + i * D, sizeof(float) * D);
+        }
+        ck_assert_uint_eq(nt, N - held);
+        cen = xmalloc(sizeof(float) * k * D);
+        store_msg m = {{0}};
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, train, nt, D, k, 4, 64, 77, cen, &m) == 0,
+                      "%s", m.text);
+        for (size_t i = 0; i < k * D; i++)
+            cen[i] = store_f16_to_f32(store_f32_to_f16(cen[i]));
+        for (size_t i = 0; i < held; i++) {
+            lab[i] = nearest_d(cen, k, D, x + sel[i] * D);
+            for (size_t j = 0; j < D; j++)
+                res[i * D + j] = x[sel[i] * D + j] - cen[lab[i] * D + j];
+        }
+        idx_codec want;
+        ck_assert_int_eq(idx_codec_fit(&want, D, 2, res, held, 30), 0);
+        memcpy(work, x, sizeof(float) * N * D);
+        idx_model mod;
+        ck_assert_msg(idx_model_train(KERN_DEV_CPU, work, N, D, 2, k, 0, 4, 77, &mod, &m) == 0,
+                      "%s", m.text);
+        ck_assert_uint_eq(mod.k, k);
+        ck_assert_msg(memcmp(mod.centroids, cen, sizeof(float) * k * D) == 0,
+                      "K %zu: other centroids than k-means on the tokens not held out", k);
+        ck_assert(memcmp(mod.codec.cutoffs, want.cutoffs, sizeof(float) * 3) == 0);
+        ck_assert(memcmp(mod.codec.weights, want.weights, sizeof(float) * 4) == 0);
+        idx_model_free(&mod);
+        free(cen);
+    }
+    free(x);
+    free(work);
+    free(train);
+    free(res);
+    free(lab);
+}
+END_TEST
+
 START_TEST(test_index_device_option_reaches_build)
 {
     /* The handle's device reaches training and encoding: asking for CUDA where there is none
@@ -1073,6 +1137,7 @@ int main(void)
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
          0},
         {"kmeans_group_skips_rows", test_index_kmeans_group_skips_rows, 0},
+        {"model_train_holds_out_by_rule", test_index_model_train_holds_out_by_rule, 0},
         {"device_option_reaches_build", test_index_device_option_reaches_build, 0},
     };
     return FX_RUN("index-train", cases, 0, 0);

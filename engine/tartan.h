@@ -815,7 +815,10 @@ typedef struct tartan_train_stats {
  * TARTAN_EINVAL at once, without calling the group. After a failure no index has changed,
  * except when some member failed to store the model: the others have stored it, every member
  * returns the error, and the build starts again with fresh indexes. Threads: as tartan_train;
- * the call holds the index's write lock (and the process's GPU) while it waits for the group.
+ * the call holds the index's write lock, and on a GPU the process's GPU lock (one GPU call at a
+ * time per process), while it waits for the group: members that are threads of one process
+ * must therefore train on the CPU (or at most one of them on a GPU), else they would wait for
+ * each other for ever. One process a member, as under MPI, has no such limit.
  */
 TARTAN_API int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens,
                                    const tartan_train_group *group, tartan_train_stats *stats);

@@ -353,12 +353,15 @@ out:
 /* This member's points on the GPU for all of k-means's iterations, when they take at most
  * half of its free memory (the rest for the centroids, the kernel's scratch and other work):
  * each iteration then uploads only the centroids. *dx NULL: they stay on the host, uploaded
- * chunk by chunk at every iteration as before. 0, or a device error other than no memory. */
+ * chunk by chunk at every iteration as before (also where TARTAN_KMEANS_RESIDENT is "0", to
+ * compare). 0, or a device error other than no memory. */
 static int resident_points(const float *xs, size_t np, size_t dim, float **dx, store_msg *m)
 {
     *dx = NULL;
     size_t bytes = np * dim * sizeof(float), fr = 0, tot = 0;
-    if (np == 0 || kern_cuda_mem_info(&fr, &tot) != 0 || bytes > fr / 2)
+    const char *e = getenv("TARTAN_KMEANS_RESIDENT");
+    if (np == 0 || (e && strcmp(e, "0") == 0) || kern_cuda_mem_info(&fr, &tot) != 0 ||
+        bytes > fr / 2)
         return 0;
     int krc = kern_cuda_malloc((void **)dx, bytes);
     if (krc == KERN_ENOMEM) {

@@ -68,7 +68,9 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
  * order with the same assignment results (the same device and precision; points whose two best
  * scores tie within rounding may go another way on another device). k, niter,
  * max_per_centroid and seed must be the same on every member. On KERN_DEV_CUDA each member's
- * points stay on its GPU for all iterations when they fit (half its free memory). Errors:
+ * points stay on its GPU for all iterations when they fit (half its free memory; the
+ * environment variable TARTAN_KMEANS_RESIDENT=0 uploads them at every iteration instead, the
+ * same centroids, to compare the times). Errors:
  * idx_kmeans_device's on the member where they arose, TARTAN_EGROUP on the others.
  */
 int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,

@@ -237,6 +237,36 @@ START_TEST(test_index_gpu_kmeans_matches_cpu)
 }
 END_TEST
 
+START_TEST(test_index_gpu_kmeans_resident)
+{
+    /* k-means keeps its points on the GPU across iterations where they fit: the same
+     * centroids, bit for bit, as uploading them chunk by chunk at every iteration
+     * (TARTAN_KMEANS_RESIDENT=0), with a subset (64 a centroid) and with every point. */
+    enum { N = 60000, D = 128, K = 512 };
+    float *x = xmalloc(sizeof(float) * N * D), *a = xmalloc(sizeof(float) * K * D);
+    float *b = xmalloc(sizeof(float) * K * D);
+    clustered(x, N, D, 1000);
+    const int per[2] = {64, 256};
+    for (int t = 0; t < 2; t++) {
+        store_msg m = {{0}};
+        poison(a, K * D);
+        poison(b, K * D);
+        ck_assert_int_eq(unsetenv("TARTAN_KMEANS_RESIDENT"), 0);
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, per[t], 42, a, &m) == 0, "%s",
+                      m.text);
+        ck_assert_int_eq(setenv("TARTAN_KMEANS_RESIDENT", "0", 1), 0);
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, per[t], 42, b, &m) == 0, "%s",
+                      m.text);
+        ck_assert_int_eq(unsetenv("TARTAN_KMEANS_RESIDENT"), 0);
+        ck_assert_msg(memcmp(a, b, sizeof(float) * K * D) == 0,
+                      "per %d: resident points gave other centroids", per[t]);
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* The mean over the points of their best score against centroids (idx_assign on the GPU). */
 static double mean_best_score(const float *x, size_t n, const float *c, size_t k, size_t dim)
 {
@@ -483,6 +513,7 @@ int main(void)
         {"nearest_ties_go_to_lower_index", test_index_gpu_nearest_ties_go_to_lower_index, 60},
         {"assign_matches_cpu", test_index_gpu_assign_matches_cpu, 300},
         {"kmeans_matches_cpu", test_index_gpu_kmeans_matches_cpu, 300},
+        {"kmeans_resident", test_index_gpu_kmeans_resident, 0},
         {"kmeans_bf16", test_index_gpu_kmeans_bf16, 300},
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},

@@ -1090,7 +1090,11 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         cnt[q] = (int64_t)v;
         size_t lim = v < ldE ? v : ldE;
         done[q] = kind == 1 ? (int64_t)lim : (int64_t)(int)urnd(0, (int)lim);
-        double a = 20.0, step = 0.002 + 0.05 * unif(), noise = 0.02 + 0.5 * unif();
+        /* tail_matters: scores close together against the error's spread, so that many
+         * candidates sit within a few sd of the z rule's bound (with the spread ones a call
+         * left the tail nothing to decide in a third of the runs, simulated). */
+        double a = 20.0, step = tail_matters ? 0.0005 + 0.002 * unif() : 0.002 + 0.05 * unif(),
+               noise = tail_matters ? 0.2 + 0.3 * unif() : 0.02 + 0.5 * unif();
         for (size_t j = 0; j < width; j++) {
             a -= step * unif();
             sorted[q * width + j] = j < v ? (float)a : NAN;

@@ -159,6 +159,20 @@ static double recall(const tartan_results *a, const tartan_results *b, size_t k)
     return sum / (double)b->n_queries;
 }
 
+/* The default search at k and exhaustive search, both over c's queries, into *ad and *ex (the
+ * caller frees them): the default's recall against exhaustive. */
+static double against_exhaustive(tartan_db *db, const corpus *c, size_t k, tartan_results **ad,
+                                 tartan_results **ex)
+{
+    tartan_search_params pe, pa;
+    tartan_search_params_init(&pe, k);
+    pe.exhaustive = 1;
+    tartan_search_params_init(&pa, k);
+    *ad = search(db, c, &pa);
+    *ex = search(db, c, &pe);
+    return recall(*ad, *ex, k);
+}
+
 /*
  * The issue's goal in miniature: on each family, after calibration, the default search keeps
  * at least 0.95 of the exhaustive top 10 and top 100, while scoring far fewer documents
@@ -175,12 +189,8 @@ START_TEST(test_adaptive_default_recall_each_family)
     ck_assert_msg(tartan_calibrate(db, NULL, &cal) == 0, "%s", tartan_errmsg(db));
     ck_assert_int_eq(cal.calibrated, 1);
     for (size_t k = 10; k <= 100; k *= 10) {
-        tartan_search_params ex, ad;
-        tartan_search_params_init(&ex, k);
-        ex.exhaustive = 1;
-        tartan_search_params_init(&ad, k);
-        tartan_results *a = search(db, &c, &ad), *b = search(db, &c, &ex);
-        double r = recall(a, b, k);
+        tartan_results *a, *b;
+        double r = against_exhaustive(db, &c, k, &a, &b);
         ck_assert_msg(r >= 0.95, "model %d k %zu: recall %.4f", model, k, r);
         ck_assert_uint_lt(a->stats.n_exact, b->stats.n_exact / 2);
         ck_assert(a->stats.probe_margin >= 0.f && a->stats.rerank_z > 0.f);
@@ -557,12 +567,8 @@ START_TEST(test_adaptive_recall_estimate)
         ck_assert_msg(tartan_calibrate(db, &cp, &cal) == 0, "%s", tartan_errmsg(db));
         ck_assert(sampled ? cal.n_reference_docs < c.n_docs : cal.n_reference_docs == c.n_docs);
         for (size_t k = 10; k <= 100; k *= 10) {
-            tartan_search_params ex, ad;
-            tartan_search_params_init(&ex, k);
-            ex.exhaustive = 1;
-            tartan_search_params_init(&ad, k);
-            tartan_results *a = search(db, &c, &ad), *b = search(db, &c, &ex);
-            const double truth = recall(a, b, k);
+            tartan_results *a, *b;
+            const double truth = against_exhaustive(db, &c, k, &a, &b);
             const double said = k == 10 ? cal.recall_k10 : cal.recall_k100;
             if (!sampled) /* the same searches: the same figure */
                 ck_assert_msg(fabs(said - truth) < 1e-6, "k %zu: %.4f said, %.4f measured", k, said,

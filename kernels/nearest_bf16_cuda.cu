@@ -73,6 +73,7 @@
 #include <string.h>
 
 #include "cuda_check.cuh"
+#include "nearest_cuda.cuh"
 
 namespace
 {
@@ -105,22 +106,23 @@ __device__ __forceinline__ float bf16_val(uint16_t h)
     return __uint_as_float((uint32_t)h << 16);
 }
 
-/* (s, i) beats (bs, bi) as in nearest_cuda.cu: a greater score, or an equal one at a lower
- * index; a NaN never wins; anything beats no candidate (bi < 0). */
-__device__ __forceinline__ bool beats(float s, int i, float bs, int bi)
+/* A warp's 64 x 32 tile of fp32 sums, cleared (at the start and after each column tile). */
+__device__ __forceinline__ void zero_acc(float (&acc)[4][4][4])
 {
-    if (i < 0)
-        return false;
-    if (bi < 0)
-        return !isnan(s);
-    return s > bs || (s == bs && i < bi);
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[mi][ni][r] = 0.f;
 }
 
 /* Folds another candidate state (ob1, oi1, ob2) into (b1, i1, b2): the new second best is the
  * best of the winner's second and the loser's best (a state's second never exceeds its best). */
 __device__ __forceinline__ void merge(float &b1, int &i1, float &b2, float ob1, int oi1, float ob2)
 {
-    if (beats(ob1, oi1, b1, i1)) {
+    if (kern_nearest_beats(ob1, oi1, b1, i1)) {
         const float nb2 = fmaxf(ob2, b1);
         b1 = ob1;
         i1 = oi1;
@@ -261,13 +263,7 @@ __global__ void __launch_bounds__(THREADS, LIST ? 1 : 2)
         }
     }
     float acc[4][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[mi][ni][r] = 0.f;
+    zero_acc(acc);
 
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nstages)
@@ -367,13 +363,7 @@ __global__ void __launch_bounds__(THREADS, LIST ? 1 : 2)
                             }
                         }
                 }
-#pragma unroll
-            for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        acc[mi][ni][r] = 0.f;
+            zero_acc(acc);
         }
     }
     cp_async_wait<0>();

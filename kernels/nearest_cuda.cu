@@ -25,22 +25,12 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "nearest_cuda.cuh"
 
 namespace
 {
 
 constexpr int BM = 128, BN = 128, BK = 16, THREADS = 256;
-
-/* (s, i) beats (bs, bi): a score beats none; a greater score wins; equal ones go to the lower
- * index. NaN never wins (it is never stored, and a comparison with it is false). */
-__device__ __forceinline__ bool beats(float s, int i, float bs, int bi)
-{
-    if (i < 0)
-        return false;
-    if (bi < 0)
-        return !isnan(s);
-    return s > bs || (s == bs && i < bi);
-}
 
 /* The i-th (0..7) of the 8 rows (or columns) that thread coordinate t (0..15) owns in a
  * 128-wide tile: 4 at t * 4, then 4 at 64 + t * 4; rising with i. */
@@ -107,7 +97,7 @@ __global__ void __launch_bounds__(THREADS, 2)
                 continue; /* padding columns scored 0 and must not win */
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                if (beats(acc[i][j], (int)gn, bs[i], bi[i])) {
+                if (kern_nearest_beats(acc[i][j], (int)gn, bs[i], bi[i])) {
                     bs[i] = acc[i][j];
                     bi[i] = (int)gn;
                 }
@@ -121,7 +111,7 @@ __global__ void __launch_bounds__(THREADS, 2)
         for (int off = 8; off > 0; off >>= 1) {
             const float os = __shfl_xor_sync(0xffffffffu, bs[i], off);
             const int oi = __shfl_xor_sync(0xffffffffu, bi[i], off);
-            if (beats(os, oi, bs[i], bi[i])) {
+            if (kern_nearest_beats(os, oi, bs[i], bi[i])) {
                 bs[i] = os;
                 bi[i] = oi;
             }

@@ -12,10 +12,13 @@
  * TARTAN_INTERACTION=warp (one warp a document) and the default (eight lanes a document);
  * plus query lengths of 31 tokens (no float4 rows) and the pruned form. Prints, per shape and
  * variant, the median time of a call, the microseconds a query, and the bytes of score rows
- * read (every kept document token reads its query's row: lq floats) per second.
+ * read (every kept document token reads its query's row: lq floats) per second. First, the
+ * score table those stages read (ST = C Q^T), by the fp32 call and by the fp16 one searches
+ * take (run_table).
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +104,11 @@ static int run_shape(const shape *sh, int reps)
     for (size_t q = 0; q < nq; q++)
         counts[q] = (int64_t)cnt[q];
 
+    /* The same table rounded to fp16, for the h16 variant. */
+    uint16_t *ST16 = malloc(st_n * sizeof *ST16);
+    for (size_t i = 0; i < st_n; i++)
+        ST16[i] = kern_f32_to_f16(ST[i]);
+    uint16_t *dST16 = dev_copy(ST16, st_n * 2);
     float *dST = dev_copy(ST, st_n * 4);
     int64_t *dq_off = dev_copy(q_off, (nq + 1) * 8), *ddoc_off = dev_copy(doc_off, (N + 1) * 8);
     uint32_t *dcodes = dev_copy(codes, ntok * 4), *ddocs = dev_copy(docs, nq * width * 4);
@@ -113,20 +121,27 @@ static int run_shape(const shape *sh, int reps)
             uint32_t d = docs[q * width + i];
             kept_tokens += (size_t)(doc_off[d + 1] - doc_off[d]);
         }
-    const char *variants[2] = {"warp", "group"};
-    float *out[2];
+    const char *variants[3] = {"warp", "group", "h16"};
+    const int nvar = sh->lq % 8 == 0 ? 3 : 2;
+    float *out[3] = {NULL, NULL, NULL};
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     float *times = malloc((size_t)reps * sizeof *times);
-    for (int v = 0; v < 2; v++) {
-        setenv("TARTAN_INTERACTION", variants[v], 1);
+    for (int v = 0; v < nvar; v++) {
+        setenv("TARTAN_INTERACTION", v == 0 ? "warp" : "group", 1);
         KK(kern_cuda_memset(dapprox, 0x55, nq * width * 4)); /* poisoned */
         for (int r = -1; r < reps; r++) {
             cudaEventRecord(e0, 0);
-            KK(kern_cuda_interaction(dST, K, T, dq_off, q_off, nq, ddoc_off, dcodes, ddocs, width,
-                                     sh->prune, sh->prune ? dcounts : NULL,
-                                     sh->prune ? (int64_t)(sh->cand / 2) : 0, 0.95f, dapprox));
+            if (v == 2)
+                KK(kern_cuda_interaction_h16(dST, dST16, K, T, dq_off, q_off, nq, ddoc_off, dcodes,
+                                             ddocs, width, sh->prune, sh->prune ? dcounts : NULL,
+                                             sh->prune ? (int64_t)(sh->cand / 2) : 0, 0.95f,
+                                             dapprox));
+            else
+                KK(kern_cuda_interaction(dST, K, T, dq_off, q_off, nq, ddoc_off, dcodes, ddocs,
+                                         width, sh->prune, sh->prune ? dcounts : NULL,
+                                         sh->prune ? (int64_t)(sh->cand / 2) : 0, 0.95f, dapprox));
             cudaEventRecord(e1, 0);
             KK(kern_cuda_sync());
             if (r >= 0)
@@ -139,7 +154,8 @@ static int run_shape(const shape *sh, int reps)
         printf("%-28s %-6s %9.3f ms a call %8.2f us a query  %7.1f GB/s of rows (%zu queries x "
                "%zu tokens, %zu candidates a query, %.1f tokens a candidate)\n",
                sh->name, variants[v], med, med * 1e3 / (double)nq,
-               (double)kept_tokens * (double)sh->lq * 4 / (med * 1e-3) / 1e9, nq, sh->lq,
+               (double)kept_tokens * (double)sh->lq * (v == 2 ? 2 : 4) / (med * 1e-3) / 1e9, nq,
+               sh->lq,
                kept_tokens
                    ? (size_t)((double)(kept_tokens) / (double)nq / ((double)ntok / (double)N))
                    : 0,
@@ -154,6 +170,16 @@ static int run_shape(const shape *sh, int reps)
         diff += a != b;
     }
     printf("%-28s outputs differing in bits: %zu of %zu\n", sh->name, diff, nq * width);
+    if (nvar == 3) {
+        /* h16 sums the rounded rows: its difference from the fp32 sums, largest. */
+        double worst = 0;
+        for (size_t i = 0; i < nq * width; i++) {
+            double e = fabs((double)out[2][i] - (double)out[1][i]);
+            if (out[1][i] == out[1][i] && !(e <= worst))
+                worst = e;
+        }
+        printf("%-28s h16: largest difference from group %.3g\n", sh->name, worst);
+    }
     kern_cuda_free(dST);
     kern_cuda_free(dq_off);
     kern_cuda_free(ddoc_off);
@@ -163,6 +189,9 @@ static int run_shape(const shape *sh, int reps)
     kern_cuda_free(dapprox);
     free(out[0]);
     free(out[1]);
+    free(out[2]);
+    kern_cuda_free(dST16);
+    free(ST16);
     free(times);
     free(doc_off);
     free(codes);
@@ -172,6 +201,66 @@ static int run_shape(const shape *sh, int reps)
     free(ST);
     free(counts);
     return diff != 0;
+}
+
+/* The score table ST = C Q^T of one chunk: the fp32 call (3xTF32) against the fp16 one
+ * (centroids that are fp16 numbers, tokens in two fp16 parts), with the largest difference
+ * between their outputs. Useful work: 2 K T dim FLOP, and K T 4 bytes written. */
+static void run_table(const char *name, size_t K, size_t T, size_t dim, int reps)
+{
+    float *C = malloc(K * dim * sizeof *C), *Q = malloc(T * dim * sizeof *Q);
+    uint16_t *C16 = malloc(K * dim * sizeof *C16);
+    for (size_t i = 0; i < K * dim; i++) {
+        C16[i] = kern_f32_to_f16((float)((unif() * 2.0 - 1.0) * 0.2));
+        C[i] = kern_f16_to_f32(C16[i]);
+    }
+    for (size_t i = 0; i < T * dim; i++)
+        Q[i] = (float)((unif() * 2.0 - 1.0) * 0.2);
+    float *dC = dev_copy(C, K * dim * 4), *dQ = dev_copy(Q, T * dim * 4);
+    uint16_t *dC16 = dev_copy(C16, K * dim * 2);
+    float *dS[2];
+    KK(kern_cuda_malloc((void **)&dS[0], K * T * 4));
+    KK(kern_cuda_malloc((void **)&dS[1], K * T * 4));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float *times = malloc((size_t)reps * sizeof *times);
+    const char *variants[2] = {"fp32 (3xTF32)", "fp16 x 2"};
+    for (int v = 0; v < 2; v++) {
+        for (int r = -1; r < reps; r++) {
+            cudaEventRecord(e0, 0);
+            if (v == 0)
+                KK(kern_centroid_scores(KERN_DEV_CUDA, dC, K, dQ, T, dim, dS[0]));
+            else
+                KK(kern_cuda_centroid_scores_f16(dC16, K, dQ, T, dim, dS[1], NULL));
+            cudaEventRecord(e1, 0);
+            KK(kern_cuda_sync());
+            if (r >= 0)
+                cudaEventElapsedTime(&times[r], e0, e1);
+        }
+        qsort(times, (size_t)reps, sizeof *times, cmp_float);
+        const double med = times[reps / 2];
+        printf("table %-26s %-14s %8.3f ms a call %7.1f TFLOP/s %7.1f GB/s written (K %zu, %zu "
+               "tokens, dim %zu)\n",
+               name, variants[v], med,
+               2.0 * (double)K * (double)T * (double)dim / (med * 1e-3) / 1e12,
+               (double)K * (double)T * 4 / (med * 1e-3) / 1e9, K, T, dim);
+    }
+    float *h[2];
+    double worst = 0;
+    for (int v = 0; v < 2; v++) {
+        h[v] = malloc(K * T * 4);
+        KK(kern_cuda_download(h[v], dS[v], K * T * 4));
+    }
+    for (size_t i = 0; i < K * T; i++) {
+        double d = fabs((double)h[0][i] - (double)h[1][i]);
+        if (!(d <= worst))
+            worst = d;
+    }
+    printf("table %-26s largest difference between the two: %.3g\n", name, worst);
+    kern_cuda_free(dC), kern_cuda_free(dQ), kern_cuda_free(dC16);
+    kern_cuda_free(dS[0]), kern_cuda_free(dS[1]);
+    free(C), free(Q), free(C16), free(h[0]), free(h[1]), free(times);
 }
 
 int main(int argc, char **argv)
@@ -198,6 +287,9 @@ int main(int argc, char **argv)
         {"1M docs, len 70, pruned", 1000000, 70, 131072, 64, 32, 33000, 1},
         {"200k docs, len 70, 64-tok q", 200000, 70, 32768, 64, 64, 20000, 0},
     };
+    run_table("1M docs, K 131072, 64 q", 131072, 64 * 32, 128, reps);
+    run_table("2M docs, K 65536, 85 q", 65536, 85 * 32, 128, reps);
+    run_table("one query, K 131072", 131072, 32, 128, reps);
     int bad = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         bad |= run_shape(&shapes[i], reps);

@@ -81,6 +81,10 @@ struct eng_gpu {
     unsigned nbits;
     dbuf centroids, weights, doc_off, codes, residuals, norms, live, alive, ivf_off, ivf_docs,
         ivf_scratch;
+    /* The centroids as fp16 numbers, when every value is one (an index's centroids are stored
+     * in fp16; a format-1 index's may not be): the score table then takes the fp16 kernel. */
+    dbuf c16;
+    int c16_ok;
     size_t n_alive;
     uint32_t *h_live;
     size_t h_live_words;
@@ -92,7 +96,7 @@ struct eng_gpu {
     float *s_norms;
     size_t s_n;
     /* Search workspace. */
-    dbuf q, q_off, ST, probes, colm, bits, counts, docs1, approx1, sel, docs2, approx2, docs3,
+    dbuf q, q_off, ST, ST16, probes, colm, bits, counts, docs1, approx1, sel, docs2, approx2, docs3,
         scores, docs4, vals, allowed, list, done, next, exact_all;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
@@ -158,12 +162,13 @@ static int dbuf_need(dbuf *b, size_t bytes, int keep, store_msg *m)
 
 static void mirror_reset(eng_gpu *g)
 {
-    dbuf *all[] = {&g->centroids, &g->weights, &g->doc_off,  &g->codes,       &g->residuals,
-                   &g->norms,     &g->live,    &g->alive,    &g->ivf_off,     &g->ivf_docs,
-                   &g->ivf_scratch};
+    dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off,     &g->codes,
+                   &g->residuals, &g->norms,    &g->live,        &g->alive,
+                   &g->ivf_off,   &g->ivf_docs, &g->ivf_scratch, &g->c16};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dbuf_free(all[i]);
     g->valid = 0;
+    g->c16_ok = 0;
     g->K = g->next_docno = 0;
     g->n_docs = 0;
     g->n_tok = g->dead_tok = g->n_alive = 0;
@@ -174,10 +179,10 @@ void eng_gpu_free_held(eng_gpu *g)
     if (!g)
         return;
     mirror_reset(g);
-    dbuf *ws[] = {&g->q,     &g->q_off,   &g->ST,    &g->probes,    &g->colm,
-                  &g->bits,  &g->counts,  &g->docs1, &g->approx1,   &g->sel,
-                  &g->docs2, &g->approx2, &g->docs3, &g->scores,    &g->docs4,
-                  &g->vals,  &g->allowed, &g->list,  &g->xs[0].dev, &g->xs[1].dev};
+    dbuf *ws[] = {&g->q,         &g->q_off,     &g->ST,      &g->probes, &g->colm,      &g->bits,
+                  &g->counts,    &g->docs1,     &g->approx1, &g->sel,    &g->docs2,     &g->approx2,
+                  &g->docs3,     &g->scores,    &g->docs4,   &g->vals,   &g->allowed,   &g->list,
+                  &g->xs[0].dev, &g->xs[1].dev, &g->done,    &g->next,   &g->exact_all, &g->ST16};
     kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
@@ -209,9 +214,9 @@ void eng_gpu_set_slice(eng_gpu *g, size_t docs)
 
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes)
 {
-    const dbuf *all[] = {&g->centroids, &g->weights, &g->doc_off, &g->codes,
-                         &g->residuals, &g->norms,   &g->live,    &g->alive,
-                         &g->ivf_off,   &g->ivf_docs};
+    const dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off, &g->codes,
+                         &g->residuals, &g->norms,    &g->live,    &g->alive,
+                         &g->ivf_off,   &g->ivf_docs, &g->c16};
     size_t b = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         b += all[i]->cap;
@@ -295,7 +300,48 @@ size_t eng_gpu_resident_bytes(const idx_reader *r)
 {
     const store_header *h = &r->h;
     return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4) +
-           (size_t)h->n_centroids * (h->dim * 4 + 16) + (size_t)h->next_docno * 16;
+           (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 16;
+}
+
+/*
+ * The score table's kernels, by TARTAN_GPU_TABLE (a benchmark's comparison): "f32", the fp32
+ * table (3xTF32) and the fp32 interaction; "f16", the fp16 table kernel and the fp32
+ * interaction; else (the default) the fp16 table kernel writing an fp16 copy too, which the
+ * centroid interaction reads where it can.
+ */
+static int table_choice(void)
+{
+    const char *e = getenv("TARTAN_GPU_TABLE");
+    return e && !strcmp(e, "f32") ? 0 : e && !strcmp(e, "f16") ? 1 : 2;
+}
+
+/* The fp16 copy of the centroids, kept when every value survives fp16 exactly and the
+ * table kernel can take the dim. */
+static int upload_c16(eng_gpu *g, const float *centroids, store_msg *m)
+{
+    g->c16_ok = 0;
+    if (g->dim % 16 || table_choice() == 0)
+        return 0;
+    size_t n = (size_t)g->K * g->dim;
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h)
+        return store_fail(m, ENOMEM, "GPU search: out of memory");
+    size_t i = 0;
+    for (; i < n; i++) {
+        h[i] = kern_f32_to_f16(centroids[i]);
+        if (kern_f16_to_f32(h[i]) != centroids[i])
+            break;
+    }
+    int rc = 0;
+    if (i == n && !(rc = dbuf_need(&g->c16, n * sizeof *h, 0, m))) {
+        int krc = kern_cuda_upload(g->c16.p, h, n * sizeof *h);
+        if (krc)
+            rc = gpu_fail(krc, m, "upload");
+        else
+            g->c16_ok = 1;
+    }
+    free(h);
+    return rc;
 }
 
 static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_msg *m)
@@ -333,6 +379,8 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         KTRY(kern_cuda_upload(g->centroids.p, r->centroids, (size_t)g->K * g->dim * 4),
              "upload");
         KTRY(kern_cuda_upload(g->weights.p, r->codec.weights, sizeof r->codec.weights), "upload");
+        if ((rc = upload_c16(g, r->centroids, m)))
+            return rc;
         if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)))
             return store_fail(m, ENOMEM, "GPU search: out of memory");
         g->h_doc_off[0] = 0;
@@ -576,7 +624,24 @@ typedef struct chunk {
     size_t qa, nq;     /* queries [qa, qa + nq) */
     int64_t *h_off;    /* [nq + 1] token offsets within the chunk */
     size_t T;          /* tokens */
+    int half;          /* ST16 holds the table rounded to fp16, for the interaction */
 } chunk;
+
+/* The centroid interaction of docs [nq, width] into approx: from the fp16 copy of the table
+ * where the chunk has one, else from ST. */
+static int interaction(eng_gpu *g, const chunk *c, const uint32_t *docs, size_t width, int prune,
+                       const int64_t *counts, int64_t prune_over, float threshold, float *approx,
+                       store_msg *m)
+{
+    KTRY(c->half ? kern_cuda_interaction_h16(g->ST.p, g->ST16.p, g->K, c->T, g->q_off.p, c->h_off,
+                                             c->nq, g->doc_off.p, g->codes.p, docs, width, prune,
+                                             counts, prune_over, threshold, approx)
+                 : kern_cuda_interaction(g->ST.p, g->K, c->T, g->q_off.p, c->h_off, c->nq,
+                                         g->doc_off.p, g->codes.p, docs, width, prune, counts,
+                                         prune_over, threshold, approx),
+         "centroid interaction");
+    return 0;
+}
 
 /* The exact stage over docs [nq, per_q] (or the one list with cross) of the mirror, or in
  * streaming mode of documents copied over for it. */
@@ -765,7 +830,7 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
                            size_t width, size_t *n_exact, size_t *k, eng_stage_stats *st,
                            double *t0, store_msg *m)
 {
-    const size_t K = g->K, nq = c->nq;
+    const size_t nq = c->nq;
     const size_t cap = s->depth_cap < width ? s->depth_cap : width;
     const size_t first = 2 * s->k > ENG_GPU_FIRST_BATCH ? 2 * s->k : ENG_GPU_FIRST_BATCH;
     int rc, krc = 0;
@@ -777,9 +842,9 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         (rc = dbuf_need(&g->docs3, nq * cap * 4, 0, m)) ||
         (rc = dbuf_need(&g->scores, nq * cap * 4, 0, m)))
         return rc;
-    KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p, g->codes.p,
-                               g->docs1.p, width, s->prune, NULL, 0, s->threshold, g->approx1.p),
-         "centroid interaction");
+    if ((rc = interaction(g, c, g->docs1.p, width, s->prune, NULL, 0, s->threshold, g->approx1.p,
+                          m)))
+        return rc;
     double t1 = eng_now();
     st->prune += t1 - *t0;
     *t0 = t1;
@@ -900,8 +965,8 @@ static int probe_and_mark(eng_gpu *g, const eng_search *s, const chunk *c, enum 
     return krc ? gpu_fail(krc, m, how == PROBE_WIDEN ? "widening probes" : "probes") : 0;
 }
 
-static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive,
-                     const chunk *c, eng_stage_stats *st, store_msg *m)
+static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaustive, chunk *c,
+                     eng_stage_stats *st, store_msg *m)
 {
     const eng_queries *q = s->q;
     const size_t K = g->K, nq = c->nq, words = ((size_t)g->next_docno + 31) / 32;
@@ -914,7 +979,20 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         return rc;
     KTRY(kern_cuda_upload(g->q.p, q->emb + q->off[c->qa] * g->dim, c->T * g->dim * 4), "upload");
     KTRY(kern_cuda_upload(g->q_off.p, c->h_off, (nq + 1) * 8), "upload");
-    KTRY(kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim, g->ST.p),
+    /* The fp16 copy for the interaction: where the table kernel can write it, the search is
+     * adaptive (its interaction reads tens of thousands of candidates' rows a query; the fixed
+     * stages read too few to pay for writing the copy: 16,807 queries/s without it, 15,528
+     * with, at 1M documents on an H200), and every query's columns start at a multiple of 8. */
+    c->half = g->c16_ok && table_choice() == 2 && !exhaustive && !s->subset_exact && s->adaptive &&
+              c->T % 8 == 0;
+    for (size_t i = 0; c->half && i <= nq; i++)
+        c->half = c->h_off[i] % 8 == 0;
+    if (c->half && (rc = dbuf_need(&g->ST16, (K * c->T + KERN_CUDA_ST_SLACK) * 2, 0, m)))
+        return rc;
+    KTRY(g->c16_ok ? kern_cuda_centroid_scores_f16(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
+                                                   c->half ? g->ST16.p : NULL)
+                   : kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim,
+                                          g->ST.p),
          "centroid scores");
 
     const uint32_t *list = NULL;
@@ -1045,17 +1123,15 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             goto hits;
         }
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
-        KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
-                                   g->codes.p, g->docs1.p, width, 1, g->counts.p,
-                                   (int64_t)s->ndocs_exact, s->threshold, g->approx1.p),
-             "centroid interaction");
+        if ((rc = interaction(g, c, g->docs1.p, width, 1, g->counts.p, (int64_t)s->ndocs_exact,
+                              s->threshold, g->approx1.p, m)))
+            return rc;
         KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx1.p, nq, width, n2, g->sel.p, g->vals.p),
              "top-k");
         KTRY(kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, n2, g->docs2.p), "gather");
         /* Stage 3. */
-        KTRY(kern_cuda_interaction(g->ST.p, K, c->T, g->q_off.p, c->h_off, nq, g->doc_off.p,
-                                   g->codes.p, g->docs2.p, n2, 0, NULL, 0, 0.f, g->approx2.p),
-             "centroid interaction");
+        if ((rc = interaction(g, c, g->docs2.p, n2, 0, NULL, 0, 0.f, g->approx2.p, m)))
+            return rc;
         KTRY(kern_topk_rows(KERN_DEV_CUDA, g->approx2.p, nq, n2, n3, g->sel.p, g->vals.p),
              "top-k");
         KTRY(kern_cuda_gather_docs(g->docs2.p, n2, g->sel.p, nq, n3, g->docs3.p), "gather");

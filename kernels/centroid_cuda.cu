@@ -7,8 +7,10 @@
  * of at least one 128 x 128 tile (GPU search batches, k-means assignment), the tensor cores
  * with each operand split in two tf32 parts (3xTF32, below); for small ones and odd dims, the
  * CUDA cores: a 64 x 64 output tile per CTA, both operands staged through shared memory in
- * 16-dim slices, 4 x 4 outputs per thread.
+ * 16-dim slices, 4 x 4 outputs per thread. A third kernel serves GPU searches, whose
+ * centroids are fp16 numbers: two fp16 tensor-core passes (kern_cuda_centroid_scores_f16).
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -169,7 +171,166 @@ __global__ void __launch_bounds__(256)
             }
 }
 
+/*
+ * The search's table S = C Q^T when every centroid value is a binary16 number (the index
+ * stores its centroids in fp16, so a search's are): the centroids enter the tensor cores
+ * exactly as fp16, and each query value splits into hi = fp16(q) and lo = fp16(q - hi), so
+ * S = C.lo + C.hi in two m16n8k16 fp16 passes with fp32 accumulation. The products are exact
+ * in fp32; what is dropped is lo's rounding, 2^-11 of q - hi, itself at most 2^-11 of q, so
+ * about 2^-22 of each product as in 3xTF32 (where lo is tiny, fp16's subnormals bound the
+ * error at 2^-25 a value instead, under fp32's rounding of a score). Two fp16 passes cost a
+ * third of 3xTF32's tensor-core time and no operand splitting in the inner loop (the query
+ * is split once, as it is staged). A 128 x 128 output tile per CTA of 8 warps (2 x 4, each
+ * 64 x 32), 32-dim slices through shared memory, rows padded to 40 halves (a fragment load's
+ * 32 lanes hit 32 distinct banks). Needs dim % 16 == 0 and 16-byte aligned operands.
+ */
+constexpr int HM = 128, HN = 128, HK = 32, HLD = HK + 8;
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Two fp16 values packed as an mma operand register, the first in the low half. */
+__device__ __forceinline__ uint32_t pack_h2(__half_raw a, __half_raw b)
+{
+    return (uint32_t)a.x | ((uint32_t)b.x << 16);
+}
+
+__global__ void __launch_bounds__(256, 2)
+    centroid_scores_f16x2_kernel(const uint16_t *__restrict__ C, const float *__restrict__ Q,
+                                 long long nc, long long nq, long long dim, float *__restrict__ S,
+                                 __half *__restrict__ S16)
+{
+    __shared__ __align__(16) uint16_t sa[HM * HLD];
+    __shared__ __align__(16) uint16_t sh[HN * HLD];
+    __shared__ __align__(16) uint16_t sl[HN * HLD];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3; /* warp tile: rows wm*64, cols wn*32 */
+    const int g = lane >> 2, t4 = lane & 3;
+    const long long m0 = (long long)blockIdx.y * HM, n0 = (long long)blockIdx.x * HN;
+    float acc[4][4][4] = {};
+    for (long long k0 = 0; k0 < dim; k0 += HK) {
+        /* Centroids: 128 rows x 32 halves, 512 uint4, 2 per thread. */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int v = tid + i * 256, r = v >> 2, c8 = (v & 3) * 8;
+            uint4 x = make_uint4(0, 0, 0, 0);
+            if (m0 + r < nc && k0 + c8 < dim)
+                x = __ldg(reinterpret_cast<const uint4 *>(C + (m0 + r) * dim + k0 + c8));
+            *reinterpret_cast<uint4 *>(sa + r * HLD + c8) = x;
+        }
+        /* Query tokens: 128 rows x 32 floats, 1024 float4, 4 per thread, split as staged. */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int v = tid + i * 256, r = v >> 3, c4 = (v & 7) * 4;
+            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (n0 + r < nq && k0 + c4 < dim)
+                y = __ldg(reinterpret_cast<const float4 *>(Q + (n0 + r) * dim + k0 + c4));
+            const float f[4] = {y.x, y.y, y.z, y.w};
+            __half_raw hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const __half h = __float2half_rn(f[e]);
+                hi[e] = h;
+                lo[e] = __float2half_rn(f[e] - __half2float(h));
+            }
+            *reinterpret_cast<uint2 *>(sh + r * HLD + c4) =
+                make_uint2(pack_h2(hi[0], hi[1]), pack_h2(hi[2], hi[3]));
+            *reinterpret_cast<uint2 *>(sl + r * HLD + c4) =
+                make_uint2(pack_h2(lo[0], lo[1]), pack_h2(lo[2], lo[3]));
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < HK; kk += 16) {
+            uint32_t a[4][4], bh[4][2], bl[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const uint16_t *p = sa + (wm * 64 + mt * 16 + g) * HLD + kk + 2 * t4;
+                a[mt][0] = *reinterpret_cast<const uint32_t *>(p);
+                a[mt][1] = *reinterpret_cast<const uint32_t *>(p + 8 * HLD);
+                a[mt][2] = *reinterpret_cast<const uint32_t *>(p + 8);
+                a[mt][3] = *reinterpret_cast<const uint32_t *>(p + 8 * HLD + 8);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int o = (wn * 32 + nt * 8 + g) * HLD + kk + 2 * t4;
+                bh[nt][0] = *reinterpret_cast<const uint32_t *>(sh + o);
+                bh[nt][1] = *reinterpret_cast<const uint32_t *>(sh + o + 8);
+                bl[nt][0] = *reinterpret_cast<const uint32_t *>(sl + o);
+                bl[nt][1] = *reinterpret_cast<const uint32_t *>(sl + o + 8);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    mma_f16(acc[mt][nt], a[mt], bl[nt]);
+                    mma_f16(acc[mt][nt], a[mt], bh[nt]);
+                }
+        }
+        __syncthreads();
+    }
+    const bool pairs = nq % 2 == 0 && (uintptr_t)S % 8 == 0;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long m = m0 + wm * 64 + mt * 16 + g + 8 * h;
+                const long long n = n0 + wn * 32 + nt * 8 + 2 * t4;
+                if (m >= nc)
+                    continue;
+                const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+                if (pairs && n + 1 < nq) {
+                    *reinterpret_cast<float2 *>(S + m * nq + n) = make_float2(v0, v1);
+                    if (S16)
+                        *reinterpret_cast<__half2 *>(S16 + m * nq + n) = __floats2half2_rn(v0, v1);
+                    continue;
+                }
+                if (n < nq) {
+                    S[m * nq + n] = v0;
+                    if (S16)
+                        S16[m * nq + n] = __float2half_rn(v0);
+                }
+                if (n + 1 < nq) {
+                    S[m * nq + n + 1] = v1;
+                    if (S16)
+                        S16[m * nq + n + 1] = __float2half_rn(v1);
+                }
+            }
+}
+
 } // namespace
+
+extern "C" int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t n_centroids,
+                                             const float *q, size_t nq, size_t dim, float *S,
+                                             uint16_t *S16)
+{
+    cudaGetLastError();
+    if (!c16 || !q || !S || !dim || dim % 16 || (uintptr_t)c16 % 16 || (uintptr_t)q % 16 ||
+        (uintptr_t)S16 % 4) {
+        kern_set_error("centroid_scores_f16 (cuda): NULL argument, dim %zu not a multiple of 16, "
+                       "or unaligned operands",
+                       dim);
+        return KERN_EINVAL;
+    }
+    if (!n_centroids || !nq)
+        return KERN_OK;
+    if ((n_centroids + HM - 1) / HM > 65535 || (nq + HN - 1) / HN > 0x7fffffffu) {
+        kern_set_error("centroid_scores_f16 (cuda): %zu x %zu beyond one launch", n_centroids, nq);
+        return KERN_EINVAL;
+    }
+    dim3 grid((unsigned)((nq + HN - 1) / HN), (unsigned)((n_centroids + HM - 1) / HM));
+    centroid_scores_f16x2_kernel<<<grid, 256>>>(c16, q, (long long)n_centroids, (long long)nq,
+                                                (long long)dim, S, reinterpret_cast<__half *>(S16));
+    KERN_CUDA_LAUNCHED("centroid_scores_f16x2_kernel");
+    return KERN_OK;
+}
 
 extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                                         size_t n_centroids, size_t dim, float *S)

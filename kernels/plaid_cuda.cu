@@ -9,6 +9,7 @@
  * against one query's tokens are one contiguous run of a row, so a warp whose lanes are the
  * query's tokens reads a token's scores in one or a few cache lines.
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -674,6 +675,126 @@ __global__ void __launch_bounds__(IX_WARPS * 32)
     }
 }
 
+/*
+ * The same sums over the table rounded to fp16 (ST16, the layout of ST): a row of a query's 32
+ * scores is 64 bytes, so four lanes hold a document (eight query tokens a lane, one 16-byte
+ * load a row) and eight documents run side by side in a warp. Why: at 1M documents the rows
+ * are read from L2 and DRAM more than once a query (a query's fp32 rows are 16.8 MB at K
+ * 131,072, and the L2 hit rate was a third), so half the bytes and half the load instructions
+ * a row go straight to the time. The max is taken in half2 (exact: the rows are fp16 numbers)
+ * and the sum in fp32. Needs ld and every query's first column a multiple of 8.
+ */
+constexpr int HX_LANES = 4;
+constexpr int HX_DOCS = 32 / HX_LANES;
+constexpr int HX_WARPS = 8;
+constexpr int HX_STEP = 8; /* document tokens a group folds per step: two codes a lane */
+
+__global__ void __launch_bounds__(HX_WARPS * 32)
+    interaction_h16_kernel(const __half *__restrict__ ST16, long long ld,
+                           const int64_t *__restrict__ q_off, const int64_t *__restrict__ doc_off,
+                           const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
+                           long long width, long long n, int prune,
+                           const int64_t *__restrict__ counts, long long prune_over,
+                           const uint32_t *__restrict__ keep, long long kw,
+                           float *__restrict__ approx)
+{
+    const int lane = threadIdx.x & 31, sub = lane / HX_LANES, l = lane % HX_LANES;
+    const long long warps = (long long)gridDim.x * HX_WARPS;
+    for (long long base = ((long long)blockIdx.x * HX_WARPS + (threadIdx.x >> 5)) * HX_DOCS;
+         base < n; base += warps * HX_DOCS) {
+        const long long it = base + sub;
+        const bool valid = it < n;
+        const uint32_t d = valid ? docs[it] : KERN_NO_DOC;
+        const bool live = d != KERN_NO_DOC;
+        const long long qi = valid ? it / width : 0;
+        long long col0 = 0, t0 = 0;
+        int lq = 0, ntok = 0;
+        bool pr = false;
+        if (live) {
+            col0 = q_off[qi];
+            lq = (int)(q_off[qi + 1] - col0);
+            t0 = doc_off[d];
+            ntok = (int)(doc_off[d + 1] - t0);
+            pr = prune && (!counts || counts[qi] > prune_over);
+        }
+        const int lq_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)lq);
+        const int ntok_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)ntok);
+        const __half *S = ST16 + col0;
+        const uint32_t *kq = keep + qi * kw;
+        float tot = 0.f;
+        bool any = false;
+        for (int g0 = 0; g0 < lq_max; g0 += 32) {
+            const int j = g0 + 8 * l; /* this lane's first query token */
+            const __half2 ninf = __half2half2(__ushort_as_half((unsigned short)0xfc00u));
+            __half2 m[4] = {ninf, ninf, ninf, ninf};
+            /* The next step's codes are loaded before this step's rows: one memory latency
+             * a step instead of two (codes, then the rows they name). */
+            uint32_t ahead[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                ahead[h] = h * HX_LANES + l < ntok ? __ldg(codes + t0 + h * HX_LANES + l) : 0;
+            for (int tb = 0; tb < ntok_max; tb += HX_STEP) {
+                uint32_t code[2] = {ahead[0], ahead[1]};
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int t = tb + HX_STEP + h * HX_LANES + l;
+                    ahead[h] = t < ntok ? __ldg(codes + t0 + t) : 0;
+                }
+                unsigned left = 0;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int t = tb + h * HX_LANES + l;
+                    const bool in = t < ntok;
+                    const bool kept =
+                        in && (!pr || ((__ldg(kq + (code[h] >> 5)) >> (code[h] & 31)) & 1));
+                    left |= ((__ballot_sync(0xffffffffu, kept) >> (sub * HX_LANES)) &
+                             ((1u << HX_LANES) - 1))
+                            << (h * HX_LANES);
+                }
+                const bool some = left != 0;
+                any |= some;
+                uint32_t cs[HX_STEP];
+#pragma unroll
+                for (int u = 0; u < HX_STEP; u++) {
+                    const int t = left ? __ffs(left) - 1 : -1;
+                    left &= left - 1;
+                    const int tt = t < 0 ? 0 : t;
+                    const uint32_t c = __shfl_sync(0xffffffffu, tt >= HX_LANES ? code[1] : code[0],
+                                                   sub * HX_LANES + (tt & (HX_LANES - 1)));
+                    cs[u] = t < 0 ? cs[0] : c;
+                }
+                if (some && j < lq) {
+                    uint4 x[HX_STEP];
+#pragma unroll
+                    for (int u = 0; u < HX_STEP; u++)
+                        x[u] =
+                            __ldg(reinterpret_cast<const uint4 *>(S + (long long)cs[u] * ld + j));
+#pragma unroll
+                    for (int u = 0; u < HX_STEP; u++) {
+                        m[0] = __hmax2(m[0], *reinterpret_cast<const __half2 *>(&x[u].x));
+                        m[1] = __hmax2(m[1], *reinterpret_cast<const __half2 *>(&x[u].y));
+                        m[2] = __hmax2(m[2], *reinterpret_cast<const __half2 *>(&x[u].z));
+                        m[3] = __hmax2(m[3], *reinterpret_cast<const __half2 *>(&x[u].w));
+                    }
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 f = __half22float2(m[e]);
+                if (j + 2 * e < lq)
+                    tot += f.x;
+                if (j + 2 * e + 1 < lq)
+                    tot += f.y;
+            }
+        }
+#pragma unroll
+        for (int o = HX_LANES / 2; o > 0; o >>= 1)
+            tot += __shfl_xor_sync(0xffffffffu, tot, o);
+        if (valid && l == 0)
+            approx[it] = !live ? __int_as_float(0x7fc00000) : any ? tot : KERN_EMPTY_SCORE;
+    }
+}
+
 /* keep[q * kw + c / 32] bit c % 32: the best score of centroid c over query q's tokens
  * reaches threshold. Thread (q, c), c fastest: a warp decides 32 consecutive centroids of one
  * query and writes their word. */
@@ -975,12 +1096,11 @@ extern "C" int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words
     return KERN_OK;
 }
 
-extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld,
-                                     const int64_t *q_off,
-                                     const int64_t *h_q_off, size_t nq, const int64_t *doc_off,
-                                     const uint32_t *codes, const uint32_t *docs, size_t width,
-                                     int prune, const int64_t *counts, int64_t prune_over,
-                                     float threshold, float *approx)
+static int interaction(const float *ST, const uint16_t *ST16, size_t n_centroids, size_t ld,
+                       const int64_t *q_off, const int64_t *h_q_off, size_t nq,
+                       const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
+                       size_t width, int prune, const int64_t *counts, int64_t prune_over,
+                       float threshold, float *approx)
 {
     cudaGetLastError();
     if (!ST || !q_off || !doc_off || !codes || !docs || !approx) {
@@ -1006,7 +1126,18 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
                                    kw, keep);
     }
     const char *var = getenv("TARTAN_INTERACTION");
-    if (var && !strcmp(var, "warp")) {
+    if (ST16) {
+        int hblocks = 0;
+        if ((rc = kern_persistent_grid((const void *)interaction_h16_kernel, HX_WARPS * 32, 0,
+                                       (n + HX_WARPS * HX_DOCS - 1) / (HX_WARPS * HX_DOCS),
+                                       &hblocks)) != KERN_OK) {
+            kern_scratch_free(keep, keep_bytes);
+            return rc;
+        }
+        interaction_h16_kernel<<<hblocks, HX_WARPS * 32>>>(
+            reinterpret_cast<const __half *>(ST16), (long long)ld, q_off, doc_off, codes, docs,
+            (long long)width, n, prune, counts, (long long)prune_over, keep, kw, approx);
+    } else if (var && !strcmp(var, "warp")) {
         interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(
             ST, (long long)ld, q_off, doc_off, codes, docs, (long long)width, n, prune, counts,
             (long long)prune_over, keep, kw, approx);
@@ -1038,6 +1169,36 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
                           : kern_cuda_fail(e, "launch of the interaction kernels", __FILE__, __LINE__);
     kern_scratch_free(keep, keep_bytes);
     return rc;
+}
+
+extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld,
+                                     const int64_t *q_off, const int64_t *h_q_off, size_t nq,
+                                     const int64_t *doc_off, const uint32_t *codes,
+                                     const uint32_t *docs, size_t width, int prune,
+                                     const int64_t *counts, int64_t prune_over, float threshold,
+                                     float *approx)
+{
+    return interaction(ST, NULL, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes, docs, width,
+                       prune, counts, prune_over, threshold, approx);
+}
+
+extern "C" int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_centroids,
+                                         size_t ld, const int64_t *q_off, const int64_t *h_q_off,
+                                         size_t nq, const int64_t *doc_off, const uint32_t *codes,
+                                         const uint32_t *docs, size_t width, int prune,
+                                         const int64_t *counts, int64_t prune_over, float threshold,
+                                         float *approx)
+{
+    bool ok = ST16 && h_q_off && ld % 8 == 0 && (uintptr_t)ST16 % 16 == 0;
+    for (size_t i = 0; ok && i <= nq; i++)
+        ok = h_q_off[i] % 8 == 0;
+    if (!ok) {
+        kern_set_error("interaction_h16 (cuda): no fp16 table, or ld or a query's first column "
+                       "not a multiple of 8");
+        return KERN_EINVAL;
+    }
+    return interaction(ST, ST16, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes, docs, width,
+                       prune, counts, prune_over, threshold, approx);
 }
 
 extern "C" int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel,

@@ -605,6 +605,80 @@ START_TEST(test_kernels_gpu_centroid_scores_match_reference)
 }
 END_TEST
 
+/* The search's table kernel: centroids that are fp16 numbers, tokens split in two fp16 parts.
+ * Against double, at the fp32 call's tolerance (without the lo pass the error is some 2^-12 of
+ * each product, 100 times the tolerance), and against the fp32 GPU call on the same values.
+ * Some tokens carry tiny values, whose lo part is an fp16 subnormal. */
+START_TEST(test_kernels_gpu_centroid_scores_f16)
+{
+    static const size_t dims[] = {16, 48, 128, 384};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        for (int rep = 0; rep < 2; rep++) {
+            size_t dim = dims[di], nc = urnd(1, 3000), nt = rep ? urnd(1, 300) : 256;
+            float *c = rand_floats(nc * dim, 1), *q = rand_floats(nt * dim, 1);
+            normalise_rows(c, nc, dim);
+            normalise_rows(q, nt, dim);
+            uint16_t *c16 = malloc(nc * dim * sizeof *c16);
+            for (size_t i = 0; i < nc * dim; i++) {
+                c16[i] = kern_f32_to_f16(c[i]);
+                c[i] = kern_f16_to_f32(c16[i]);
+            }
+            for (size_t i = 0; i < nt * dim; i += 7)
+                q[i] *= 1e-5f;
+            float *qd = dev_put(q, nt * dim * 4), *cd = dev_put(c, nc * dim * 4);
+            uint16_t *c16d = dev_put(c16, nc * dim * 2);
+            float *sd = dev_poisoned(nc * nt), *s32 = dev_poisoned(nc * nt);
+            /* Half the cases ask for the fp16 copy too, into NaN halves. */
+            uint16_t *s16 = NULL;
+            if (rep || di % 2) {
+                uint16_t *poison = malloc(nc * nt * 2);
+                memset(poison, 0xff, nc * nt * 2);
+                s16 = dev_put(poison, nc * nt * 2);
+                free(poison);
+            }
+            expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16));
+            expect_ok(kern_centroid_scores(KERN_DEV_CUDA, cd, nc, qd, nt, dim, s32));
+            float *got = dev_get_floats(sd, nc * nt), *g32 = dev_get_floats(s32, nc * nt);
+            double *ref = malloc(nc * nt * sizeof(double)), *mag = malloc(nc * nt * sizeof(double));
+            for (size_t k = 0; k < nc; k++)
+                for (size_t i = 0; i < nt; i++) {
+                    double sum = 0, m = 0;
+                    for (size_t j = 0; j < dim; j++) {
+                        sum += (double)c[k * dim + j] * q[i * dim + j];
+                        m += fabs((double)c[k * dim + j] * q[i * dim + j]);
+                    }
+                    ref[k * nt + i] = sum;
+                    mag[k * nt + i] = m;
+                }
+            compare("centroid_scores_f16", got, ref, mag, nc * nt, 4e-6, 1e-7, 2e-6);
+            if (s16) {
+                /* The fp16 copy: each fp32 score rounded to nearest even. */
+                uint16_t *h16 = malloc(nc * nt * 2);
+                ck_assert_int_eq(kern_gpu_copy(h16, s16, nc * nt * 2, 0), KERN_OK);
+                for (size_t i = 0; i < nc * nt; i++)
+                    ck_assert_msg(h16[i] == kern_f32_to_f16(got[i]),
+                                  "fp16 copy [%zu]: %04x, want %04x (of %.9g)", i, h16[i],
+                                  kern_f32_to_f16(got[i]), got[i]);
+                free(h16);
+                kern_gpu_free(s16);
+            }
+            compare_cpu("centroid_scores_f16 vs fp32", got, g32, mag, nc * nt, 8e-6, 2e-7);
+            kern_gpu_free(qd), kern_gpu_free(cd), kern_gpu_free(c16d);
+            kern_gpu_free(sd), kern_gpu_free(s32);
+            free(c), free(q), free(c16), free(got), free(g32), free(ref), free(mag);
+        }
+    }
+    /* What it cannot take: a dim not a multiple of 16, unaligned tokens, NULL. */
+    float *qd = dev_poisoned(64), *sd = dev_poisoned(64);
+    uint16_t *cd = dev_put((uint16_t[64]){0}, 128);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 24, sd, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd + 1, 1, 16, sd, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(NULL, 2, qd, 2, 16, sd, NULL), KERN_EINVAL);
+    expect_ok(kern_cuda_centroid_scores_f16(cd, 0, qd, 2, 16, sd, NULL));
+    kern_gpu_free(qd), kern_gpu_free(sd), kern_gpu_free(cd);
+}
+END_TEST
+
 /* ---- PLAID documents -------------------------------------------------------------------- */
 typedef struct plaid_set {
     size_t dim, nc, nd, lq;
@@ -1253,22 +1327,61 @@ START_TEST(test_kernels_gpu_adaptive_stages)
 }
 END_TEST
 
-/* ---- batch interaction: both kernels, against a double reference --------------------------- */
-/* nq queries of lq[q] tokens (ld columns of ST in all, ld >= sum), candidates [nq, width] with
- * KERN_NO_DOC slots and empty documents, pruned or not: the default (group) kernel and the
- * warp kernel give the same bits, and both match the double reference. */
+/* ---- batch interaction: the kernels, against a double reference --------------------------- */
+/* The reference sum of document d for query q (columns c0 .. c0 + lq of tables [K, ld]): the
+ * threshold's verdict read from keepT, the values from valT. -INFINITY: no kept token. */
+static double ref_interaction(const float *keepT, const float *valT, size_t ld, int64_t c0,
+                              int64_t lq, const int64_t *doc_off, const uint32_t *codes, uint32_t d,
+                              int pr, float threshold)
+{
+    double total = 0;
+    int any = 0;
+    for (int64_t j = 0; j < lq; j++) {
+        double best = -INFINITY;
+        for (int64_t t = doc_off[d]; t < doc_off[d + 1]; t++) {
+            const uint32_t c = codes[t];
+            if (pr) {
+                float mx = -INFINITY;
+                for (int64_t jj = 0; jj < lq; jj++)
+                    mx = fmaxf(mx, keepT[c * ld + (size_t)(c0 + jj)]);
+                if (!(mx >= threshold))
+                    continue;
+            }
+            any = 1;
+            best = fmax(best, valT[c * ld + (size_t)(c0 + j)]);
+        }
+        total += best;
+    }
+    return any && lq ? total : -INFINITY;
+}
+
+/* nq queries of lq[q] tokens (fixed 1: lq_max each; 2: multiples of 8 up to lq_max; 0: any up
+ * to lq_max; ld columns of ST in all, ld >= sum), candidates [nq, width] with KERN_NO_DOC
+ * slots and empty documents, pruned or not: the default (group) kernel and the warp kernel
+ * give the same bits, and both match the double reference. Where ld and every query's first
+ * column are multiples of 8, the fp16 kernel too, against the reference over the rounded table
+ * (the threshold still read from ST). */
 static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed, size_t ld_pad,
                                   size_t n_docs, size_t max_len, size_t width, int prune)
 {
     int64_t *q_off = xmalloc((nq + 1) * 8);
     q_off[0] = 0;
     for (size_t q = 0; q < nq; q++)
-        q_off[q + 1] = q_off[q] + (int64_t)(fixed ? lq_max : urnd(0, lq_max));
+        q_off[q + 1] = q_off[q] + (int64_t)(fixed == 1   ? lq_max
+                                            : fixed == 2 ? 8 * urnd(0, lq_max / 8)
+                                                         : urnd(0, lq_max));
     const size_t ld = (size_t)q_off[nq] + ld_pad;
     const size_t st_n = K * ld + KERN_CUDA_ST_SLACK;
-    float *ST = xmalloc(st_n * 4);
-    for (size_t i = 0; i < st_n; i++)
+    float *ST = xmalloc(st_n * 4), *STr = xmalloc(st_n * 4);
+    uint16_t *ST16 = xmalloc(st_n * 2);
+    for (size_t i = 0; i < st_n; i++) {
         ST[i] = (float)(unif() * 2 - 1);
+        ST16[i] = kern_f32_to_f16(ST[i]);
+        STr[i] = kern_f16_to_f32(ST16[i]);
+    }
+    int h16 = ld % 8 == 0;
+    for (size_t q = 0; q <= nq; q++)
+        h16 &= q_off[q] % 8 == 0;
     int64_t *doc_off = xmalloc((n_docs + 1) * 8);
     doc_off[0] = 0;
     for (size_t d = 0; d < n_docs; d++)
@@ -1288,19 +1401,26 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
     const float threshold = 0.9f;
     const int64_t prune_over = (int64_t)(width / 3);
     float *dST = dev_put(ST, st_n * 4);
+    uint16_t *dST16 = dev_put(ST16, st_n * 2);
     int64_t *dq = dev_put(q_off, (nq + 1) * 8), *ddo = dev_put(doc_off, (n_docs + 1) * 8);
     uint32_t *dc = dev_put(codes, (ntok ? ntok : 1) * 4), *dd = dev_put(docs, nq * width * 4);
     int64_t *dcnt = dev_put(counts, nq * 8);
-    float *got[2];
+    float *got[3] = {NULL, NULL, NULL};
     const char *variant[2] = {"warp", NULL};
-    for (int v = 0; v < 2; v++) {
-        if (variant[v])
+    for (int v = 0; v < 3; v++) {
+        if (v < 2 && variant[v])
             setenv("TARTAN_INTERACTION", variant[v], 1);
         else
             unsetenv("TARTAN_INTERACTION");
         float *da = dev_poisoned(nq * width);
-        expect_ok(kern_cuda_interaction(dST, K, ld, dq, q_off, nq, ddo, dc, dd, width, prune,
-                                        prune ? dcnt : NULL, prune_over, threshold, da));
+        if (v < 2)
+            expect_ok(kern_cuda_interaction(dST, K, ld, dq, q_off, nq, ddo, dc, dd, width, prune,
+                                            prune ? dcnt : NULL, prune_over, threshold, da));
+        else
+            ck_assert_int_eq(kern_cuda_interaction_h16(dST, dST16, K, ld, dq, q_off, nq, ddo, dc,
+                                                       dd, width, prune, prune ? dcnt : NULL,
+                                                       prune_over, threshold, da),
+                             h16 ? KERN_OK : KERN_EINVAL);
         got[v] = dev_get_floats(da, nq * width);
         kern_gpu_free(da);
     }
@@ -1310,47 +1430,37 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
         const int64_t c0 = q_off[q], lq = q_off[q + 1] - c0;
         const int pr = prune && counts[q] > prune_over;
         for (size_t i = 0; i < width; i++) {
-            const float g = got[1][q * width + i];
             const uint32_t d = docs[q * width + i];
-            if (d == KERN_NO_DOC) {
-                ck_assert(isnan(g));
-                continue;
-            }
-            double total = 0;
-            int any = 0;
-            for (int64_t j = 0; j < lq; j++) {
-                double best = -INFINITY;
-                for (int64_t t = doc_off[d]; t < doc_off[d + 1]; t++) {
-                    const uint32_t c = codes[t];
-                    if (pr) {
-                        float mx = -INFINITY;
-                        for (int64_t jj = 0; jj < lq; jj++)
-                            mx = fmaxf(mx, ST[c * ld + (size_t)(c0 + jj)]);
-                        if (!(mx >= threshold))
-                            continue;
-                    }
-                    any = 1;
-                    best = fmax(best, ST[c * ld + (size_t)(c0 + j)]);
+            for (int v = 1; v < (h16 ? 3 : 2); v++) {
+                const float g = got[v][q * width + i];
+                if (d == KERN_NO_DOC) {
+                    ck_assert(isnan(g));
+                    continue;
                 }
-                total += best;
+                const double total = ref_interaction(ST, v == 2 ? STr : ST, ld, c0, lq, doc_off,
+                                                     codes, d, pr, threshold);
+                if (total == -INFINITY) {
+                    ck_assert(g == KERN_EMPTY_SCORE);
+                    continue;
+                }
+                ck_assert_msg(fabs(g - total) <= 1e-5 * (1 + fabs(total)),
+                              "%s: query %zu slot %zu: %.9g against %.9g", v == 2 ? "h16" : "group",
+                              q, i, (double)g, total);
             }
-            if (!any || lq == 0) {
-                ck_assert(g == KERN_EMPTY_SCORE);
-                continue;
-            }
-            ck_assert_msg(fabs(g - total) <= 1e-5 * (1 + fabs(total)),
-                          "query %zu slot %zu: %.9g against %.9g", q, i, (double)g, total);
         }
     }
     kern_gpu_free(dST);
+    kern_gpu_free(dST16);
     kern_gpu_free(dq);
     kern_gpu_free(ddo);
     kern_gpu_free(dc);
     kern_gpu_free(dd);
     kern_gpu_free(dcnt);
-    free(got[0]);
-    free(got[1]);
+    for (int v = 0; v < 3; v++)
+        free(got[v]);
     free(ST);
+    free(STr);
+    free(ST16);
     free(q_off);
     free(doc_off);
     free(codes);
@@ -1368,6 +1478,11 @@ START_TEST(test_kernels_gpu_batch_interaction)
     /* Long documents, pruned queries beside unpruned ones, both row forms. */
     run_batch_interaction(1000, 7, 32, 1, 0, 300, 150, 100, 1);
     run_batch_interaction(64, 5, 37, 0, 1, 50, 9, 60, 1);
+    /* The fp16 kernel: queries of 0 to 96 tokens in eights (partial passes of 32), pruned and
+     * not, ld padded by 8; and a pad of 4 that it must refuse. */
+    run_batch_interaction(700, 11, 96, 2, 8, 400, 30, 150, 0);
+    run_batch_interaction(900, 8, 64, 2, 0, 300, 90, 100, 1);
+    run_batch_interaction(300, 4, 32, 1, 4, 100, 10, 50, 0);
 }
 END_TEST
 
@@ -1896,6 +2011,7 @@ int main(void)
         {"varlen", test_kernels_gpu_varlen_matches_reference, 120},
         {"stream_warp", test_kernels_gpu_stream_warp, 120},
         {"centroid_scores", test_kernels_gpu_centroid_scores_match_reference, 60},
+        {"centroid_scores_f16", test_kernels_gpu_centroid_scores_f16, 60},
         {"residual", test_kernels_gpu_residual_matches_reference, 120},
         {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},

@@ -39,6 +39,7 @@
 #include "calibrate.h"
 #include "db.h"
 #include "device.h"
+#include "gpu.h"
 #include "kernels.h"
 #include "search.h"
 
@@ -404,6 +405,8 @@ typedef struct calib_run {
     size_t tok_cap;
     uint8_t *stand; /* [n_q * 100]: which reference hits stand for the index's top 10 (bit 0)
                      * and top 100 (bit 1) (needed_margins), for step 5's recall */
+    int whole;      /* the reference is every live document: the searches take no subset */
+    float *gap10, *gap100; /* [K] each, INFINITY but while needed_margins fills them */
 } calib_run;
 
 /* The reference sample: live documents whose hashed number falls under the sampling rate. */
@@ -432,6 +435,17 @@ static int pick_reference(calib_run *c, size_t max_ref, uint64_t seed, store_msg
         return rc;
     if (c->n_ref == 0)
         return store_fail(m, TARTAN_EEMPTY, "calibration: no live documents");
+    /*
+     * A reference of every live document needs no subset: the searches rank the whole index,
+     * as a subset of all of it would, without checking and looking up every id in each of the
+     * four searches (4M LMDB look-ups for a shard of 1M documents, whose whole is its GPU
+     * reference), nor copying every name here. Except for a small index, where a subset would
+     * be scored exactly, all of it (ENG_SUBSET_EXACT_MAX, search.c), and the default search
+     * without one would not.
+     */
+    c->whole = rate >= 1.0 && c->n_ref > ENG_SUBSET_EXACT_MAX;
+    if (c->whole)
+        return 0;
     c->ref_ids = calloc(c->n_ref, sizeof *c->ref_ids);
     if (!c->ref_ids)
         return store_fail(m, ENOMEM, "calibration: out of memory");
@@ -576,8 +590,94 @@ static int margin_push(margin_set *ms, float v)
 }
 
 /*
+ * Step 3, first half: every query token's best probe-cap centroids (PROBE_CAP_100, at most K),
+ * tix / tval [rows, cap] for the rows [n_rows, dim] of prepared queries, best first and ties to
+ * the lower centroid (kern_topk_rows, as a search's probes), all queries' rows at once in
+ * chunks (one query at a time took 4.0 s where chunks take 0.95 s: 128 + 128 pseudo-queries,
+ * K 16,384, two loaded cores). On the calibration's device: the scores Q C^T of 128
+ * pseudo-queries of 32 tokens and 128 of 8 against 65,536 centroids are 86 GFLOP, seconds on
+ * the cores one rank of a GPU host has, milliseconds on its GPU, and only the top [rows, cap]
+ * come back.
+ */
+static int probe_tops(calib_run *c, kern_dev dev, const float *rows_q, size_t n_rows, size_t cap,
+                      int64_t *tix, float *tval, store_msg *m)
+{
+    const size_t K = c->K, dim = c->dim;
+    /* Rows a chunk: its score table at most 256 MB (64 MB on the CPU, cache-friendlier), and
+     * at most what one top-k launch takes. */
+    size_t chunk = ((dev == KERN_DEV_CUDA ? (size_t)256 : 64) << 20) / (K * sizeof(float));
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > 65535)
+        chunk = 65535;
+    if (chunk > n_rows)
+        chunk = n_rows ? n_rows : 1;
+    int krc = 0;
+    const char *what = "calibration: centroid scores";
+    if (dev == KERN_DEV_CPU) {
+        float *S = malloc(chunk * K * sizeof *S);
+        if (!S)
+            return store_fail(m, ENOMEM, "calibration: out of memory");
+        for (size_t r0 = 0; r0 < n_rows && !krc; r0 += chunk) {
+            size_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+            what = "calibration: centroid scores";
+            krc = kern_centroid_scores(KERN_DEV_CPU, rows_q + r0 * dim, nr, c->r.centroids, K, dim,
+                                       S);
+            if (!krc) {
+                what = "calibration: top-k";
+                krc = kern_topk_rows(KERN_DEV_CPU, S, nr, K, cap, tix + r0 * cap, tval + r0 * cap);
+            }
+        }
+        free(S);
+        return krc ? eng_kern_fail(krc, m, what) : 0;
+    }
+    /* The GPU of this thread (a rank's own, or the first the handle's searches use), under the
+     * GPU lock that every GPU search of the process takes (kernel scratch is shared). */
+    void *dc = NULL, *dq = NULL, *dS = NULL, *dix = NULL, *dval = NULL;
+    eng_gpu_lock();
+    what = "calibration: GPU memory";
+    if (!(krc = kern_cuda_malloc(&dc, K * dim * sizeof(float))) &&
+        !(krc = kern_cuda_malloc(&dq, chunk * dim * sizeof(float))) &&
+        !(krc = kern_cuda_malloc(&dS, chunk * K * sizeof(float))) &&
+        !(krc = kern_cuda_malloc(&dix, chunk * cap * sizeof(int64_t))) &&
+        !(krc = kern_cuda_malloc(&dval, chunk * cap * sizeof(float)))) {
+        what = "calibration: copying to the GPU";
+        krc = kern_cuda_upload(dc, c->r.centroids, K * dim * sizeof(float));
+    }
+    for (size_t r0 = 0; r0 < n_rows && !krc; r0 += chunk) {
+        size_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        what = "calibration: copying to the GPU";
+        if ((krc = kern_cuda_upload(dq, rows_q + r0 * dim, nr * dim * sizeof(float))))
+            break;
+        what = "calibration: centroid scores";
+        if ((krc = kern_centroid_scores(KERN_DEV_CUDA, dq, nr, dc, K, dim, dS)))
+            break;
+        what = "calibration: top-k";
+        if ((krc = kern_topk_rows(KERN_DEV_CUDA, dS, nr, K, cap, dix, dval)))
+            break;
+        what = "calibration: copying from the GPU";
+        if ((krc = kern_cuda_download(tix + r0 * cap, dix, nr * cap * sizeof(int64_t))) ||
+            (krc = kern_cuda_download(tval + r0 * cap, dval, nr * cap * sizeof(float))))
+            break;
+    }
+    kern_cuda_free(dc);
+    kern_cuda_free(dq);
+    kern_cuda_free(dS);
+    kern_cuda_free(dix);
+    kern_cuda_free(dval);
+    eng_gpu_unlock();
+    return krc ? eng_kern_fail(krc, m, what) : 0;
+}
+
+/*
  * Step 3: the needed margin of every document of query qi's reference top k lists (ids of
- * tartan_search's results over the reference subset) into ms10 / ms100.
+ * tartan_search's results over the reference subset) into ms10 / ms100. tix / tval: the
+ * query's tokens' best probe-cap centroids (probe_tops) [lq, cap100].
+ *
+ * A document needs, for the k 10 cap, the least best_i - S[i, c] over the tokens i and the
+ * document's codes c among token i's best cap10 centroids (and likewise for cap100): gap10[c]
+ * and gap100[c] hold that least over i for every centroid that some token probes, so that a
+ * document costs one look-up a token.
  *
  * Over a sample at rate < 1, the sample's top j documents stand for the index's top j / rate:
  * its rank-1 document is the best of rate * n_docs random ones, ranked about 1 / rate in the
@@ -588,38 +688,49 @@ static int margin_push(margin_set *ms, float v)
  * hold (measured: margins 23x too wide at a 10% sample); taking ceil(k * rate) with the
  * sources among them left only the sources (margins 0, recall 0.92 at 200k documents).
  */
-static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan_results *ref,
-                          size_t qi, double rate, const uint32_t *src, float *S, int64_t *tix,
-                          float *tval, margin_set *ms10, margin_set *ms100, uint8_t *stand,
-                          store_msg *m)
+static int needed_margins(calib_run *c, const int64_t *tix, const float *tval, size_t lq,
+                          const tartan_results *ref, size_t qi, double rate, const uint32_t *src,
+                          margin_set *ms10, margin_set *ms100, uint8_t *stand, store_msg *m)
 {
     const size_t K = c->K;
-    int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, c->r.centroids, K, c->dim, S);
-    if (krc)
-        return eng_kern_fail(krc, m, "calibration: centroid scores");
     size_t cap10 = eng_probe_cap(10), cap100 = eng_probe_cap(100);
     if (cap10 > K)
         cap10 = K;
     if (cap100 > K)
         cap100 = K;
-    /* Each token's best and its cap10-th and cap100-th best scores. */
-    if ((krc = kern_topk_rows(KERN_DEV_CPU, S, lq, K, cap100, tix, tval)))
-        return eng_kern_fail(krc, m, "calibration: top-k");
+    float *g10 = c->gap10, *g100 = c->gap100;
+    for (size_t i = 0; i < lq; i++) {
+        const int64_t *ti = tix + i * cap100;
+        const float *tv = tval + i * cap100;
+        for (size_t j = 0; j < cap100 && ti[j] >= 0; j++) {
+            float gap = tv[0] - tv[j];
+            if (j < cap10 && gap < g10[ti[j]])
+                g10[ti[j]] = gap;
+            if (gap < g100[ti[j]])
+                g100[ti[j]] = gap;
+        }
+    }
     size_t off = ref->offsets[qi], cnt = ref->counts[qi];
     size_t n_src = src ? (size_t)(src[0] != UINT32_MAX) + (src[1] != UINT32_MAX) : 0;
     size_t k10 = rate >= 1.0 ? 10 : (size_t)ceil((10.0 - (double)n_src) * rate);
     size_t k100 = rate >= 1.0 ? 100 : (size_t)ceil((100.0 - (double)n_src) * rate);
     size_t others = 0; /* non-source hits seen so far */
-    for (size_t h = 0; h < cnt; h++) {
+    int rc = 0;
+    for (size_t h = 0; h < cnt && !rc; h++) {
         /* The hit's document number: its id's position in the reference list. */
         uint32_t d;
-        int rc = idx_reader_docno(&c->r, ref->hits[off + h].id, &d, m);
-        if (rc)
-            return rc == TARTAN_ENOTFOUND
-                       ? store_fail(m, TARTAN_ECORRUPT, "calibration: a hit's id vanished")
-                       : rc;
-        if (ref_index(c, d) < 0)
-            return store_fail(m, TARTAN_EINTERNAL, "calibration: a hit outside the reference");
+        rc = idx_reader_docno(&c->r, ref->hits[off + h].id, &d, m);
+        if (rc) {
+            if (rc == TARTAN_ENOTFOUND)
+                rc = store_fail(m, TARTAN_ECORRUPT, "calibration: a hit's id vanished");
+            break;
+        }
+        /* (A reference of every live document may hold one added since the sample: it is
+         * live, and was ranked with the others.) */
+        if (!c->whole && ref_index(c, d) < 0) {
+            rc = store_fail(m, TARTAN_EINTERNAL, "calibration: a hit outside the reference");
+            break;
+        }
         /* Where the hit stands in the index's ranking: rank h at rate 1; else a source at
          * its own rank, the others as above. */
         int is_src = rate < 1.0 && n_src && (d == src[0] || d == src[1]);
@@ -635,29 +746,30 @@ static int needed_margins(calib_run *c, const float *qe, size_t lq, const tartan
         rc = idx_reader_doc(&c->r, d, &pd, m);
         c->r.verify = 1;
         if (rc)
-            return rc;
+            break;
         float need10 = INFINITY, need100 = INFINITY;
-        for (size_t i = 0; i < lq; i++) {
-            const float *row = S + i * K, *tv = tval + i * cap100;
-            float best = tv[0], lim10 = tv[cap10 - 1], lim100 = tv[cap100 - 1];
-            for (uint32_t t = 0; t < pd.ntok; t++) {
-                uint32_t code = c->r.h.code_bytes == 2 ? ((const uint16_t *)pd.codes)[t]
-                                                       : ((const uint32_t *)pd.codes)[t];
-                if (code >= K)
-                    return store_fail(m, TARTAN_ECORRUPT,
-                                      "document %u: token %u has code %u, past %zu centroids", d, t,
-                                      code, K);
-                float v = row[code], gap = best - v;
-                if (v >= lim10 && gap < need10)
-                    need10 = gap;
-                if (v >= lim100 && gap < need100)
-                    need100 = gap;
+        for (uint32_t t = 0; t < pd.ntok; t++) {
+            uint32_t code = c->r.h.code_bytes == 2 ? ((const uint16_t *)pd.codes)[t]
+                                                   : ((const uint32_t *)pd.codes)[t];
+            if (code >= K) {
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "document %u: token %u has code %u, past %zu centroids", d, t, code,
+                                K);
+                break;
             }
+            if (g10[code] < need10)
+                need10 = g10[code];
+            if (g100[code] < need100)
+                need100 = g100[code];
         }
-        if ((in10 && margin_push(ms10, need10)) || (in100 && margin_push(ms100, need100)))
-            return store_fail(m, ENOMEM, "calibration: out of memory");
+        if (!rc && ((in10 && margin_push(ms10, need10)) || (in100 && margin_push(ms100, need100))))
+            rc = store_fail(m, ENOMEM, "calibration: out of memory");
     }
-    return 0;
+    /* The tables back to INFINITY: only the probed centroids were touched. */
+    for (size_t i = 0; i < lq * cap100; i++)
+        if (tix[i] >= 0)
+            g10[tix[i]] = g100[tix[i]] = INFINITY;
+    return rc;
 }
 
 /* Recall of run res against the reference top k (ids), averaged over the queries. */
@@ -696,17 +808,28 @@ static int make_short(calib_run *c, store_msg *m)
     return 0;
 }
 
-/* Step 3 for one set of prepared queries eq (ranked exhaustively in ref): the needed margins
- * of each query's top 10 and top 100 into ms10 / ms100. src: the pseudo-queries' sources, or
- * NULL. */
-static int margins_of(calib_run *c, const eng_queries *eq, const tartan_results *ref, double rate,
-                      const uint32_t *src, float *S, int64_t *tix, float *tval, margin_set *ms10,
-                      margin_set *ms100, uint8_t *stand, store_msg *m)
+/* Step 3 for one set of prepared queries eq (ranked exhaustively in ref) on dev: the needed
+ * margins of each query's top 10 and top 100 into ms10 / ms100. src: the pseudo-queries'
+ * sources, or NULL. */
+static int margins_of(calib_run *c, kern_dev dev, const eng_queries *eq, const tartan_results *ref,
+                      double rate, const uint32_t *src, margin_set *ms10, margin_set *ms100,
+                      uint8_t *stand, store_msg *m)
 {
+    const size_t cap = eng_probe_cap(100) < c->K ? eng_probe_cap(100) : c->K;
+    const size_t rows = eq->off[eq->n];
+    int64_t *tix = malloc((rows ? rows : 1) * cap * sizeof *tix);
+    float *tval = malloc((rows ? rows : 1) * cap * sizeof *tval);
     int rc = 0;
+    if (!tix || !tval)
+        rc = store_fail(m, ENOMEM, "calibration: out of memory");
+    else
+        rc = probe_tops(c, dev, eq->emb, rows, cap, tix, tval, m);
     for (size_t i = 0; i < eq->n && !rc; i++)
-        rc = needed_margins(c, eq->emb + eq->off[i] * c->dim, eq->off[i + 1] - eq->off[i], ref, i,
-                            rate, src ? src + 2 * i : NULL, S, tix, tval, ms10, ms100, stand, m);
+        rc = needed_margins(c, tix + eq->off[i] * cap, tval + eq->off[i] * cap,
+                            eq->off[i + 1] - eq->off[i], ref, i, rate, src ? src + 2 * i : NULL,
+                            ms10, ms100, stand, m);
+    free(tix);
+    free(tval);
     return rc;
 }
 
@@ -758,6 +881,7 @@ static void calib_free(calib_run *c)
     free(c->src);
     free(c->tok);
     free(c->stand);
+    free(c->gap10);
 }
 
 typedef struct calib_put {
@@ -787,8 +911,6 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     calib_run c = {.db = db};
     tartan_results *ref = NULL, *sref = NULL, *res = NULL;
     eng_queries eq = {0}, eqs = {0};
-    float *S = NULL, *tval = NULL;
-    int64_t *tix = NULL;
     margin_set ms10 = {0}, ms100 = {0}, ss10 = {0}, ss100 = {0};
     eng_calib cal;
     eng_calib_default(&cal);
@@ -810,15 +932,13 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     /* The reference: every document up to DEFAULT_REFERENCE_DOCS on the CPU (an exhaustive
      * search of 128 pseudo-queries over 20,000 documents takes seconds on two cores), up to
      * DEFAULT_REFERENCE_DOCS_GPU on a GPU (0.6 s at 1M documents on an H200). */
+    kern_dev dev = KERN_DEV_CPU;
+    if ((rc = eng_device_pick(
+             params->device != TARTAN_DEVICE_AUTO ? params->device : db->opts.device, &dev, &m)))
+        goto fail;
     size_t max_ref = params->max_reference_docs;
-    if (!max_ref) {
-        kern_dev dev = KERN_DEV_CPU;
-        if ((rc = eng_device_pick(params->device != TARTAN_DEVICE_AUTO ? params->device
-                                                                       : db->opts.device,
-                                  &dev, &m)))
-            goto fail;
+    if (!max_ref)
         max_ref = dev == KERN_DEV_CUDA ? DEFAULT_REFERENCE_DOCS_GPU : DEFAULT_REFERENCE_DOCS;
-    }
     if ((rc = pick_reference(&c, max_ref, params->seed, &m)))
         goto fail;
     const tartan_queries *q = params->queries;
@@ -840,8 +960,8 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     tartan_search_params sp;
     tartan_search_params_init(&sp, 100);
     sp.exhaustive = 1;
-    sp.subset = (const char *const *)c.ref_ids;
-    sp.n_subset = c.n_ref;
+    sp.subset = c.whole ? NULL : (const char *const *)c.ref_ids;
+    sp.n_subset = c.whole ? 0 : c.n_ref;
     sp.threads = params->threads;
     sp.device = params->device;
     /* The searches run without our snapshot: the handle opens its own. */
@@ -856,20 +976,20 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         goto fail;
     c.r_open = 1;
     /* Step 3. */
-    size_t cap100 = eng_probe_cap(100) < c.K ? eng_probe_cap(100) : c.K;
-    S = malloc(eq.max_len * c.K * sizeof *S);
-    tix = malloc(eq.max_len * cap100 * sizeof *tix);
-    tval = malloc(eq.max_len * cap100 * sizeof *tval);
     c.stand = calloc(q->n_queries ? q->n_queries * 100 : 1, 1);
-    if (!S || !tix || !tval || !c.stand) {
+    c.gap10 = malloc(2 * c.K * sizeof *c.gap10);
+    if (!c.stand || !c.gap10) {
         rc = store_fail(&m, ENOMEM, "calibration: out of memory");
         goto fail;
     }
-    double rate = (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
+    c.gap100 = c.gap10 + c.K;
+    for (size_t i = 0; i < 2 * c.K; i++)
+        c.gap10[i] = INFINITY;
+    double rate = c.whole ? 1.0 : (double)c.n_ref / (double)(c.r.h.n_docs ? c.r.h.n_docs : 1);
     const uint32_t *src = params->queries ? NULL : c.src;
-    if ((rc = margins_of(&c, &eq, ref, rate, src, S, tix, tval, &ms10, &ms100, c.stand, &m)) ||
+    if ((rc = margins_of(&c, dev, &eq, ref, rate, src, &ms10, &ms100, c.stand, &m)) ||
         (c.sq.n_queries &&
-         (rc = margins_of(&c, &eqs, sref, rate, src, S, tix, tval, &ss10, &ss100, NULL, &m))))
+         (rc = margins_of(&c, dev, &eqs, sref, rate, src, &ss10, &ss100, NULL, &m))))
         goto fail;
     if (!ms10.n || !ms100.n) {
         rc = store_fail(&m, TARTAN_EEMPTY, "calibration: the reference found no documents");
@@ -935,9 +1055,6 @@ fail:
     eng_queries_free(&eqs);
     tartan_results_free(ref);
     tartan_results_free(sref);
-    free(S);
-    free(tix);
-    free(tval);
     free(ms10.v);
     free(ms100.v);
     free(ss10.v);

@@ -418,7 +418,7 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
             s.depth_cap =
                 ENG_DEPTH_PER_K * s.k > ENG_DEPTH_FLOOR ? ENG_DEPTH_PER_K * s.k : ENG_DEPTH_FLOOR;
             /* A subset this small is scored exactly, all of it. */
-            s.ndocs = s.depth_cap < 256 ? s.depth_cap : 256;
+            s.ndocs = s.depth_cap < ENG_SUBSET_EXACT_MAX ? s.depth_cap : ENG_SUBSET_EXACT_MAX;
             s.ndocs_exact = s.k;
         } else {
             s.ndocs = params->ndocs;

@@ -135,6 +135,10 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
 int eng_exact_scan(idx_reader *r, const eng_search *s, int threads, eng_stage_stats *st,
                    store_msg *m);
 
+/* A subset of at most this many documents is scored exactly, all of it, by a default search
+ * (no candidate generation: it would cost more than the scores). */
+#define ENG_SUBSET_EXACT_MAX 256
+
 /*
  * tartan_search's body: with calib non-NULL, that calibration instead of the index's (the
  * calibration measures a table before storing it).

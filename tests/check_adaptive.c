@@ -772,6 +772,149 @@ START_TEST(test_adaptive_bad_arguments)
 }
 END_TEST
 
+/* The best cap centroids of a row S [K] (double), best first, ties to the lower centroid;
+ * taken [K]: scratch. */
+static void best_of(const double *S, size_t K, size_t cap, size_t *top, uint8_t *taken)
+{
+    memset(taken, 0, K);
+    for (size_t j = 0; j < cap; j++) {
+        size_t b = SIZE_MAX;
+        for (size_t c = 0; c < K; c++)
+            if (!taken[c] && (b == SIZE_MAX || S[c] > S[b]))
+                b = c;
+        top[j] = b;
+        taken[b] = 1;
+    }
+}
+
+/* The margin quantile as the calibration defines it: the smallest value covering level of
+ * them, at most 2 (past the cap). */
+static double quantile_ref(double *v, size_t n, double level)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    size_t i = (size_t)ceil(level * (double)n);
+    double x = v[(i ? i - 1 : 0) < n ? (i ? i - 1 : 0) : n - 1];
+    return x < 2.0 ? x : 2.0;
+}
+
+/*
+ * The stored margins are the definition's (calibrate.c, step 3), recomputed here in double
+ * from the index's centroids and codes and the exhaustive top 10 / 100 of the caller's
+ * queries: for each reference document, the least best_i - S[i, c] over the query's tokens i
+ * and the document's codes c among token i's best probe-cap centroids (16 at k 10, 32 at k
+ * 100), then the quantiles of those over the documents at each level. A reference of every
+ * document (the index is under the CPU's 20,000): the searches take no subset then.
+ */
+START_TEST(test_adaptive_margins_reference)
+{
+    /* Queries of 32 tokens, and of 8 (fewer chances: wider margins, past the k 10 cap). */
+    corpus c;
+    corpus_qlen = _i ? 8 : 32;
+    corpus_make(&c, TOOL_SYNTH_V2, 1500, 10, 32, _i ? 48 : 24, 404);
+    corpus_qlen = 32;
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_queries q = queries_of(&c);
+    tartan_calibrate_params cp;
+    tartan_calibrate_params_init(&cp);
+    cp.queries = &q;
+    tartan_calibration pub;
+    ck_assert_msg(tartan_calibrate(db, &cp, &pub) == 0, "%s", tartan_errmsg(db));
+    ck_assert_uint_eq(pub.n_reference_docs, c.n_docs);
+    store_msg m;
+    eng_calib got;
+    ck_assert_int_eq(read_calib(db, &got, &m), 0);
+    tartan_search_params ep;
+    tartan_search_params_init(&ep, 100);
+    ep.exhaustive = 1;
+    tartan_results *ref = search(db, &c, &ep);
+
+    idx_reader r;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    const size_t K = r.h.n_centroids, d = c.dim, L = c.qlen;
+    const size_t cap10 = eng_probe_cap(10) < K ? eng_probe_cap(10) : K;
+    const size_t cap100 = eng_probe_cap(100) < K ? eng_probe_cap(100) : K;
+    double *S = xmalloc(L * K * sizeof *S), *best = xmalloc(L * sizeof *best);
+    uint8_t *in10 = xmalloc(L * K), *in100 = xmalloc(L * K);
+    size_t *top = xmalloc(cap100 * sizeof *top);
+    uint8_t *taken = xmalloc(K);
+    double *n10 = xmalloc(c.nq * 10 * sizeof *n10), *n100 = xmalloc(c.nq * 100 * sizeof *n100);
+    size_t c10 = 0, c100 = 0;
+    for (size_t qi = 0; qi < c.nq; qi++) {
+        memset(in10, 0, L * K);
+        memset(in100, 0, L * K);
+        for (size_t i = 0; i < L; i++) {
+            const float *t = c.q + (qi * L + i) * d;
+            double norm = 0;
+            for (size_t j = 0; j < d; j++)
+                norm += (double)t[j] * t[j];
+            norm = sqrt(norm);
+            for (size_t k = 0; k < K; k++) {
+                double dot = 0;
+                for (size_t j = 0; j < d; j++)
+                    dot += (double)t[j] * r.centroids[k * d + j];
+                S[i * K + k] = dot / norm;
+            }
+            best_of(S + i * K, K, cap100, top, taken);
+            best[i] = S[i * K + top[0]];
+            for (size_t j = 0; j < cap100; j++) {
+                in100[i * K + top[j]] = 1;
+                in10[i * K + top[j]] = j < cap10;
+            }
+        }
+        for (size_t h = 0; h < ref->counts[qi] && h < 100; h++) {
+            uint32_t doc;
+            kern_pdoc pd;
+            ck_assert_int_eq(idx_reader_docno(&r, ref->hits[ref->offsets[qi] + h].id, &doc, &m), 0);
+            ck_assert_int_eq(idx_reader_doc(&r, doc, &pd, &m), 0);
+            double need10 = INFINITY, need100 = INFINITY;
+            for (uint32_t t = 0; t < pd.ntok; t++) {
+                uint32_t code = r.h.code_bytes == 2 ? ((const uint16_t *)pd.codes)[t]
+                                                    : ((const uint32_t *)pd.codes)[t];
+                for (size_t i = 0; i < L; i++) {
+                    double gap = best[i] - S[i * K + code];
+                    if (in10[i * K + code] && gap < need10)
+                        need10 = gap;
+                    if (in100[i * K + code] && gap < need100)
+                        need100 = gap;
+                }
+            }
+            if (h < 10)
+                n10[c10++] = need10;
+            n100[c100++] = need100;
+        }
+    }
+    idx_reader_close(&r);
+    double w10 = 0, w100 = 0; /* non-decreasing in the level, as stored */
+    for (size_t l = 0; l < ENG_CALIB_LEVELS; l++) {
+        w10 = fmax(w10, quantile_ref(n10, c10, got.levels[l]));
+        w100 = fmax(w100, quantile_ref(n100, c100, got.levels[l]));
+        ck_assert_msg(fabs(got.margin10[l] - w10) < 1e-4, "level %.3f: margin10 %.6f, want %.6f",
+                      (double)got.levels[l], (double)got.margin10[l], w10);
+        ck_assert_msg(fabs(got.margin100[l] - w100) < 1e-4, "level %.3f: margin100 %.6f, want %.6f",
+                      (double)got.levels[l], (double)got.margin100[l], w100);
+    }
+    /* Not all alike: a table of zeros or of the cap would pass nothing above by accident. */
+    ck_assert(got.margin100[ENG_CALIB_LEVELS - 1] > got.margin10[0]);
+    tartan_results_free(ref);
+    free(S);
+    free(best);
+    free(in10);
+    free(in100);
+    free(top);
+    free(taken);
+    free(n10);
+    free(n100);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 static Suite *adaptive_suite(void)
 {
     Suite *s = suite_create("adaptive");
@@ -779,6 +922,11 @@ static Suite *adaptive_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_adaptive_default_recall_each_family, 0, 3);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("margins_reference");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_adaptive_margins_reference, 0, 2);
     suite_add_tcase(s, tc);
     const struct {
         const char *name;

@@ -774,6 +774,111 @@ START_TEST(test_gpu_adaptive_families)
 }
 END_TEST
 
+/* a and b within tol, or both past the probe cap (infinite). */
+static int near_margin(float a, float b, float tol)
+{
+    return (isinf(a) && isinf(b)) || fabsf(a - b) <= tol;
+}
+
+/*
+ * A calibration on the GPU stores what one on the CPU stores, to rounding: its margins' centroid
+ * scores and probe tops run on the device (calibrate.c, probe_tops), its reference and default
+ * searches there too. Pseudo-queries (with their short ones) and the caller's 8-token queries
+ * (margins past the k 10 cap), both over every document (no subset) and over a sample.
+ */
+START_TEST(test_gpu_calibration_matches_cpu)
+{
+    tool_synth_params sp;
+    tool_synth_params_init(&sp);
+    tool_synth_params_model(&sp, TOOL_SYNTH_V2);
+    sp.n_docs = 3000;
+    sp.len_mean = 10;
+    sp.len_min = 4;
+    sp.dim = 64;
+    sp.qlen = 8;
+    sp.n_queries = 48;
+    sp.group_docs = 50;
+    sp.seed = rnd();
+    tool_synth *sy = NULL;
+    ck_assert_int_eq(tool_synth_new(&sp, &sy), 0);
+    size_t rows = 0, *lens = xmalloc(sp.n_docs * sizeof *lens);
+    for (size_t i = 0; i < sp.n_docs; i++)
+        rows += lens[i] = tool_synth_doclen(sy, i);
+    float *emb = xmalloc(rows * sp.dim * sizeof *emb);
+    float *q = xmalloc(sp.n_queries * sp.qlen * sp.dim * sizeof *q);
+    char **ids = xmalloc(sp.n_docs * sizeof *ids);
+    for (size_t i = 0, row = 0; i < sp.n_docs; row += lens[i], i++) {
+        tool_synth_doc(sy, i, emb + row * sp.dim);
+        ids[i] = xmalloc(24);
+        snprintf(ids[i], 24, "d%zu", i);
+    }
+    for (size_t j = 0; j < sp.n_queries; j++)
+        tool_synth_query(sy, j, q + j * sp.qlen * sp.dim, NULL);
+    tool_synth_free(sy);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = sp.dim;
+    o.gpu_mode = TARTAN_GPU_RESIDENT;
+    tartan_db *db = NULL;
+    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+    tartan_batch b = {sp.n_docs, (const char *const *)ids, lens, emb, rows, sp.dim, TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    tartan_queries qs = {.n_queries = sp.n_queries,
+                         .qlen = sp.qlen,
+                         .embeddings = q,
+                         .n_rows = sp.n_queries * sp.qlen,
+                         .dim = sp.dim,
+                         .dtype = TARTAN_FLOAT32};
+    for (int how = 0; how < 4; how++) {
+        tartan_calibration got[2];
+        for (int dev = 0; dev < 2; dev++) {
+            tartan_calibrate_params cp;
+            tartan_calibrate_params_init(&cp);
+            cp.queries = how & 1 ? &qs : NULL;
+            cp.max_reference_docs = how & 2 ? 600 : sp.n_docs;
+            cp.device = dev ? TARTAN_DEVICE_CUDA : TARTAN_DEVICE_CPU;
+            memset(&got[dev], 0xff, sizeof got[dev]);
+            ck_assert_msg(tartan_calibrate(db, &cp, &got[dev]) == 0, "%s", tartan_errmsg(db));
+        }
+        const tartan_calibration *a = &got[0], *g = &got[1];
+        printf("calibration %s, %s: margins k 10 %.5f / %.5f, k 100 %.5f / %.5f (CPU / GPU)\n",
+               how & 1 ? "8-token queries" : "pseudo-queries", how & 2 ? "sample" : "all",
+               (double)a->margin_k10, (double)g->margin_k10, (double)a->margin_k100,
+               (double)g->margin_k100);
+        ck_assert_int_eq(g->calibrated, 1);
+        ck_assert_uint_eq(g->n_reference_docs, a->n_reference_docs);
+        ck_assert_uint_eq(g->short_len, a->short_len);
+        /* To rounding: the two devices' scores differ in the last bits, which can move a
+         * document across the reference's rank 100 or a probe across the cap, rarely. */
+        const float tol = 2e-3f;
+        ck_assert_msg(near_margin(a->margin_k10, g->margin_k10, tol), "k 10: %.6f / %.6f",
+                      (double)a->margin_k10, (double)g->margin_k10);
+        ck_assert_msg(near_margin(a->margin_k100, g->margin_k100, tol), "k 100: %.6f / %.6f",
+                      (double)a->margin_k100, (double)g->margin_k100);
+        ck_assert_msg(near_margin(a->margin_k10_short, g->margin_k10_short, tol),
+                      "k 10, short: %.6f / %.6f", (double)a->margin_k10_short,
+                      (double)g->margin_k10_short);
+        ck_assert_msg(near_margin(a->margin_k100_short, g->margin_k100_short, tol),
+                      "k 100, short: %.6f / %.6f", (double)a->margin_k100_short,
+                      (double)g->margin_k100_short);
+        ck_assert_msg(fabsf(g->recall_k10 - a->recall_k10) <= 0.02f &&
+                          fabsf(g->recall_k100 - a->recall_k100) <= 0.02f,
+                      "recall %.4f %.4f / %.4f %.4f", (double)a->recall_k10, (double)a->recall_k100,
+                      (double)g->recall_k10, (double)g->recall_k100);
+        /* Not a table of the cap or of zeros. */
+        ck_assert(g->margin_k100 > 0.f);
+    }
+    tartan_close(db);
+    for (size_t i = 0; i < sp.n_docs; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+    free(emb);
+    free(q);
+}
+END_TEST
+
 int main(void)
 {
     const fx_case cases[] = {
@@ -787,6 +892,7 @@ int main(void)
         {"dims_nbits", test_gpu_dims_nbits, 0},
         {"device_env", test_gpu_device_env, 0},
         {"adaptive_families", test_gpu_adaptive_families, 0},
+        {"calibration_matches_cpu", test_gpu_calibration_matches_cpu, 0},
     };
     return FX_RUN("search_gpu", cases, FX_DIR | FX_GPU, 300);
 }

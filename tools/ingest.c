@@ -219,42 +219,63 @@ int tool_corpus_sample(tool_corpus *c, size_t want, uint64_t seed, const uint8_t
         free(pick);
         return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu tokens", tokens);
     }
+    /* Where each picked document's rows start in the file (src [n]) and in the sample (dst
+     * [n + 1]): one pass over the document lengths. */
+    size_t *src = malloc((2 * n + 1) * sizeof *src), *dst = src + n;
+    if (!src) {
+        free(buf);
+        free(lens);
+        free(pick);
+        return tool_fail(err, errlen, ENOMEM, "out of memory for a sample of %zu documents", n);
+    }
+    dst[0] = 0;
+    for (size_t i = 0, row = 0, k = 0; i < c->n_docs && k < n; i++) {
+        if (pick[k] == i) {
+            src[k] = row;
+            dst[k + 1] = dst[k] + lens[k];
+            k++;
+        }
+        row += tool_corpus_doclen(c, i);
+    }
     /* A mapped file is read with pread, not through the mapping: a fault maps a whole
      * neighbourhood of the page (fault-around, large folios), and faults spread over the whole
-     * file would make most of it resident. The mapping starts at the file's offset 0. */
+     * file would make most of it resident. The mapping starts at the file's offset 0. The
+     * reads run in parallel: a sample of 2M documents of 10 tokens is a quarter of a million
+     * scattered reads of 5 KB (the 2-GPU build's sampling took 0.62 s, one read after another),
+     * and a disk or the page cache serves many at once. */
     int fd = -1;
     size_t base = 0;
     if (c->emb.mapped) {
         fd = open(c->emb_path, O_RDONLY | O_CLOEXEC);
         base = (size_t)((const char *)c->emb.data - (const char *)c->emb.np_base);
     }
-    size_t row = 0, at = 0, k = 0;
     int rc = 0;
-    for (size_t i = 0; i < c->n_docs && k < n && !rc; i++) {
-        size_t l = tool_corpus_doclen(c, i);
-        if (pick[k] == i) {
-            char *dst = buf + at * c->row_bytes;
-            size_t len = l * c->row_bytes;
-            if (fd < 0) {
-                memcpy(dst, (const char *)c->emb.data + row * c->row_bytes, len);
-            } else {
-                size_t got = 0;
-                while (got < len && !rc) {
-                    ssize_t r =
-                        pread(fd, dst + got, len - got, (off_t)(base + row * c->row_bytes + got));
-                    if (r > 0)
-                        got += (size_t)r;
-                    else if (r == 0 || errno != EINTR)
-                        rc = tool_fail(err, errlen, r == 0 ? TARTAN_ETRUNC : errno,
-                                       "%s: reading the sample: %s", c->emb_path,
-                                       r == 0 ? "file shrank" : strerror(errno));
-                }
-            }
-            at += l;
-            k++;
+    const long nn = (long)n;
+#pragma omp parallel for schedule(dynamic, 64) if (fd >= 0 && n > 1024)
+    for (long k = 0; k < nn; k++) {
+        char *to = buf + dst[k] * c->row_bytes;
+        const size_t len = (dst[k + 1] - dst[k]) * c->row_bytes, from = src[k] * c->row_bytes;
+        if (fd < 0) {
+            memcpy(to, (const char *)c->emb.data + from, len);
+            continue;
         }
-        row += l;
+        for (size_t got = 0; got < len;) {
+            ssize_t r = pread(fd, to + got, len - got, (off_t)(base + from + got));
+            if (r > 0) {
+                got += (size_t)r;
+                continue;
+            }
+            if (r < 0 && errno == EINTR)
+                continue;
+            const int e = r == 0 ? TARTAN_ETRUNC : errno;
+#pragma omp critical(tool_sample_error)
+            if (!rc)
+                rc = tool_fail(err, errlen, e, "%s: reading the sample: %s", c->emb_path,
+                               r == 0 ? "file shrank" : strerror(e));
+            break;
+        }
     }
+    free(src);
     if (fd >= 0)
         close(fd);
     release_all(c);

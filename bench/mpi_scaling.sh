@@ -119,11 +119,36 @@ tartan=$BIN/tartan
 tmpi=$BIN/tartan-mpi
 [ -x "$tartan" ] && [ -x "$tmpi" ] || { echo "$BIN holds no tartan and tartan-mpi" >&2; exit 2; }
 # Open MPI as root, more ranks than cores where asked, no binding (each rank runs OpenMP
-# threads), ranks talk over TCP on loopback (works in containers and sandboxes where shared
-# memory single-copy or InfiniBand probing does not; the traffic is a few MB a run).
+# threads), the ob1 messaging layer with only the transports named here (pml ucx and the
+# InfiniBand / libfabric BTLs probe hardware that a container lacks and can fail there).
+# Transport (MPI_BTL): shared memory between the ranks of this host (auto, the default: checked
+# first, see pick_transport; or shm, unchecked), else TCP on loopback (tcp). It used to be TCP
+# always (commit 4223dd2): shared memory's single copy (CMA, process_vm_readv) fails in
+# containers whose ptrace rules refuse it between sibling processes. But the traffic is not
+# small: a shared training sums K x dim doubles at every k-means iteration, 64 MB at K 65,536.
+# On the 2-core build host (Open MPI 4.1.4, load 4.2-4.5, 2026-11-27) an allreduce of 64 MB
+# between 2 ranks took 0.31 s over loopback TCP, 0.11 s over shared memory with CMA, and 1.4-1.8
+# s over shared memory without single copy (copy-in/copy-out through FIFOs, polled): so shared
+# memory with its single copy, else TCP, never shared memory without it. The BTL is `vader` in
+# Open MPI 4.1 (Debian) and `sm` in 5.0 (the PyPI wheel, which still takes `vader` as an alias).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl_tcp_if_include=lo
+MPI_BTL=${MPI_BTL:-auto}
+case "$MPI_BTL" in auto | shm | tcp) ;; *) echo "MPI_BTL is '$MPI_BTL': auto, shm or tcp" >&2; exit 2 ;; esac
+use_tcp() {
+    export OMPI_MCA_btl=self,tcp
+    transport="TCP over loopback"
+}
+use_shm() {
+    local major shm=vader
+    major=$("$mpirun" --version 2>&1 | sed -n 's/.*(Open MPI) \([0-9]*\)\..*/\1/p' | head -1)
+    [ "${major:-4}" -lt 5 ] || shm=sm
+    # tcp stays listed for peers that shared memory cannot reach (another host).
+    export OMPI_MCA_btl=self,$shm,tcp
+    transport="shared memory (btl $shm)"
+}
+if [ "$MPI_BTL" = tcp ]; then use_tcp; else use_shm; fi
 export TARTAN_DEVICE=${TARTAN_DEVICE:-cpu} # cuda: each rank of a host takes the next GPU
 mpi_version=$("$mpirun" --version 2>&1 | head -1)
 # Which libmpi the ranks load (in a build tree, tartan-mpi is libtool's wrapper of .libs/).
@@ -180,9 +205,24 @@ ngpus=$({ ls /proc/driver/nvidia/gpus 2>/dev/null || true; } | wc -l)
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 machine=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# pick_transport: with MPI_BTL auto, a 2-rank build of a small corpus over shared memory (its
+# shared training sums 2 MB tables: the large-message path, single copy); TCP if that fails.
+pick_transport() {
+    [ "$MPI_BTL" = auto ] || return 0
+    local tc=$work/transport
+    run "transport check: gen" "$tartan" gen "$tc" --docs 2000 --queries 1 --doc-len 10 --seed 3
+    if ! mpi 2 build "$tc/ix" --embeddings "$tc/embeddings.npy" --doclens "$tc/doclens.npy" \
+        --ids "$tc/ids.txt" --no-calibrate >>"$log" 2>&1; then
+        echo "## transport check: shared memory failed; TCP over loopback instead" >>"$log"
+        use_tcp
+        transport="$transport (shared memory failed its check)"
+    fi
+    rm -rf "$tc"
+}
+pick_transport
 say "# $DOCS documents ($tokens tokens, tartan gen --model $MODEL, doc-len $DOCLEN), $QUERIES queries (default search), $EXH_QUERIES (exhaustive), k $K"
 [ "$TARTAN_DEVICE" != cuda ] || machine="$ngpus x $gpu_name, $machine"
-say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi"
+say "# $CORES cores of $machine; $(date -u '+%F %H:%M UTC'); commit $commit; $mpi_version; libmpi $libmpi; ranks talk $transport"
 say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "$(printf '%-5s %-7s %8s %8s %8s %8s %10s %10s %9s %10s %6s' ranks threads train_s add_s \
     calib_s build_s default_q/s exh_q/s shard0_MB exh_equal load)"

@@ -118,37 +118,53 @@ static float quantile_sorted(const uint32_t *keys, size_t m, double q)
     return (float)r;
 }
 
+/* The number of the m sorted values (keys) that are not above cut: where bucket_of's bucket
+ * with upper cutoff cut ends (a value equal to a cutoff goes to the lower bucket), found by
+ * bisection with the same float comparison (keys ascend in float order, so it holds for a
+ * prefix). */
+static size_t count_not_above(const uint32_t *keys, size_t m, float cut)
+{
+    size_t lo = 0, hi = m;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (key_float(keys[mid]) <= cut)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /*
  * Lloyd-Max iterations on the m sorted values, from the tables in t: each bucket's weight
  * becomes the mean of the values it holds (a bucket that holds none keeps its weight), each
  * cutoff the midpoint of its two weights. Each step lowers (never raises) the squared error
  * sum (v - w[bucket(v)])^2 of the pooled values, so the tables end at least as faithful as
- * the quantiles they start from. The values are sorted, so a bucket is a run: one pass a
- * step, in a fixed order (deterministic), summing in double. Stops early once no cutoff moves.
+ * the quantiles they start from. The values are sorted, so a bucket is a run, found by
+ * bisection, and its sum a difference of prefix sums (in double, in a fixed order:
+ * deterministic): a step costs B bisections instead of a pass over the values (30 passes over
+ * 6.4M values took 0.23 s, about half of the codec's time on rank 0). Stops early once no
+ * cutoff moves. prefix [m + 1]: scratch.
  */
-static void lloyd_max(const uint32_t *keys, size_t m, unsigned iters, idx_codec *t)
+static void lloyd_max(const uint32_t *keys, size_t m, unsigned iters, idx_codec *t, double *prefix)
 {
     unsigned nb = 1u << t->nbits;
     double w[256];
     for (unsigned b = 0; b < nb; b++)
         w[b] = t->weights[b];
+    prefix[0] = 0.0;
+    for (size_t i = 0; i < m; i++)
+        prefix[i + 1] = prefix[i] + key_float(keys[i]);
     for (unsigned it = 0; it < iters; it++) {
-        size_t i = 0;
+        size_t start = 0;
         for (unsigned b = 0; b < nb; b++) {
-            /* Bucket b holds the values above cutoff b - 1 and not above cutoff b, as
-             * bucket_of decides (a value equal to a cutoff goes to the lower bucket). */
-            double sum = 0.0;
-            size_t start = i;
-            if (b + 1 < nb) {
-                float cut = t->cutoffs[b];
-                while (i < m && key_float(keys[i]) <= cut)
-                    sum += key_float(keys[i++]);
-            } else {
-                while (i < m)
-                    sum += key_float(keys[i++]);
-            }
-            if (i > start)
-                w[b] = sum / (double)(i - start);
+            /* Bucket b holds the values above cutoff b - 1 and not above cutoff b. */
+            size_t end = b + 1 < nb ? count_not_above(keys, m, t->cutoffs[b]) : m;
+            if (end < start)
+                end = start; /* cutoffs out of order: an empty bucket */
+            if (end > start)
+                w[b] = (prefix[end] - prefix[start]) / (double)(end - start);
+            start = end;
         }
         int moved = 0;
         for (unsigned b = 0; b < nb; b++)
@@ -190,6 +206,11 @@ static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *r
     }
     radix_sort(keys, tmp, m);
     free(tmp);
+    double *prefix = NULL;
+    if (iters > 0 && !(prefix = malloc((m + 1) * sizeof *prefix))) {
+        free(keys);
+        return -1;
+    }
 
     idx_codec t;
     memset(&t, 0, sizeof t);
@@ -201,7 +222,8 @@ static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *r
     for (unsigned i = 0; i < nb; i++)
         t.weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
     if (iters > 0)
-        lloyd_max(keys, m, iters, &t);
+        lloyd_max(keys, m, iters, &t, prefix);
+    free(prefix);
     /* Quantiles rise with q (and bucket means with the bucket); the rounding of two lerp
      * formulas or of a mean must not make a table step down by an ulp, since bucketing
      * assumes ascending cutoffs. */

@@ -409,10 +409,12 @@ typedef struct calib_run {
     float *gap10, *gap100; /* [K] each, INFINITY but while needed_margins fills them */
 } calib_run;
 
-/* The reference sample: live documents whose hashed number falls under the sampling rate. */
-static int pick_reference(calib_run *c, size_t max_ref, uint64_t seed, store_msg *m)
+/* The reference sample: live documents whose hashed number falls under the sampling rate,
+ * max_ref over the corpus's documents (corpus_docs: tartan_calibrate_params). */
+static int pick_reference(calib_run *c, size_t max_ref, uint64_t corpus_docs, uint64_t seed,
+                          store_msg *m)
 {
-    uint64_t n_docs = c->r.h.n_docs;
+    uint64_t n_docs = c->r.h.n_docs > corpus_docs ? c->r.h.n_docs : corpus_docs;
     double rate = n_docs <= max_ref ? 1.0 : (double)max_ref / (double)n_docs;
     size_t cap = 0;
     store_cursor *cur = NULL;
@@ -939,7 +941,7 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     size_t max_ref = params->max_reference_docs;
     if (!max_ref)
         max_ref = dev == KERN_DEV_CUDA ? DEFAULT_REFERENCE_DOCS_GPU : DEFAULT_REFERENCE_DOCS;
-    if ((rc = pick_reference(&c, max_ref, params->seed, &m)))
+    if ((rc = pick_reference(&c, max_ref, params->corpus_docs, params->seed, &m)))
         goto fail;
     const tartan_queries *q = params->queries;
     if (!q) {

@@ -647,6 +647,12 @@ typedef struct tartan_calibrate_params {
     uint64_t seed;             /* pseudo-queries and the sample; default 42 */
     int threads;               /* OpenMP threads, 0: OpenMP's default */
     tartan_device device;      /* where the searches run; AUTO: the handle's */
+    uint64_t corpus_docs;      /* this index is a shard of a corpus of this many live
+                                  documents (0: the index is the corpus; fewer than the
+                                  index holds count as the index's): the reference samples
+                                  the index at max_reference_docs / corpus_docs, the rate
+                                  the whole corpus's calibration would, so that all shards
+                                  together rank about max_reference_docs documents */
 } tartan_calibrate_params;
 
 /* Fills *p with the defaults above. Any thread. */

@@ -585,6 +585,54 @@ START_TEST(test_adaptive_recall_estimate)
 }
 END_TEST
 
+/*
+ * A shard of a larger corpus (corpus_docs) samples its reference at the corpus's rate: at
+ * max_reference_docs 2,000 over a corpus of 4 x 4,000 documents, about 500 of its 4,000 (a
+ * hashed sample: binomial, sd 21); its recall estimate stays close to the truth as any
+ * sample's does; corpus_docs at most the index's own changes nothing, and 0 is the index.
+ */
+START_TEST(test_adaptive_corpus_share)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 4000, 10, 64, 100, 93);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    tartan_queries q = queries_of(&c);
+    const uint64_t corpus_of[3] = {4 * 4000, 0, 1000};
+    uint64_t n_ref[3];
+    for (int i = 0; i < 3; i++) {
+        tartan_calibrate_params cp;
+        tartan_calibrate_params_init(&cp);
+        ck_assert_uint_eq(cp.corpus_docs, 0);
+        cp.queries = &q;
+        cp.max_reference_docs = 2000;
+        cp.corpus_docs = corpus_of[i];
+        tartan_calibration cal;
+        ck_assert_msg(tartan_calibrate(db, &cp, &cal) == 0, "%s", tartan_errmsg(db));
+        n_ref[i] = cal.n_reference_docs;
+        ck_assert_uint_eq(cal.n_docs, c.n_docs);
+        if (i == 0) {
+            ck_assert_msg(n_ref[0] >= 420 && n_ref[0] <= 580, "%llu reference documents",
+                          (unsigned long long)n_ref[0]);
+            for (size_t k = 10; k <= 100; k *= 10) {
+                tartan_results *a, *b;
+                const double truth = against_exhaustive(db, &c, k, &a, &b);
+                const double said = k == 10 ? cal.recall_k10 : cal.recall_k100;
+                ck_assert_msg(fabs(said - truth) <= 0.05, "k %zu: %.4f said, %.4f measured", k,
+                              said, truth);
+                tartan_results_free(a);
+                tartan_results_free(b);
+            }
+        }
+    }
+    /* 0 and a corpus smaller than the index: the index's own rate, 2,000 of 4,000. */
+    ck_assert_uint_eq(n_ref[1], n_ref[2]);
+    ck_assert_msg(n_ref[1] >= 1850 && n_ref[1] <= 2150, "%llu", (unsigned long long)n_ref[1]);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 /* eng_tail_need against the tail sums taken in full, in double: random descending scores, the
  * scored share, sd 0 (chances 0 or 1) and budgets from tiny to the whole tail. */
 START_TEST(test_adaptive_tail_need)
@@ -940,6 +988,7 @@ static Suite *adaptive_suite(void)
         {"too_few_candidates", test_adaptive_too_few_candidates},
         {"widens", test_adaptive_widens},
         {"recall_estimate", test_adaptive_recall_estimate},
+        {"corpus_share", test_adaptive_corpus_share},
         {"tail_need", test_adaptive_tail_need},
         {"bad_arguments", test_adaptive_bad_arguments},
     };

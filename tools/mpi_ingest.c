@@ -9,8 +9,9 @@
  * ranks train together (tartan_train_shared: each assigns its own share at every k-means
  * iteration, the centroid sums are added up over MPI), so that every shard stores the same
  * model and encodes alike; or, given --model, every rank imports that file's model; then every
- * rank adds its documents. Then every shard calibrates its search on its own documents
- * (calibrate_shards), unless --no-calibrate; an add calibrates again the shards whose documents
+ * rank adds its documents. Then every shard calibrates its search on its own documents, its
+ * exhaustive reference a sample at the whole corpus's rate (calibrate_shards), unless
+ * --no-calibrate; an add calibrates again the shards whose documents
  * changed more than twofold.
  *
  * Failures: every batch is one transaction in one shard. When a rank fails or is killed,
@@ -184,10 +185,23 @@ static int calibrate_shards(const char *prog, tartan_db *db, int force)
     double t0 = tool_now();
     tartan_calibration cal;
     int rc = 0, ran = 0;
-    if (!force && (rc = tartan_calibration_get(db, &cal)))
+    /* The corpus's documents: each shard samples its reference at the rate one index of the
+     * whole corpus would (tartan_calibrate_params.corpus_docs), so that the shards together
+     * rank about as many documents exhaustively as that index, P times fewer each. Without
+     * it, every shard of 1M documents ranked all of them on its GPU, as much as one index of
+     * the whole corpus ranked. */
+    tartan_index_info info;
+    int irc = tartan_info(db, &info);
+    uint64_t corpus = tool_mpi_sum(irc ? 0 : info.n_docs);
+    tartan_calibrate_params p;
+    tartan_calibrate_params_init(&p);
+    p.corpus_docs = corpus;
+    if (irc)
+        rc = tool_fail(err, sizeof err, irc, "%s", tool_mpi_detail(tartan_errmsg(db)));
+    if (!rc && !force && (rc = tartan_calibration_get(db, &cal)))
         tool_fail(err, sizeof err, rc, "%s", tool_mpi_detail(tartan_errmsg(db)));
     if (!rc && (force || !cal.calibrated || cal.stale)) {
-        rc = tartan_calibrate(db, NULL, &cal);
+        rc = tartan_calibrate(db, &p, &cal);
         if (rc == TARTAN_EEMPTY)
             rc = 0;
         else if (rc)

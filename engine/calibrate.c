@@ -594,20 +594,25 @@ static int margin_push(margin_set *ms, float v)
 /*
  * Step 3, first half: every query token's best probe-cap centroids (PROBE_CAP_100, at most K),
  * tix / tval [rows, cap] for the rows [n_rows, dim] of prepared queries, best first and ties to
- * the lower centroid (kern_topk_rows, as a search's probes), all queries' rows at once in
- * chunks (one query at a time took 4.0 s where chunks take 0.95 s: 128 + 128 pseudo-queries,
- * K 16,384, two loaded cores). On the calibration's device: the scores Q C^T of 128
- * pseudo-queries of 32 tokens and 128 of 8 against 65,536 centroids are 86 GFLOP, seconds on
- * the cores one rank of a GPU host has, milliseconds on its GPU, and only the top [rows, cap]
- * come back.
+ * the lower centroid (kern_topk_rows, as a search's probes), all queries' rows together in
+ * chunks, on the calibration's device. On a GPU: the scores Q C^T of 128 pseudo-queries of 32
+ * tokens and 128 of 8 against 65,536 centroids are 86 GFLOP, seconds on the cores of one rank
+ * of a GPU host, milliseconds on its GPU, and only the top [rows, cap] come back. On the CPU,
+ * chunks of 128 rows or more: one query at a time (8 rows for a short one) paid a parallel
+ * region per few rows, ruinous on busy cores (scores of 8,192 rows against 16,384 centroids on
+ * 2 threads of the loaded build host: 5.4 s in chunks of 8 rows, 2.1 s of 32, 0.78 s of 128,
+ * 0.82 s of 1,024; 0.85, 0.33, 0.34 and 0.60 s on one thread), but a table within about 8 MB
+ * stays in cache.
  */
 static int probe_tops(calib_run *c, kern_dev dev, const float *rows_q, size_t n_rows, size_t cap,
                       int64_t *tix, float *tval, store_msg *m)
 {
     const size_t K = c->K, dim = c->dim;
-    /* Rows a chunk: its score table at most 256 MB (64 MB on the CPU, cache-friendlier), and
-     * at most what one top-k launch takes. */
-    size_t chunk = ((dev == KERN_DEV_CUDA ? (size_t)256 : 64) << 20) / (K * sizeof(float));
+    /* Rows a chunk: its score table at most 256 MB on a GPU; on the CPU 8 MB, but at least
+     * 64 rows (above); at most what one top-k launch takes. */
+    size_t chunk = ((dev == KERN_DEV_CUDA ? (size_t)256 : 8) << 20) / (K * sizeof(float));
+    if (dev == KERN_DEV_CPU && chunk < 64)
+        chunk = 64;
     if (chunk < 1)
         chunk = 1;
     if (chunk > 65535)

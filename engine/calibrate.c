@@ -394,7 +394,7 @@ typedef struct calib_run {
     size_t dim, K;
     uint32_t *ref; /* reference documents, ascending */
     size_t n_ref;
-    char **ref_ids; /* their external ids (owned) */
+    eng_docset ref_set; /* the same, for the searches */
     float *qemb;    /* pseudo-queries [n_q * PSEUDO_LEN, dim] */
     size_t *qlens;
     uint32_t *src; /* each pseudo-query's source documents [n_q * 2] (UINT32_MAX: none) */
@@ -438,31 +438,15 @@ static int pick_reference(calib_run *c, size_t max_ref, uint64_t corpus_docs, ui
     if (c->n_ref == 0)
         return store_fail(m, TARTAN_EEMPTY, "calibration: no live documents");
     /*
-     * A reference of every live document needs no subset: the searches rank the whole index,
-     * as a subset of all of it would, without checking and looking up every id in each of the
-     * four searches (4M LMDB look-ups for a shard of 1M documents, whose whole is its GPU
-     * reference), nor copying every name here. Except for a small index, where a subset would
-     * be scored exactly, all of it (ENG_SUBSET_EXACT_MAX, search.c), and the default search
-     * without one would not.
+     * The searches take the sample as document numbers (eng_docset), not as external ids,
+     * which each search would check and look up in LMDB one by one (4M look-ups in the four
+     * searches of a 1M-document reference). A reference of every live document takes no
+     * subset at all, except in a small index, where a subset is scored exactly, all of it
+     * (ENG_SUBSET_EXACT_MAX, search.c), and a default search without one would not be.
      */
     c->whole = rate >= 1.0 && c->n_ref > ENG_SUBSET_EXACT_MAX;
-    if (c->whole)
-        return 0;
-    c->ref_ids = calloc(c->n_ref, sizeof *c->ref_ids);
-    if (!c->ref_ids)
-        return store_fail(m, ENOMEM, "calibration: out of memory");
-    for (size_t i = 0; i < c->n_ref; i++) {
-        const char *id;
-        size_t len;
-        if ((rc = idx_reader_name(&c->r, c->ref[i], &id, &len, m)))
-            return rc == TARTAN_ENOTFOUND
-                       ? store_fail(m, TARTAN_ECORRUPT, "document %u has no external id", c->ref[i])
-                       : rc;
-        if (!(c->ref_ids[i] = malloc(len + 1)))
-            return store_fail(m, ENOMEM, "calibration: out of memory");
-        memcpy(c->ref_ids[i], id, len);
-        c->ref_ids[i][len] = '\0';
-    }
+    c->ref_set = (eng_docset){
+        .docs = c->ref, .n = c->n_ref, .next_docno = c->r.h.next_docno, .n_docs = c->r.h.n_docs};
     return 0;
 }
 
@@ -878,9 +862,6 @@ static void calib_free(calib_run *c)
 {
     if (c->r_open)
         idx_reader_close(&c->r);
-    for (size_t i = 0; c->ref_ids && i < c->n_ref; i++)
-        free(c->ref_ids[i]);
-    free(c->ref_ids);
     free(c->ref);
     free(c->qemb);
     free(c->semb);
@@ -967,15 +948,14 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
     tartan_search_params sp;
     tartan_search_params_init(&sp, 100);
     sp.exhaustive = 1;
-    sp.subset = c.whole ? NULL : (const char *const *)c.ref_ids;
-    sp.n_subset = c.whole ? 0 : c.n_ref;
     sp.threads = params->threads;
     sp.device = params->device;
     /* The searches run without our snapshot: the handle opens its own. */
     idx_reader_close(&c.r);
     c.r_open = 0;
-    if ((rc = eng_search_call(db, q, &sp, NULL, &ref)) ||
-        (c.sq.n_queries && (rc = eng_search_call(db, &c.sq, &sp, NULL, &sref)))) {
+    const eng_docset *only = c.whole ? NULL : &c.ref_set;
+    if ((rc = eng_search_call(db, q, &sp, NULL, only, &ref)) ||
+        (c.sq.n_queries && (rc = eng_search_call(db, &c.sq, &sp, NULL, only, &sref)))) {
         recorded = 1;
         goto fail;
     }
@@ -1027,11 +1007,9 @@ int tartan_calibrate(tartan_db *db, const tartan_calibrate_params *params, tarta
         size_t k = pass ? 100 : 10;
         tartan_search_params p;
         tartan_search_params_init(&p, k);
-        p.subset = sp.subset;
-        p.n_subset = sp.n_subset;
         p.threads = params->threads;
         p.device = params->device;
-        if ((rc = eng_search_call(db, q, &p, &cal, &res)))
+        if ((rc = eng_search_call(db, q, &p, &cal, only, &res)))
             break;
         double r = recall_of(res, ref, k, c.stand, pass ? 2 : 1);
         if (pass) {

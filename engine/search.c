@@ -146,6 +146,40 @@ static int resolve_subset(const idx_reader *r, const tartan_search_params *p, ui
     return 0;
 }
 
+/* A subset given by document numbers (eng_docset) as resolve_subset's bitmap and list; where
+ * r's snapshot is not the one the numbers came from, only those still live. */
+static int resolve_docset(const idx_reader *r, const eng_docset *ds, uint64_t **bits,
+                          uint32_t **list, size_t *n_out, store_msg *m)
+{
+    size_t words = ((size_t)r->h.next_docno + 63) / 64;
+    *bits = calloc(words ? words : 1, sizeof **bits);
+    *list = malloc((ds->n ? ds->n : 1) * sizeof **list);
+    *n_out = 0;
+    if (!*bits || !*list)
+        return store_fail(m, ENOMEM, "search: out of memory for the subset");
+    const int same = r->h.next_docno == ds->next_docno && r->h.n_docs == ds->n_docs;
+    size_t n = 0;
+    for (size_t i = 0; i < ds->n; i++) {
+        uint32_t d = ds->docs[i];
+        if (d >= r->h.next_docno || (n && d <= (*list)[n - 1]))
+            return store_fail(m, TARTAN_EINTERNAL,
+                              "search: a subset of document numbers out of "
+                              "order or past the index's");
+        if (!same) {
+            kern_pdoc pd;
+            int rc = idx_reader_doc(r, d, &pd, m);
+            if (rc == TARTAN_ENOTFOUND)
+                continue;
+            if (rc)
+                return rc;
+        }
+        (*bits)[d >> 6] |= (uint64_t)1 << (d & 63);
+        (*list)[n++] = d;
+    }
+    *n_out = n;
+    return 0;
+}
+
 /* The results in one allocation: header, counts, offsets, hits, then the ids' bytes. */
 static int build_results(const idx_reader *r, const eng_search *s, size_t nq,
                          const eng_stage_stats *st, double seconds, tartan_results **out,
@@ -309,12 +343,12 @@ done:
 int tartan_search(tartan_db *db, const tartan_queries *queries, const tartan_search_params *params,
                   tartan_results **results)
 {
-    return eng_search_call(db, queries, params, NULL, results);
+    return eng_search_call(db, queries, params, NULL, NULL, results);
 }
 
 int eng_search_call(tartan_db *db, const tartan_queries *queries,
                     const tartan_search_params *params, const eng_calib *calib,
-                    tartan_results **results)
+                    const eng_docset *only, tartan_results **results)
 {
     if (!db)
         return eng_failf(NULL, TARTAN_EINVAL, "tartan_search: db is NULL");
@@ -431,8 +465,10 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
             rc = store_fail(&m, ENOMEM, "search: out of memory for %zu x %zu hits", nq, s.k);
             goto restore;
         }
-        if (params->subset) {
-            rc = resolve_subset(&r[0], params, &allowed, &allowed_list, &s.n_allowed, &m);
+        if (params->subset || only) {
+            rc = params->subset
+                     ? resolve_subset(&r[0], params, &allowed, &allowed_list, &s.n_allowed, &m)
+                     : resolve_docset(&r[0], only, &allowed, &allowed_list, &s.n_allowed, &m);
             if (rc)
                 goto restore;
             s.allowed = allowed;

@@ -140,13 +140,27 @@ int eng_exact_scan(idx_reader *r, const eng_search *s, int threads, eng_stage_st
 #define ENG_SUBSET_EXACT_MAX 256
 
 /*
+ * A subset by document numbers (ascending, distinct), live in the snapshot whose header had
+ * next_docno and n_docs: the calibration's reference, which would otherwise go through its
+ * external ids (a check and an LMDB look-up each, every search). A search whose snapshot
+ * differs (a writer committed since) keeps the ones still live.
+ */
+typedef struct eng_docset {
+    const uint32_t *docs;
+    size_t n;
+    uint32_t next_docno;
+    uint64_t n_docs;
+} eng_docset;
+
+/*
  * tartan_search's body: with calib non-NULL, that calibration instead of the index's (the
- * calibration measures a table before storing it).
+ * calibration measures a table before storing it); with only non-NULL (and params->subset
+ * NULL), that subset.
  */
 struct eng_calib;
 int eng_search_call(tartan_db *db, const tartan_queries *queries,
                     const tartan_search_params *params, const struct eng_calib *calib,
-                    tartan_results **results);
+                    const eng_docset *only, tartan_results **results);
 
 /* Maps a kernel status to an engine code, with the kernel's message. */
 int eng_kern_fail(int krc, store_msg *m, const char *what);

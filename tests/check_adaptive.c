@@ -633,6 +633,92 @@ START_TEST(test_adaptive_corpus_share)
 }
 END_TEST
 
+/* Whether two runs hold the same ids in the same order and the same scores. */
+static int same_results(const tartan_results *a, const tartan_results *b)
+{
+    if (a->n_queries != b->n_queries)
+        return 0;
+    for (size_t q = 0; q < a->n_queries; q++) {
+        if (a->counts[q] != b->counts[q])
+            return 0;
+        for (size_t i = 0; i < a->counts[q]; i++) {
+            const tartan_hit *x = &a->hits[a->offsets[q] + i], *y = &b->hits[b->offsets[q] + i];
+            if (strcmp(x->id, y->id) || x->score != y->score)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/*
+ * The calibration's subset by document numbers (eng_docset) is the subset of those documents'
+ * ids: exhaustive and default searches return the same; from an older snapshot (documents
+ * deleted since) only the ones still live count; numbers out of order are refused.
+ */
+START_TEST(test_adaptive_docset_subset)
+{
+    corpus c;
+    corpus_make(&c, TOOL_SYNTH_V2, 900, 10, 32, 6, 71);
+    tartan_db *db = open_ix(c.dim);
+    add_range(db, &c, 0, c.n_docs);
+    /* Every third document, by number, and their ids. */
+    store_msg m;
+    idx_reader r;
+    ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
+    uint32_t docs[300];
+    const char *ids[300];
+    for (size_t i = 0; i < 300; i++) {
+        ids[i] = c.ids[3 * i];
+        ck_assert_int_eq(idx_reader_docno(&r, ids[i], &docs[i], &m), 0);
+        ck_assert(i == 0 || docs[i] > docs[i - 1]);
+    }
+    eng_docset ds = {docs, 300, r.h.next_docno, r.h.n_docs};
+    idx_reader_close(&r);
+    tartan_queries q = queries_of(&c);
+    for (int round = 0; round < 2; round++) {
+        /* Round 1: 50 of them deleted since the numbers were taken (every sixth). */
+        size_t n_ids = 0;
+        const char *live[300];
+        for (size_t i = 0; i < 300; i++)
+            if (round == 0 || i % 6)
+                live[n_ids++] = ids[i];
+        for (int ex = 0; ex < 2; ex++) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, 20);
+            p.exhaustive = ex;
+            tartan_results *by_no = NULL, *by_id = NULL;
+            ck_assert_msg(eng_search_call(db, &q, &p, NULL, &ds, &by_no) == 0, "%s",
+                          tartan_errmsg(db));
+            p.subset = live;
+            p.n_subset = n_ids;
+            ck_assert_int_eq(tartan_search(db, &q, &p, &by_id), 0);
+            ck_assert_msg(same_results(by_no, by_id), "round %d, exhaustive %d", round, ex);
+            ck_assert_uint_eq(by_no->counts[0], 20);
+            tartan_results_free(by_no);
+            tartan_results_free(by_id);
+        }
+        if (round == 0) {
+            const char *gone[50];
+            for (size_t i = 0; i < 50; i++)
+                gone[i] = ids[6 * i];
+            size_t n_del = 0;
+            ck_assert_int_eq(tartan_delete(db, gone, 50, &n_del), 0);
+            ck_assert_uint_eq(n_del, 50);
+        }
+    }
+    /* Out of order: refused, not searched. */
+    uint32_t bad[2] = {docs[1], docs[0]};
+    eng_docset bs = {bad, 2, ds.next_docno, ds.n_docs};
+    tartan_search_params p;
+    tartan_search_params_init(&p, 5);
+    tartan_results *res = NULL;
+    ck_assert_int_eq(eng_search_call(db, &q, &p, NULL, &bs, &res), TARTAN_EINTERNAL);
+    ck_assert_ptr_null(res);
+    tartan_close(db);
+    corpus_free(&c);
+}
+END_TEST
+
 /* eng_tail_need against the tail sums taken in full, in double: random descending scores, the
  * scored share, sd 0 (chances 0 or 1) and budgets from tiny to the whole tail. */
 START_TEST(test_adaptive_tail_need)
@@ -989,6 +1075,7 @@ static Suite *adaptive_suite(void)
         {"widens", test_adaptive_widens},
         {"recall_estimate", test_adaptive_recall_estimate},
         {"corpus_share", test_adaptive_corpus_share},
+        {"docset_subset", test_adaptive_docset_subset},
         {"tail_need", test_adaptive_tail_need},
         {"bad_arguments", test_adaptive_bad_arguments},
     };

@@ -211,8 +211,10 @@ pick_transport() {
     [ "$MPI_BTL" = auto ] || return 0
     local tc=$work/transport
     run "transport check: gen" "$tartan" gen "$tc" --docs 2000 --queries 1 --doc-len 10 --seed 3
-    if ! mpi 2 build "$tc/ix" --embeddings "$tc/embeddings.npy" --doclens "$tc/doclens.npy" \
-        --ids "$tc/ids.txt" --no-calibrate >>"$log" 2>&1; then
+    # (Under a time limit: a transport that neither works nor fails must not stall the bench.)
+    if ! timeout 300 "$mpirun" --bind-to none -np 2 "$tmpi" build "$tc/ix" \
+        --embeddings "$tc/embeddings.npy" --doclens "$tc/doclens.npy" --ids "$tc/ids.txt" \
+        --no-calibrate >>"$log" 2>&1; then
         echo "## transport check: shared memory failed; TCP over loopback instead" >>"$log"
         use_tcp
         transport="$transport (shared memory failed its check)"

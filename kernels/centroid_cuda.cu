@@ -101,6 +101,46 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* A warp's 64 x 32 block of S [rows, cols] from its m16n8 accumulator fragments (lane (g,
+ * t4) holds rows g and g + 8 at columns 2 t4 and 2 t4 + 1 of each tile), from (m0, n0); pairs
+ * of columns as one 8-byte store where the row layout allows. S16 (NULL: none) gets the same
+ * values rounded to fp16. */
+__device__ __forceinline__ void store_tile(const float (&acc)[4][4][4], float *__restrict__ S,
+                                           __half *__restrict__ S16, long long m0, long long n0,
+                                           long long rows, long long cols, int g, int t4)
+{
+    const bool pairs = cols % 2 == 0 && (uintptr_t)S % 8 == 0;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long m = m0 + mt * 16 + g + 8 * h;
+                const long long n = n0 + nt * 8 + 2 * t4;
+                if (m >= rows)
+                    continue;
+                const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+                if (pairs && n + 1 < cols) {
+                    *reinterpret_cast<float2 *>(S + m * cols + n) = make_float2(v0, v1);
+                    if (S16)
+                        *reinterpret_cast<__half2 *>(S16 + m * cols + n) =
+                            __floats2half2_rn(v0, v1);
+                    continue;
+                }
+                if (n < cols) {
+                    S[m * cols + n] = v0;
+                    if (S16)
+                        S16[m * cols + n] = __float2half_rn(v0);
+                }
+                if (n + 1 < cols) {
+                    S[m * cols + n + 1] = v1;
+                    if (S16)
+                        S16[m * cols + n + 1] = __float2half_rn(v1);
+                }
+            }
+}
+
 __global__ void __launch_bounds__(256)
     centroid_scores_tf32x3_kernel(const float *__restrict__ Q, const float *__restrict__ C,
                                   long long lq, long long nc, long long dim, float *__restrict__ S)
@@ -154,21 +194,7 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const long long m = m0 + wm * 64 + mt * 16 + g + 8 * h;
-                const long long n = n0 + wn * 32 + nt * 8 + 2 * t4;
-                if (m >= lq)
-                    continue;
-                if (n < nc)
-                    S[m * nc + n] = acc[mt][nt][2 * h];
-                if (n + 1 < nc)
-                    S[m * nc + n + 1] = acc[mt][nt][2 * h + 1];
-            }
+    store_tile(acc, S, (__half *)NULL, m0 + wm * 64, n0 + wn * 32, lq, nc, g, t4);
 }
 
 /*
@@ -274,35 +300,7 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads();
     }
-    const bool pairs = nq % 2 == 0 && (uintptr_t)S % 8 == 0;
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const long long m = m0 + wm * 64 + mt * 16 + g + 8 * h;
-                const long long n = n0 + wn * 32 + nt * 8 + 2 * t4;
-                if (m >= nc)
-                    continue;
-                const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-                if (pairs && n + 1 < nq) {
-                    *reinterpret_cast<float2 *>(S + m * nq + n) = make_float2(v0, v1);
-                    if (S16)
-                        *reinterpret_cast<__half2 *>(S16 + m * nq + n) = __floats2half2_rn(v0, v1);
-                    continue;
-                }
-                if (n < nq) {
-                    S[m * nq + n] = v0;
-                    if (S16)
-                        S16[m * nq + n] = __float2half_rn(v0);
-                }
-                if (n + 1 < nq) {
-                    S[m * nq + n + 1] = v1;
-                    if (S16)
-                        S16[m * nq + n + 1] = __float2half_rn(v1);
-                }
-            }
+    store_tile(acc, S, S16, m0 + wm * 64, n0 + wn * 32, nc, nq, g, t4);
 }
 
 } // namespace

@@ -568,6 +568,37 @@ __global__ void __launch_bounds__(INT_WARPS * 32)
  * j / 4 of a group; the butterfly's levels 16, 8, 4 are the group's, 2 and 1 inside the
  * lane), so both kernels give the same bits.
  */
+/* What the grouped interaction kernels know of candidate slot it of n (query it / width):
+ * whether it holds a document, the query's columns [col0, col0 + lq), the document's tokens
+ * [t0, t0 + ntok), and whether the query prunes (prune, and more than prune_over candidates
+ * by counts, or counts NULL). */
+struct ix_doc {
+    bool live, pr;
+    long long qi, col0, t0;
+    int lq, ntok;
+};
+
+__device__ __forceinline__ ix_doc ix_doc_at(long long it, long long n, long long width,
+                                            const uint32_t *__restrict__ docs,
+                                            const int64_t *__restrict__ q_off,
+                                            const int64_t *__restrict__ doc_off, int prune,
+                                            const int64_t *__restrict__ counts,
+                                            long long prune_over)
+{
+    ix_doc x = {false, false, 0, 0, 0, 0, 0};
+    const uint32_t d = it < n ? docs[it] : KERN_NO_DOC;
+    x.qi = it < n ? it / width : 0;
+    if (d == KERN_NO_DOC)
+        return x;
+    x.live = true;
+    x.col0 = q_off[x.qi];
+    x.lq = (int)(q_off[x.qi + 1] - x.col0);
+    x.t0 = doc_off[d];
+    x.ntok = (int)(doc_off[d + 1] - x.t0);
+    x.pr = prune && (!counts || counts[x.qi] > prune_over);
+    return x;
+}
+
 constexpr int IX_LANES = 8;
 constexpr int IX_DOCS = 32 / IX_LANES;
 constexpr int IX_WARPS = 8;
@@ -587,20 +618,10 @@ __global__ void __launch_bounds__(IX_WARPS * 32)
     for (long long base = ((long long)blockIdx.x * IX_WARPS + (threadIdx.x >> 5)) * IX_DOCS;
          base < n; base += warps * IX_DOCS) {
         const long long it = base + sub;
-        const bool valid = it < n;
-        const uint32_t d = valid ? docs[it] : KERN_NO_DOC;
-        const bool live = d != KERN_NO_DOC;
-        const long long qi = valid ? it / width : 0;
-        long long col0 = 0, t0 = 0;
-        int lq = 0, ntok = 0;
-        bool pr = false;
-        if (live) {
-            col0 = q_off[qi];
-            lq = (int)(q_off[qi + 1] - col0);
-            t0 = doc_off[d];
-            ntok = (int)(doc_off[d + 1] - t0);
-            pr = prune && (!counts || counts[qi] > prune_over);
-        }
+        const ix_doc x = ix_doc_at(it, n, width, docs, q_off, doc_off, prune, counts, prune_over);
+        const bool valid = it < n, live = x.live, pr = x.pr;
+        const long long qi = x.qi, col0 = x.col0, t0 = x.t0;
+        const int lq = x.lq, ntok = x.ntok;
         const int lq_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)lq);
         const int ntok_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)ntok);
         const float *S = ST + col0;
@@ -703,20 +724,10 @@ __global__ void __launch_bounds__(HX_WARPS * 32)
     for (long long base = ((long long)blockIdx.x * HX_WARPS + (threadIdx.x >> 5)) * HX_DOCS;
          base < n; base += warps * HX_DOCS) {
         const long long it = base + sub;
-        const bool valid = it < n;
-        const uint32_t d = valid ? docs[it] : KERN_NO_DOC;
-        const bool live = d != KERN_NO_DOC;
-        const long long qi = valid ? it / width : 0;
-        long long col0 = 0, t0 = 0;
-        int lq = 0, ntok = 0;
-        bool pr = false;
-        if (live) {
-            col0 = q_off[qi];
-            lq = (int)(q_off[qi + 1] - col0);
-            t0 = doc_off[d];
-            ntok = (int)(doc_off[d + 1] - t0);
-            pr = prune && (!counts || counts[qi] > prune_over);
-        }
+        const ix_doc x = ix_doc_at(it, n, width, docs, q_off, doc_off, prune, counts, prune_over);
+        const bool valid = it < n, live = x.live, pr = x.pr;
+        const long long qi = x.qi, col0 = x.col0, t0 = x.t0;
+        const int lq = x.lq, ntok = x.ntok;
         const int lq_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)lq);
         const int ntok_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)ntok);
         const __half *S = ST16 + col0;

@@ -572,6 +572,26 @@ static void normalise_rows(float *x, size_t rows, size_t dim)
     }
 }
 
+/* ref [na, nb]: every row of a [na, dim] against every row of b [nb, dim] in double, and mag
+ * the sums of the products' magnitudes (the scale of their rounding). */
+static void ref_products(const float *a, size_t na, const float *b, size_t nb, size_t dim,
+                         double **ref, double **mag)
+{
+    const size_t n = na * nb > 0 ? na * nb : 1;
+    *ref = malloc(n * sizeof(double));
+    *mag = malloc(n * sizeof(double));
+    for (size_t i = 0; i < na; i++)
+        for (size_t k = 0; k < nb; k++) {
+            double s = 0, m = 0;
+            for (size_t j = 0; j < dim; j++) {
+                s += (double)a[i * dim + j] * b[k * dim + j];
+                m += fabs((double)a[i * dim + j] * b[k * dim + j]);
+            }
+            (*ref)[i * nb + k] = s;
+            (*mag)[i * nb + k] = m;
+        }
+}
+
 START_TEST(test_kernels_gpu_centroid_scores_match_reference)
 {
     static const size_t dims[] = {64, 96, 128, 256, 1024, 5};
@@ -585,17 +605,8 @@ START_TEST(test_kernels_gpu_centroid_scores_match_reference)
         float *got = dev_get_floats(sd, lq * nc);
         float *cpu = host_poisoned(lq * nc);
         expect_ok(kern_centroid_scores(KERN_DEV_CPU, q, lq, c, nc, dim, cpu));
-        double *ref = malloc(lq * nc * sizeof(double)), *mag = malloc(lq * nc * sizeof(double));
-        for (size_t i = 0; i < lq; i++)
-            for (size_t k = 0; k < nc; k++) {
-                double s = 0, m = 0;
-                for (size_t j = 0; j < dim; j++) {
-                    s += (double)q[i * dim + j] * c[k * dim + j];
-                    m += fabs((double)q[i * dim + j] * c[k * dim + j]);
-                }
-                ref[i * nc + k] = s;
-                mag[i * nc + k] = m;
-            }
+        double *ref, *mag;
+        ref_products(q, lq, c, nc, dim, &ref, &mag);
         compare("centroid_scores", got, ref, mag, lq * nc, 1e-5, 1e-6, 1e-5);
         compare_cpu("centroid_scores", got, cpu, mag, lq * nc, 2e-5, 2e-6);
         free(cpu);
@@ -639,17 +650,8 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
             expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16));
             expect_ok(kern_centroid_scores(KERN_DEV_CUDA, cd, nc, qd, nt, dim, s32));
             float *got = dev_get_floats(sd, nc * nt), *g32 = dev_get_floats(s32, nc * nt);
-            double *ref = malloc(nc * nt * sizeof(double)), *mag = malloc(nc * nt * sizeof(double));
-            for (size_t k = 0; k < nc; k++)
-                for (size_t i = 0; i < nt; i++) {
-                    double sum = 0, m = 0;
-                    for (size_t j = 0; j < dim; j++) {
-                        sum += (double)c[k * dim + j] * q[i * dim + j];
-                        m += fabs((double)c[k * dim + j] * q[i * dim + j]);
-                    }
-                    ref[k * nt + i] = sum;
-                    mag[k * nt + i] = m;
-                }
+            double *ref, *mag;
+            ref_products(c, nc, q, nt, dim, &ref, &mag);
             compare("centroid_scores_f16", got, ref, mag, nc * nt, 4e-6, 1e-7, 2e-6);
             if (s16) {
                 /* The fp16 copy: each fp32 score rounded to nearest even. */

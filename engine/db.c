@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "probe.h"
 #include "gpu.h"
 #include "gpus.h"
 #include "plan.h"
@@ -133,6 +134,7 @@ int tartan_open(const char *path, const tartan_options *options, tartan_db **out
     db->opts = o;
     db->serial = atomic_fetch_add(&next_serial, 1);
     pthread_mutex_init(&db->write_lock, NULL);
+    pthread_mutex_init(&db->probe_lock, NULL);
     unsigned sf = 0;
     if (o.flags & TARTAN_CREATE)
         sf |= STORE_CREATE;
@@ -187,6 +189,8 @@ void tartan_close(tartan_db *db)
     eng_gpus_free(db->gpus);
     store_close(db->env);
     pthread_mutex_destroy(&db->write_lock);
+    eng_probe_free(db->probe);
+    pthread_mutex_destroy(&db->probe_lock);
     free(db);
 }
 

@@ -25,6 +25,10 @@ struct tartan_db {
     /* The index spread over several GPUs (engine/gpus.h) when the handle's plan has more than
      * one partition; NULL until the first such search. Guarded by the GPU lock. */
     struct eng_gpus *gpus;
+    /* The bf16 probe table of the centroids for CPU searches (engine/probe.c); NULL until the
+     * first. Guarded by probe_lock. */
+    pthread_mutex_t probe_lock;
+    struct eng_probe *probe;
 };
 
 /*

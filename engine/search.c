@@ -27,6 +27,7 @@
 #include "gpu.h"
 #include "gpus.h"
 #include "search.h"
+#include "probe.h"
 
 /* Readers one call opens at most: LMDB has 126 reader slots per environment by default, to be
  * shared with the application's other searches and processes. */
@@ -503,8 +504,12 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
             rc = eng_gpus_search(db, &r[0], &s, params->exhaustive, gmode, &st, &m);
         else if (params->exhaustive && !s.subset_exact)
             rc = eng_exact_scan(&r[0], &s, threads, &st, &m);
-        else
+        else {
+            struct eng_probe *probe = s.subset_exact ? NULL : eng_probe_get(db, &r[0]);
+            s.probe = eng_probe_table(probe);
             rc = run_plaid(db->env, r, &s, threads, &st, &m);
+            eng_probe_put(db, probe);
+        }
         if (rc)
             goto restore;
     }

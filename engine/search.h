@@ -66,6 +66,10 @@ typedef struct eng_search {
     /* Leave damaged records out instead of failing (tartan_search_params.skip_damaged); each
      * reader then counts them in its *damaged. */
     int skip_damaged;
+    /* The bf16 probe table of the centroids (kern_centroid_probe): stage 1 takes each token's
+     * probes from it, exactly as from the fp32 table, and stages 2 and 3 read its bf16 scores;
+     * the centroids of documents scored exactly get fp32 scores first. NULL: the fp32 table. */
+    const kern_probe_table *probe;
     /* Results: query i's hits at hit_doc / hit_score [i * k ...], hit_n[i] of them. */
     uint32_t *hit_doc;
     float *hit_score;

@@ -58,6 +58,14 @@ struct eng_plaid_ws {
     uint32_t *codes2; /* the candidates' renumbered codes */
     size_t c2_cap;
     uint8_t *keep2; /* [K'] */
+    /* With the bf16 probe: S holds bf16 scores; ex2 [K'] says which columns of S2 hold fp32's
+     * (exact_columns), need [K'] and cols [K'] list the ones being computed, colbuf their
+     * scores. */
+    int screened;
+    uint8_t *ex2;
+    uint32_t *need, *cols;
+    float *colbuf;
+    size_t col_cap;
     /* Adaptive mode: exactly scored documents (numbers, documents, approximate and exact
      * scores) in the order they were scored. */
     uint32_t *ev_doc;
@@ -109,6 +117,10 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->S2);
     free(ws->codes2);
     free(ws->keep2);
+    free(ws->ex2);
+    free(ws->need);
+    free(ws->cols);
+    free(ws->colbuf);
     free(ws->ev_doc);
     free(ws->ev_pd);
     free(ws->ev_approx);
@@ -206,10 +218,16 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         free(ws->cmap);
         free(ws->ulist);
         free(ws->keep2);
+        free(ws->ex2);
+        free(ws->need);
+        free(ws->cols);
         ws->cmap = malloc(K * sizeof *ws->cmap);
         ws->ulist = malloc(K * sizeof *ws->ulist);
         ws->keep2 = malloc(K);
-        ws->cm_cap = ws->cmap && ws->ulist && ws->keep2 ? K : 0;
+        ws->ex2 = malloc(K);
+        ws->need = malloc(K * sizeof *ws->need);
+        ws->cols = malloc(K * sizeof *ws->cols);
+        ws->cm_cap = ws->cmap && ws->ulist && ws->keep2 && ws->ex2 && ws->need && ws->cols ? K : 0;
         if (!ws->cm_cap)
             goto oom;
         for (size_t c = 0; c < K; c++)
@@ -488,7 +506,50 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
     }
     for (size_t j = 0; j < kk; j++)
         ws->keep2[j] = colmax[j] >= s->threshold;
+    memset(ws->ex2, !ws->screened, kk);
     *kk_out = kk;
+    return 0;
+}
+
+/*
+ * With the bf16 probe, the columns of S2 that documents pd [n] (codes renumbered) read and that
+ * still hold bf16 scores get fp32's, computed as the whole fp32 table would have them
+ * (kern_centroid_scores_cols), so that exact scores are the fp32 pipeline's bit for bit.
+ */
+static int exact_columns(const idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
+                         size_t kk, const kern_pdoc *pd, size_t n, store_msg *m)
+{
+    if (!ws->screened)
+        return 0;
+    size_t nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t *codes = pd[i].codes;
+        for (uint32_t t = 0; t < pd[i].ntok; t++) {
+            uint32_t j = codes[t];
+            if (!ws->ex2[j]) {
+                ws->ex2[j] = 1;
+                ws->need[nn++] = j;
+            }
+        }
+    }
+    if (!nn)
+        return 0;
+    const eng_queries *q = s->q;
+    size_t lq = q->off[qi + 1] - q->off[qi];
+    if (eng_grow((void **)&ws->colbuf, &ws->col_cap, lq * nn, sizeof(float)))
+        return store_fail(m, ENOMEM, "search: out of memory for scores");
+    for (size_t a = 0; a < nn; a++)
+        ws->cols[a] = ws->ulist[ws->need[a]];
+    int krc = kern_centroid_scores_cols(KERN_DEV_CPU, q->emb + q->off[qi] * q->dim, lq,
+                                        r->centroids, q->dim, ws->cols, nn, ws->colbuf);
+    if (krc)
+        return eng_kern_fail(krc, m, "centroid scores");
+    for (size_t i = 0; i < lq; i++) {
+        float *row = ws->S2 + i * kk;
+        const float *src = ws->colbuf + i * nn;
+        for (size_t a = 0; a < nn; a++)
+            row[ws->need[a]] = src[a];
+    }
     return 0;
 }
 
@@ -615,8 +676,10 @@ static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_pla
     double sum = 0, sum2 = 0;
     int rc = 0;
     while (done < next) {
-        rc = exact_scores(r, s, qi, ws->ev_doc + done, ws->ev_pd + done, 1, t, ws->ev_exact + done,
-                          next - done, m);
+        rc = exact_columns(r, s, qi, ws, t->n, ws->ev_pd + done, next - done, m);
+        if (!rc)
+            rc = exact_scores(r, s, qi, ws->ev_doc + done, ws->ev_pd + done, 1, t,
+                              ws->ev_exact + done, next - done, m);
         if (rc)
             return rc;
         for (size_t i = done; i < next; i++) {
@@ -677,10 +740,13 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
         return rc;
     qc_table full = {ws->S, K, r->h.code_bytes};
 
-    /* Stage 1. */
+    /* Stage 1: the whole fp32 table, or the bf16 one with each token's probes from fp32 (the
+     * probe then runs in the loop below). */
     double t0 = eng_now();
-    int krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S);
-    if (krc)
+    int krc = 0;
+    ws->screened = s->probe && !s->subset_exact;
+    if (!ws->screened &&
+        (krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S)))
         return eng_kern_fail(krc, m, "centroid scores");
     if (s->subset_exact) {
         /* A small subset: score all of it exactly. */
@@ -698,7 +764,12 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     float margin = s->margin_q ? s->margin_q[qi] : s->margin;
     size_t n = 0;
     for (;;) {
-        if ((krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval)))
+        if (ws->screened)
+            krc = kern_centroid_probe(KERN_DEV_CPU, s->probe, r->centroids, qe, lq, nc, ws->S,
+                                      ws->tix, ws->tval, NULL);
+        else
+            krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval);
+        if (krc)
             return eng_kern_fail(krc, m, "probing centroids");
         /* Of each token's best nc centroids, those within the margin of its best. */
         uint64_t probes = 0;
@@ -733,6 +804,10 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     size_t few =
         s->adaptive ? (2 * s->k > ENG_FIRST_BATCH ? 2 * s->k : ENG_FIRST_BATCH) : s->ndocs_exact;
     if (n <= few) {
+        /* exact scores read the whole table: fp32's (a rare path: not worth columns) */
+        if (ws->screened &&
+            (krc = kern_centroid_scores(KERN_DEV_CPU, qe, lq, r->centroids, K, q->dim, ws->S)))
+            return eng_kern_fail(krc, m, "centroid scores");
         rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 0, &full, ws->score, n, st, m);
         st->exact += eng_now() - t1;
         return rc;
@@ -798,6 +873,8 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     st->prune += t2 - t1;
 
     /* Stage 4. */
+    if ((rc = exact_columns(r, s, qi, ws, kk, ws->pd, m3, m)))
+        return rc;
     rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 1, &small, ws->score, m3, st, m);
     st->exact += eng_now() - t2;
     return rc;

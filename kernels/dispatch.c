@@ -93,6 +93,64 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
                     kern_gpu_centroid_scores(q, lq, centroids, n_centroids, dim, S));
 }
 
+int kern_centroid_scores_cols(kern_dev dev, const float *q, size_t lq, const float *centroids,
+                              size_t dim, const uint32_t *cols, size_t ncols, float *out)
+{
+    if (!q || !centroids || !out || dim == 0 || (ncols && !cols))
+        return bad("centroid_scores_cols: NULL argument or zero dim");
+    if (dev != KERN_DEV_CPU) {
+        kern_set_error("centroid_scores_cols: CPU only");
+        return KERN_ENODEV;
+    }
+    if (lq == 0 || ncols == 0)
+        return KERN_OK;
+    return kern_cpu_centroid_scores_cols(q, lq, centroids, dim, cols, ncols, out);
+}
+
+int kern_probe_table_new(kern_dev dev, const float *centroids, size_t n_centroids, size_t dim,
+                         kern_probe_table **out)
+{
+    if (!out)
+        return bad("probe_table: NULL argument");
+    *out = NULL;
+    if (!centroids || dim == 0 || n_centroids == 0)
+        return bad("probe_table: NULL centroids, zero dim or no centroids");
+    if (dev != KERN_DEV_CPU) {
+        kern_set_error("probe_table: CPU only");
+        return KERN_ENODEV;
+    }
+    return kern_cpu_probe_table_new(centroids, n_centroids, dim, out);
+}
+
+void kern_probe_table_free(kern_probe_table *t)
+{
+    kern_cpu_probe_table_free(t);
+}
+
+int kern_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t n_centroids,
+                             size_t dim)
+{
+    return t && centroids && kern_cpu_probe_table_matches(t, centroids, n_centroids, dim);
+}
+
+int kern_centroid_probe(kern_dev dev, const kern_probe_table *t, const float *centroids,
+                        const float *q, size_t lq, size_t nc, float *S, int64_t *idx, float *val,
+                        size_t *n_fp32)
+{
+    if (!t || !centroids || !q || !S || !idx || !val)
+        return bad("centroid_probe: NULL argument");
+    if (dev != KERN_DEV_CPU) {
+        kern_set_error("centroid_probe: CPU only");
+        return KERN_ENODEV;
+    }
+    if (lq == 0) {
+        if (n_fp32)
+            *n_fp32 = 0;
+        return KERN_OK;
+    }
+    return kern_cpu_centroid_probe(t, centroids, q, lq, nc, S, idx, val, n_fp32);
+}
+
 int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
                           size_t n_centroids, size_t dim, int32_t *best, float *best_score)
 {

@@ -146,6 +146,38 @@ int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t 
 int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *centroids,
                          size_t n_centroids, size_t dim, float *S);
 
+/* The same for the centroids cols [ncols] only: out [lq, ncols], out[i, j] = S[i, cols[j]] of
+ * kern_centroid_scores on the same device, bit for bit. CPU only (KERN_ENODEV elsewhere). */
+int kern_centroid_scores_cols(kern_dev dev, const float *q, size_t lq, const float *centroids,
+                              size_t dim, const uint32_t *cols, size_t ncols, float *out);
+
+/* ---------------------------------------------------------------------------------------
+ * The probe of PLAID's stage 1 screened on AMX tiles: the score table in bf16 and each query
+ * token's best centroids as fp32 ranks them. A probe table holds the centroids as bf16 tiles
+ * (K x dim x 2 bytes) and their norms; built once (kern_probe_table_new says KERN_ENODEV where
+ * the CPU, the OS or the build has no AMX tiles, or the micro-kernels in use are not
+ * AVX-512's), it serves every later search of the same centroids: kern_probe_table_matches
+ * says whether t was built from centroids of this shape (and compares a sample of values).
+ *
+ * kern_centroid_probe (centroids: the fp32 table t was built from, read by the refinement)
+ * fills S [lq, K] with bf16 products (each within a proven bound of kern_centroid_scores's
+ * fp32 score: about 0.006 for unit vectors; entries the refinement rescored hold the fp32
+ * score itself) and idx, val [lq, nc] with exactly what kern_centroid_scores followed by
+ * kern_topk_rows(S, lq, K, nc) gives on the CPU: indices and scores bit for bit, equal scores
+ * to the lower index. n_fp32 (or NULL): tokens the screen could not settle, whose rows it
+ * computed in fp32 instead (non-finite input, or more than nc + 256 centroids within the
+ * bound's window). nc in 1 .. K (KERN_EINVAL otherwise).
+ * ------------------------------------------------------------------------------------- */
+typedef struct kern_probe_table kern_probe_table;
+int kern_probe_table_new(kern_dev dev, const float *centroids, size_t n_centroids, size_t dim,
+                         kern_probe_table **out);
+void kern_probe_table_free(kern_probe_table *t);
+int kern_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t n_centroids,
+                             size_t dim);
+int kern_centroid_probe(kern_dev dev, const kern_probe_table *t, const float *centroids,
+                        const float *q, size_t lq, size_t nc, float *S, int64_t *idx, float *val,
+                        size_t *n_fp32);
+
 /* ---------------------------------------------------------------------------------------
  * Nearest centroid (index building: k-means assignment, token encoding): for each of n points
  * x [n, dim] fp32, the centroid of centroids [n_centroids, dim] fp32 with the greatest inner

@@ -23,6 +23,9 @@ int kern_cpu_maxsim_dense(const kern_dense *a, float *scores);
 int kern_cpu_maxsim_varlen(const kern_varlen *a, float *scores);
 int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                              size_t n_centroids, size_t dim, float *S);
+/* kern_cpu_centroid_scores's columns cols [ncols] only, into out [lq, ncols], bit for bit. */
+int kern_cpu_centroid_scores_cols(const float *q, size_t lq, const float *centroids, size_t dim,
+                                  const uint32_t *cols, size_t ncols, float *out);
 int kern_cpu_maxsim_residual(const kern_residual *a, float *scores);
 int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
                                   unsigned code_bytes, const kern_pdoc *docs, size_t nd,
@@ -63,6 +66,14 @@ int kern_cpu_residual_docs_ok(const kern_residual *a, const char *who);
 /* AMX tiles usable by this process (nearest_amx_cpu.c): the CPU has AMX-BF16 and the OS granted the
  * tile state; and not switched off by kern_cpu_use_amx(0) (microkernel_cpu.h). */
 int kern_cpu_amx_usable(void);
+/* The probe screened on AMX tiles (kern_centroid_probe; nearest_amx_cpu.c). */
+int kern_cpu_probe_table_new(const float *centroids, size_t K, size_t dim, kern_probe_table **out);
+void kern_cpu_probe_table_free(kern_probe_table *t);
+int kern_cpu_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t K,
+                                 size_t dim);
+int kern_cpu_centroid_probe(const kern_probe_table *t, const float *centroids, const float *q,
+                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
+                            size_t *n_fp32);
 
 #ifdef TARTAN_HAVE_CUDA
 int kern_gpu_maxsim_dense(const kern_dense *a, float *scores);

@@ -809,6 +809,336 @@ int kern_cpu_maxsim_residual_amx(const kern_residual *a, float *approx, float *b
     return KERN_OK;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * PLAID's probe (stage 1) screened on the tiles: the query x centroid table in bf16, and each
+ * query token's best nc centroids exactly as the fp32 table would rank them.
+ *
+ * The table S~ [lq, K] comes from the tiles with the query tokens as A (rows: 16 tokens of 32
+ * dims, row-major bf16) and the centroids as B (pairs of dims, [dimp / 2][16 centroids][2]),
+ * so a C tile holds 16 tokens (rows) x 16 centroids: S~'s own row-major layout, no transpose.
+ * For token i, E_i bounds |S~[i][c] - S[i][c]| over every centroid c, S the fp32 table of
+ * kern_cpu_centroid_scores (the bound of amx_nearest's comment, with the table's largest
+ * centroid norms). If t~ is the nc-th largest S~[i][.], the nc centroids at or above it have
+ * fp32 scores >= t~ - E_i, so the fp32 nc-th score T is too, and every centroid of the fp32
+ * top nc (score >= T) has S~ >= T - E_i >= t~ - 2 E_i. The centroids above that line are
+ * rescored with the tile micro-kernel and the same query panels as kern_cpu_centroid_scores
+ * (the same products bit for bit), written back into S~, and the best nc of them, equal scores
+ * to the lower index, are fp32's top nc: all of fp32's ties at T are listed too.
+ * ------------------------------------------------------------------------------------- */
+
+/* Centroids whose fp32 values a probe table keeps to tell its own centroids from others. */
+#define PROBE_SAMPLE 64
+
+struct kern_probe_table {
+    const float *c; /* [K, dim] fp32: the caller's of the current kern_centroid_probe call */
+    size_t K, dim, dimp, kp;
+    float sample[PROBE_SAMPLE * 4]; /* the first 4 dims of PROBE_SAMPLE centroids spread out */
+    uint16_t *b;                    /* [kp / 16][dimp / 2][16][2] bf16, centroids past K zero */
+    double cn, cbn, dcn;            /* largest |c|, |bf16(c)|, |bf16(c) - c| */
+};
+
+int kern_cpu_probe_table_new(const float *centroids, size_t K, size_t dim, kern_probe_table **out)
+{
+    *out = NULL;
+    if (!kern_cpu_amx_usable() || strncmp(kern_mk_active()->name, "avx512", 6) != 0) {
+        kern_set_error("probe_table: needs AMX tiles and the AVX-512 micro-kernels");
+        return KERN_ENODEV;
+    }
+    kern_probe_table *t = calloc(1, sizeof *t);
+    size_t dimp = (dim + 31) / 32 * 32, kp = (K + 31) / 32 * 32;
+    uint16_t *b = t ? kern_aligned_alloc(kp * dimp * sizeof(uint16_t)) : NULL;
+    if (!b) {
+        free(t);
+        kern_set_error("probe_table: out of memory for %zu bf16 centroids", K);
+        return KERN_ENOMEM;
+    }
+    double cn = 0, cbn = 0, dcn = 0;
+#pragma omp parallel for schedule(static) reduction(max : cn, cbn, dcn)
+    for (long long cc = 0; cc < (long long)kp; cc++) {
+        size_t c = (size_t)cc;
+        uint16_t *blk = b + (c / 16) * dimp * 16 + (c % 16) * 2;
+        if (c >= K) {
+            for (size_t k = 0; k < dimp; k++)
+                blk[(k / 2) * 32 + (k & 1)] = 0;
+            continue;
+        }
+        const float *f = centroids + c * dim;
+        for (size_t k = 0; k < dimp; k++)
+            blk[(k / 2) * 32 + (k & 1)] = k < dim ? kern_f32_to_bf16(f[k]) : 0;
+        bf16_norms nc = norms_of(f, dim);
+        cn = nc.v > cn ? nc.v : cn;
+        cbn = nc.b > cbn ? nc.b : cbn;
+        dcn = nc.d > dcn ? nc.d : dcn;
+    }
+    *t = (kern_probe_table){.c = NULL,
+                            .K = K,
+                            .dim = dim,
+                            .dimp = dimp,
+                            .kp = kp,
+                            .b = b,
+                            .cn = cn,
+                            .cbn = cbn,
+                            .dcn = dcn};
+    for (size_t j = 0; j < PROBE_SAMPLE; j++)
+        for (size_t k = 0; k < 4; k++)
+            t->sample[4 * j + k] = k < dim ? centroids[(j * K / PROBE_SAMPLE) * dim + k] : 0.0f;
+    *out = t;
+    return KERN_OK;
+}
+
+int kern_cpu_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t K,
+                                 size_t dim)
+{
+    if (!t || t->K != K || t->dim != dim)
+        return 0;
+    for (size_t j = 0; j < PROBE_SAMPLE; j++)
+        for (size_t k = 0; k < 4 && k < dim; k++)
+            if (memcmp(&t->sample[4 * j + k], &centroids[(j * K / PROBE_SAMPLE) * dim + k],
+                       sizeof(float)))
+                return 0;
+    return 1;
+}
+
+void kern_cpu_probe_table_free(kern_probe_table *t)
+{
+    if (!t)
+        return;
+    free(t->b);
+    free(t);
+}
+
+/* S~ for centroid groups [g0, g1) of 32 (tiles on): token groups two at a time, the 4 C tiles
+ * through c (4 KB scratch) into S [lq, K], columns past K left out. */
+TAMX static void probe_product(const kern_probe_table *t, const uint16_t *qa, size_t lq, size_t g0,
+                               size_t g1, float *S, float *c)
+{
+    size_t dimp = t->dimp, K = t->K, ng = (lq + 15) / 16, bs = dimp * 16;
+    for (size_t g = 0; g < ng; g += 2) {
+        int two = g + 1 < ng;
+        const uint16_t *a0 = qa + g * 16 * dimp, *a1 = a0 + 16 * dimp;
+        for (size_t cg = g0; cg < g1; cg++) {
+            const uint16_t *b0 = t->b + 2 * cg * bs, *b1 = b0 + bs;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (size_t k = 0; k < dimp; k += 32) {
+                _tile_loadd(4, a0 + k, dimp * sizeof(uint16_t));
+                _tile_loadd(6, b0 + (k / 2) * 32, 64);
+                _tile_loadd(7, b1 + (k / 2) * 32, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (two) {
+                    _tile_loadd(5, a1 + k, dimp * sizeof(uint16_t));
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, c, 64);
+            _tile_stored(1, c + 256, 64);
+            if (two) {
+                _tile_stored(2, c + 512, 64);
+                _tile_stored(3, c + 768, 64);
+            }
+            for (size_t h = 0; h < 2; h++) {
+                size_t c0 = 32 * cg + 16 * h;
+                if (c0 >= K)
+                    break;
+                __mmask16 cm = K - c0 >= 16 ? 0xffff : (__mmask16)((1u << (K - c0)) - 1);
+                for (size_t gg = 0; gg < 1u + (unsigned)two; gg++)
+                    for (size_t r = 0; r < 16 && 16 * (g + gg) + r < lq; r++)
+                        _mm512_mask_storeu_ps(S + (16 * (g + gg) + r) * K + c0, cm,
+                                              _mm512_load_ps(c + 512 * gg + 256 * h + 16 * r));
+            }
+        }
+    }
+}
+
+/* Whether (va, ia) ranks before (vb, ib): higher score, then lower index. */
+static inline int probe_better(float va, int64_t ia, float vb, int64_t ib)
+{
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Token i's exact top nc (see above): list, rescore, select. Returns 0, or 1 when the list
+ * overflowed or a bound or score is not finite (the caller then computes the row in fp32). */
+TAMX static int probe_token(const kern_probe_table *t, const kern_mk *mk, const float *panels,
+                            size_t lq, size_t i, double E, size_t nc, float *row, int64_t *idx,
+                            float *val, uint32_t *li, size_t cap)
+{
+    size_t K = t->K, P = mk->P, J = mk->J, dim = t->dim;
+    kern_cpu_topk_rows(row, 1, K, nc, idx, val);
+    float tb = val[nc - 1];
+    double wd = 2 * E * (1 + 1e-6);
+    float w = (float)wd;
+    if ((double)w < wd)
+        w = nextafterf(w, INFINITY);
+    float thr = tb - w;
+    if ((double)thr > (double)tb - (double)w)
+        thr = nextafterf(thr, -INFINITY);
+    if (!isfinite(tb) || !isfinite(wd) || !isfinite(thr))
+        return 1;
+    /* the list, ascending */
+    size_t n = 0;
+    __m512 vt = _mm512_set1_ps(thr);
+    size_t c = 0;
+    for (; c + 16 <= K; c += 16) {
+        unsigned m = _mm512_cmp_ps_mask(_mm512_loadu_ps(row + c), vt, _CMP_GE_OQ);
+        if (!m)
+            continue;
+        if (n + 16 > cap && n + (size_t)__builtin_popcount(m) > cap)
+            return 1;
+        while (m) {
+            li[n++] = (uint32_t)(c + (unsigned)__builtin_ctz(m));
+            m &= m - 1;
+        }
+    }
+    for (; c < K; c++)
+        if (row[c] >= thr) {
+            if (n == cap)
+                return 1;
+            li[n++] = (uint32_t)c;
+        }
+    /* rescored J at a time on token i's panel lane; the last row repeated to fill a group */
+    float tile[KERN_MK_MAX_J * KERN_MK_MAX_P] __attribute__((aligned(64)));
+    const float *rows[KERN_MK_MAX_J];
+    size_t p = i / P, l = i % P, lanes = lq - p * P < P ? lq - p * P : P;
+    const float *pan = panels + p * kern_panel_floats(mk, dim);
+    for (size_t j0 = 0; j0 < n; j0 += J) {
+        size_t m = n - j0 < J ? n - j0 : J;
+        for (size_t j = 0; j < J; j++)
+            rows[j] = t->c + (size_t)li[j0 + (j < m ? j : m - 1)] * dim;
+        mk->tile(pan, dim, rows, (unsigned)lanes, tile);
+        for (size_t j = 0; j < m; j++)
+            row[li[j0 + j]] = tile[j * P + l];
+    }
+    /* the best nc of the list: insertion into a sorted run (the list is short) */
+    size_t have = 0;
+    for (size_t j = 0; j < n; j++) {
+        float v = row[li[j]];
+        if (isnan(v))
+            return 1;
+        int64_t id = li[j];
+        if (have == nc && !probe_better(v, id, val[nc - 1], idx[nc - 1]))
+            continue;
+        size_t at = have < nc ? have++ : nc - 1;
+        while (at > 0 && probe_better(v, id, val[at - 1], idx[at - 1])) {
+            val[at] = val[at - 1];
+            idx[at] = idx[at - 1];
+            at--;
+        }
+        val[at] = v;
+        idx[at] = id;
+    }
+    return have == nc ? 0 : 1;
+}
+
+int kern_cpu_centroid_probe(const kern_probe_table *table, const float *centroids, const float *q,
+                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
+                            size_t *n_fp32)
+{
+    /* the fp32 centroids of this call (the table may outlive the snapshot it was built from) */
+    kern_probe_table tt = *table;
+    tt.c = centroids;
+    const kern_probe_table *t = &tt;
+    const kern_mk *mk = kern_mk_active();
+    size_t dim = t->dim, dimp = t->dimp, K = t->K, ng = (lq + 15) / 16;
+    if (n_fp32)
+        *n_fp32 = 0;
+    if (!kern_cpu_amx_usable() || strncmp(mk->name, "avx512", 6) != 0) {
+        kern_set_error("centroid_probe: needs AMX tiles and the AVX-512 micro-kernels");
+        return KERN_ENODEV;
+    }
+    if (nc == 0 || nc > K) {
+        kern_set_error("centroid_probe: nc %zu not in 1 .. %zu", nc, K);
+        return KERN_EINVAL;
+    }
+    size_t np = kern_npanels(mk, lq), cap = nc + 256;
+    uint16_t *qa = kern_aligned_alloc(ng * 16 * dimp * sizeof(uint16_t));
+    float *panels = kern_aligned_alloc(np * kern_panel_floats(mk, dim) * sizeof(float));
+    const void **qrows = malloc(lq * sizeof *qrows);
+    double *E = malloc(lq * sizeof *E);
+    uint8_t *fb = calloc(lq, 1);
+    int failed = !qa || !panels || !qrows || !E || !fb;
+    if (!failed) {
+        memset(qa, 0, ng * 16 * dimp * sizeof(uint16_t));
+        double gam = sum_gamma(dim);
+        for (size_t i = 0; i < lq; i++) {
+            const float *qi = q + i * dim;
+            for (size_t k = 0; k < dim; k++)
+                qa[i * dimp + k] = kern_f32_to_bf16(qi[k]);
+            bf16_norms nq = norms_of(qi, dim);
+            E[i] =
+                gam * nq.b * t->cbn + nq.d * t->cbn + nq.v * t->dcn + gam * nq.v * t->cn + 0x1p-100;
+            qrows[i] = qi;
+        }
+        kern_pack_panels(mk, KERN_F32, qrows, lq, dim, panels);
+    }
+    size_t ngroups = t->kp / 32, nfb = 0;
+#pragma omp parallel if (!failed && ngroups >= 64) reduction(+ : nfb)
+    {
+        float *c = kern_aligned_alloc(1024 * sizeof(float));
+        uint32_t *li = malloc(cap * sizeof *li);
+        int ok = c && li && !failed;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        int nt = 1, me = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        me = omp_get_thread_num();
+#endif
+        if (ok) {
+            size_t g0 = ngroups * (size_t)me / (size_t)nt,
+                   g1 = ngroups * (size_t)(me + 1) / (size_t)nt;
+            tiles_on();
+            probe_product(t, qa, lq, g0, g1, S, c);
+            tiles_off();
+        }
+#pragma omp barrier
+        int stop;
+#pragma omp atomic read
+        stop = failed;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < lq; i++) {
+            if (stop)
+                continue;
+            if (probe_token(t, mk, panels, lq, i, E[i], nc, S + i * K, idx + i * nc, val + i * nc,
+                            li, cap)) {
+                fb[i] = 1;
+                nfb++;
+            }
+        }
+        free(c);
+        free(li);
+    }
+    /* tokens the screen could not settle: their rows in fp32, as the whole table would have
+     * them */
+    for (size_t i = 0; !failed && i < lq; i++)
+        if (fb[i]) {
+            int rc = kern_cpu_centroid_scores(q + i * dim, 1, t->c, K, dim, S + i * K);
+            if (rc == KERN_OK)
+                rc = kern_cpu_topk_rows(S + i * K, 1, K, nc, idx + i * nc, val + i * nc);
+            if (rc != KERN_OK) {
+                free(qa), free(panels), free(qrows), free(E), free(fb);
+                return rc;
+            }
+        }
+    free(qa);
+    free(panels);
+    free(qrows);
+    free(E);
+    free(fb);
+    if (failed) {
+        kern_set_error("centroid_probe: out of memory");
+        return KERN_ENOMEM;
+    }
+    if (n_fp32)
+        *n_fp32 = nfb;
+    return KERN_OK;
+}
+
 #else /* no AMX in this build */
 
 int kern_cpu_amx_usable(void)
@@ -847,6 +1177,40 @@ int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *ce
     (void)x, (void)n, (void)centroids, (void)n_centroids, (void)dim, (void)best, (void)best_score;
     (void)n_fp32;
     kern_set_error("nearest_centroid: this build has no AMX kernels");
+    return KERN_ENODEV;
+}
+
+struct kern_probe_table {
+    int unused;
+};
+
+int kern_cpu_probe_table_new(const float *centroids, size_t K, size_t dim, kern_probe_table **out)
+{
+    (void)centroids, (void)K, (void)dim;
+    *out = NULL;
+    kern_set_error("probe_table: this build has no AMX kernels");
+    return KERN_ENODEV;
+}
+
+void kern_cpu_probe_table_free(kern_probe_table *t)
+{
+    free(t);
+}
+
+int kern_cpu_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t K,
+                                 size_t dim)
+{
+    (void)t, (void)centroids, (void)K, (void)dim;
+    return 0;
+}
+
+int kern_cpu_centroid_probe(const kern_probe_table *t, const float *centroids, const float *q,
+                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
+                            size_t *n_fp32)
+{
+    (void)t, (void)centroids, (void)q, (void)lq, (void)nc, (void)S, (void)idx, (void)val,
+        (void)n_fp32;
+    kern_set_error("centroid_probe: this build has no AMX kernels");
     return KERN_ENODEV;
 }
 

@@ -97,8 +97,24 @@ int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t 
         const float *xr = x + r * n;
         float *v = val + r * k;
         int64_t *ix = idx + r * k;
-        size_t cnt = 0;
-        for (size_t i = 0; i < n; i++)
+        size_t cnt = 0, i = 0;
+        for (; i < n && cnt < k; i++)
+            if (eligible(xr[i]))
+                offer(v, ix, &cnt, k, xr[i], (int64_t)i);
+        /* The heap is full: a later score enters only when strictly above the root (an equal
+         * one has the higher index), so blocks of 16 that hold none go by in one vectorised
+         * test (NaN and -inf never pass it). */
+        for (; k && i + 16 <= n; i += 16) {
+            float root = v[0];
+            int any = 0;
+            for (size_t j = 0; j < 16; j++)
+                any |= xr[i + j] > root;
+            if (any)
+                for (size_t j = i; j < i + 16; j++)
+                    if (eligible(xr[j]))
+                        offer(v, ix, &cnt, k, xr[j], (int64_t)j);
+        }
+        for (; i < n; i++)
             if (eligible(xr[i]))
                 offer(v, ix, &cnt, k, xr[i], (int64_t)i);
         sort_best_first(v, ix, cnt);

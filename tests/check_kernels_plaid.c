@@ -17,6 +17,7 @@
 #include "fixture.h"
 #include "fixture_kernels.h"
 #include "kernels.h"
+#include "kernels_impl.h"
 #include "microkernel_cpu.h"
 
 /* ---- centroid scores ------------------------------------------------------------------- */
@@ -50,6 +51,150 @@ START_TEST(test_kernels_centroid_scores)
         emb_free(&q);
         emb_free(&c);
         free(S);
+    }
+}
+END_TEST
+
+/* ---- the bf16 probe (stage 1 on AMX tiles) --------------------------------------------- */
+
+/* Whether (va, ia) ranks before (vb, ib) in top-k's order. */
+static int ranks_before(float va, int64_t ia, float vb, int64_t ib)
+{
+    return va > vb || (va == vb && ia < ib);
+}
+
+START_TEST(test_kernels_centroid_probe)
+{
+    rng_init_random();
+    if (!kern_cpu_amx_usable()) {
+        kern_probe_table *t = NULL;
+        float c[8] = {0};
+        ck_assert_int_eq(kern_probe_table_new(KERN_DEV_CPU, c, 1, 8, &t), KERN_ENODEV);
+        ck_assert_ptr_null(t);
+        fprintf(stderr, "centroid_probe: no AMX here; only the refusal checked\n");
+        return;
+    }
+    static const size_t sh[][4] = {{32, 1000, 128, 1}, {17, 513, 96, 4},   {45, 300, 64, 8},
+                                   {1, 37, 128, 1},    {21, 4096, 384, 2}, {40, 2000, 128, 16},
+                                   {8, 64, 40, 64}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        size_t lq = sh[s][0], K = sh[s][1], dim = sh[s][2], nc = sh[s][3];
+        emb q, c;
+        emb_rand(&q, KERN_F32, lq, dim);
+        emb_rand(&c, KERN_F32, K, dim);
+        /* Near ties the bf16 scores cannot separate: centroid 2j + 1 is centroid 2j with one
+         * value moved by an ulp (j < K / 8), or the same (j % 3 == 0: exact ties, which go to
+         * the lower index); query token i % 4 == 1 is a centroid itself (a clear best). */
+        for (size_t j = 0; 2 * j + 1 < K / 4; j++) {
+            float *a = c.val + 2 * j * dim, *b = a + dim;
+            memcpy(b, a, dim * sizeof(float));
+            if (j % 3)
+                b[rnd_below(dim)] = nextafterf(a[rnd_below(dim)], j % 2 ? INFINITY : -INFINITY);
+        }
+        for (size_t i = 1; i < lq; i += 4)
+            memcpy(q.val + i * dim, c.val + rnd_below(K) * dim, dim * sizeof(float));
+        /* token 2 (when there is one): all zero, every score 0: the window holds every
+         * centroid, so the token goes to fp32 where they are more than the list's nc + 256 */
+        if (lq > 2)
+            memset(q.val + 2 * dim, 0, dim * sizeof(float));
+        float *S = xcalloc(lq * K, sizeof(float)), *Sr = xcalloc(lq * K, sizeof(float));
+        float *val = xcalloc(lq * nc, sizeof(float)), *vr = xcalloc(lq * nc, sizeof(float));
+        int64_t *idx = xcalloc(lq * nc, sizeof(int64_t)), *ir = xcalloc(lq * nc, sizeof(int64_t));
+        ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, c.val, K, dim, Sr), KERN_OK);
+        ck_assert_int_eq(kern_topk_rows(KERN_DEV_CPU, Sr, lq, K, nc, ir, vr), KERN_OK);
+        kern_probe_table *t = NULL;
+        ck_assert_int_eq(kern_probe_table_new(KERN_DEV_CPU, c.val, K, dim, &t), KERN_OK);
+        ck_assert(kern_probe_table_matches(t, c.val, K, dim));
+        ck_assert(!kern_probe_table_matches(t, c.val, K - 1, dim));
+        poison(S, lq * K);
+        poison(val, lq * nc);
+        for (size_t i = 0; i < lq * nc; i++)
+            idx[i] = -7;
+        size_t nf = 99;
+        ck_assert_int_eq(
+            kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, nc, S, idx, val, &nf), KERN_OK);
+        for (size_t i = 0; i < lq; i++) {
+            /* the fp32 table's top nc, bit for bit */
+            for (size_t j = 0; j < nc; j++) {
+                ck_assert_msg(idx[i * nc + j] == ir[i * nc + j] &&
+                                  memcmp(&val[i * nc + j], &vr[i * nc + j], sizeof(float)) == 0,
+                              "shape %zu token %zu rank %zu: %lld %.9g, fp32 %lld %.9g", s, i, j,
+                              (long long)idx[i * nc + j], val[i * nc + j],
+                              (long long)ir[i * nc + j], vr[i * nc + j]);
+            }
+            /* against double precision: each score within fp32 rounding, best first, and no
+             * centroid left out beats the last one taken by more than fp32 rounding */
+            double qn = 0;
+            for (size_t k = 0; k < dim; k++)
+                qn += (double)q.val[i * dim + k] * q.val[i * dim + k];
+            double worst = INFINITY;
+            for (size_t j = 0; j < nc; j++) {
+                int64_t cj = idx[i * nc + j];
+                ck_assert(cj >= 0 && (size_t)cj < K);
+                double dot = 0, ab = 0;
+                for (size_t k = 0; k < dim; k++) {
+                    dot += (double)q.val[i * dim + k] * c.val[cj * dim + k];
+                    ab += fabs((double)q.val[i * dim + k] * c.val[cj * dim + k]);
+                }
+                ck_assert_msg(fabs(val[i * nc + j] - dot) <= 1e-6 * ab + 1e-30,
+                              "token %zu: %.9g against %.9g", i, val[i * nc + j], dot);
+                if (j)
+                    ck_assert(ranks_before(val[i * nc + j - 1], idx[i * nc + j - 1],
+                                           val[i * nc + j], cj));
+                worst = dot < worst ? dot : worst;
+            }
+            for (size_t cc = 0; cc < K; cc++) {
+                double dot = 0, ab = 0;
+                for (size_t k = 0; k < dim; k++) {
+                    dot += (double)q.val[i * dim + k] * c.val[cc * dim + k];
+                    ab += fabs((double)q.val[i * dim + k] * c.val[cc * dim + k]);
+                }
+                int taken = 0;
+                for (size_t j = 0; j < nc; j++)
+                    taken |= idx[i * nc + j] == (int64_t)cc;
+                if (!taken)
+                    ck_assert_msg(dot <= worst + 2e-6 * sqrt(qn) + 1e-6 * ab,
+                                  "token %zu: centroid %zu (%.9g) left out, last taken %.9g", i, cc,
+                                  dot, worst);
+                /* S: bf16 products, within bf16 rounding (2^-8 relative a product, with room
+                 * for the sum) of the exact score; rescored entries are fp32's */
+                ck_assert_msg(fabs(S[i * K + cc] - dot) <= 0x1p-7 * ab + 1e-6,
+                              "token %zu centroid %zu: S %.9g against %.9g", i, cc, S[i * K + cc],
+                              dot);
+            }
+        }
+        if (lq > 2 && K > nc + 256)
+            ck_assert_uint_ge(nf, 1);
+        /* chosen columns of the fp32 table, bit for bit */
+        size_t nsel = 1 + rnd_below(K < 300 ? K : 300);
+        uint32_t *cols = xcalloc(nsel, sizeof(uint32_t));
+        for (size_t j = 0; j < nsel; j++)
+            cols[j] = (uint32_t)rnd_below(K);
+        float *out = xcalloc(lq * nsel, sizeof(float));
+        poison(out, lq * nsel);
+        ck_assert_int_eq(
+            kern_centroid_scores_cols(KERN_DEV_CPU, q.val, lq, c.val, dim, cols, nsel, out),
+            KERN_OK);
+        for (size_t i = 0; i < lq; i++)
+            for (size_t j = 0; j < nsel; j++)
+                ck_assert(memcmp(&out[i * nsel + j], &Sr[i * K + cols[j]], sizeof(float)) == 0);
+        /* another table's centroids are told apart */
+        c.val[(32 * K / 64) * dim] += 0.5f;
+        ck_assert(!kern_probe_table_matches(t, c.val, K, dim));
+        ck_assert_int_eq(
+            kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, K + 1, S, idx, val, NULL),
+            KERN_EINVAL);
+        kern_probe_table_free(t);
+        free(cols);
+        free(out);
+        free(S);
+        free(Sr);
+        free(val);
+        free(vr);
+        free(idx);
+        free(ir);
+        emb_free(&q);
+        emb_free(&c);
     }
 }
 END_TEST
@@ -543,6 +688,7 @@ int main(void)
 {
     const fx_case cases[] = {
         {"centroid_scores", test_kernels_centroid_scores, 0},
+        {"centroid_probe", test_kernels_centroid_probe, 0},
         {"residual_bit_order", test_kernels_residual_bit_order, 0},
         {"residual_nbits", test_kernels_residual_nbits, 0},
         {"residual_strided_table", test_kernels_residual_strided_table, 0},

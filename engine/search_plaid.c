@@ -31,6 +31,10 @@
 #include "kernels.h"
 #include "search.h"
 
+/* Lanes a row of the transposed tables has: lq rounded up to 32, the widest panel of the
+ * micro-kernels (kern_residual's qcT). */
+#define ENG_LD(lq) (((lq) + 31) / 32 * 32)
+
 struct eng_plaid_ws {
     float *S; /* [lq, K] */
     size_t S_cap;
@@ -53,12 +57,16 @@ struct eng_plaid_ws {
     int32_t *cmap;   /* [K] new number of a centroid, -1 between queries */
     uint32_t *ulist; /* [K] centroid of each new number */
     size_t cm_cap;
-    float *S2; /* [lq, K'] */
-    size_t S2_cap;
+    /* The table transposed, ST [K, ld] (ld: lq rounded up to 32), and the candidates'
+     * columns of it, S2T [K', ld]: the layout the CPU kernels read, built once a query. */
+    float *ST;
+    size_t ST_cap;
+    float *S2T;
+    size_t S2T_cap;
     uint32_t *codes2; /* the candidates' renumbered codes */
     size_t c2_cap;
     uint8_t *keep2; /* [K'] */
-    /* With the bf16 probe: S holds bf16 scores; ex2 [K'] says which columns of S2 hold fp32's
+    /* With the bf16 probe: S holds bf16 scores; ex2 [K'] says which rows of S2T hold fp32's
      * (exact_columns), need [K'] and cols [K'] list the ones being computed, colbuf their
      * scores. */
     int screened;
@@ -114,7 +122,8 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->spd);
     free(ws->cmap);
     free(ws->ulist);
-    free(ws->S2);
+    free(ws->ST);
+    free(ws->S2T);
     free(ws->codes2);
     free(ws->keep2);
     free(ws->ex2);
@@ -194,6 +203,8 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
     if (s->adaptive && nt < s->depth_cap)
         nt = s->depth_cap;
     if (eng_grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
+        goto oom;
+    if (s->probe && eng_grow((void **)&ws->ST, &ws->ST_cap, ENG_LD(lq) * K, sizeof(float)))
         goto oom;
     if (ws->t_cap < nt) {
         size_t cap = ws->t_cap;
@@ -361,11 +372,13 @@ static int lookup(idx_reader *r, const eng_search *s, const uint32_t *docnos, si
     return 0;
 }
 
-/* The score table and code width stage 4 reads: the index's, or the renumbered ones. */
+/* The score table and code width stage 4 reads: the index's [lq, K], or the renumbered ones
+ * transposed (ld > 0: S [K', ld]). */
 typedef struct qc_table {
     const float *S;
     size_t n;
     unsigned code_bytes;
+    size_t ld;
 } qc_table;
 
 /*
@@ -395,7 +408,9 @@ static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uin
         .code_bytes = t->code_bytes,
         .q = q->emb + q->off[qi] * q->dim,
         .lq = q->off[qi + 1] - q->off[qi],
-        .qc = t->S,
+        .qc = t->ld ? NULL : t->S,
+        .qcT = t->ld ? t->S : NULL,
+        .ld = t->ld,
         .n_centroids = t->n,
         .bucket_weights = r->codec.weights,
         .docs = pd,
@@ -449,7 +464,8 @@ static int exact_topk(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_w
  * and points pd's codes at a renumbered copy (uint32), so that stages 2 to 4 read a score
  * table of K' columns: the kernels transpose and scan their table on every call, and the
  * whole [lq, K] table is megabytes where the candidates use a few thousand centroids.
- * Fills S2 [lq, K'] and keep2 [K'] (the threshold's verdict); *kk = K'.
+ * Fills S2T [K', ld] (from ST, or from S without the probe) and keep2 [K'] (the threshold's
+ * verdict); *kk = K'.
  */
 static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, size_t lq,
                    kern_pdoc *pd, size_t n, size_t *kk_out, store_msg *m)
@@ -487,25 +503,30 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
         ws->cmap[ws->ulist[j]] = -1;
     if (rc)
         return rc;
-    if (eng_grow((void **)&ws->S2, &ws->S2_cap, lq * kk, sizeof(float)))
+    size_t ld = ENG_LD(lq);
+    if (eng_grow((void **)&ws->S2T, &ws->S2T_cap, kk * ld, sizeof(float)))
         return store_fail(m, ENOMEM, "search: out of memory for scores");
-    for (size_t i = 0; i < lq; i++) {
-        const float *row = ws->S + i * K;
-        float *out = ws->S2 + i * kk;
+    if (ws->screened) {
         for (size_t j = 0; j < kk; j++)
-            out[j] = row[ws->ulist[j]];
+            memcpy(ws->S2T + j * ld, ws->ST + (size_t)ws->ulist[j] * ld, ld * sizeof(float));
+    } else {
+        for (size_t j = 0; j < kk; j++)
+            memset(ws->S2T + j * ld + lq, 0, (ld - lq) * sizeof(float));
+        for (size_t i = 0; i < lq; i++) {
+            const float *row = ws->S + i * K;
+            for (size_t j = 0; j < kk; j++)
+                ws->S2T[j * ld + i] = row[ws->ulist[j]];
+        }
     }
     /* A centroid counts in stage 2 when its best score over the query's tokens reaches the
      * threshold. */
-    float *colmax = ws->colmax;
-    memcpy(colmax, ws->S2, kk * sizeof(float));
-    for (size_t i = 1; i < lq; i++) {
-        const float *row = ws->S2 + i * kk;
-        for (size_t j = 0; j < kk; j++)
-            colmax[j] = row[j] > colmax[j] ? row[j] : colmax[j];
+    for (size_t j = 0; j < kk; j++) {
+        const float *row = ws->S2T + j * ld;
+        float mx = row[0];
+        for (size_t i = 1; i < lq; i++)
+            mx = row[i] > mx ? row[i] : mx;
+        ws->keep2[j] = mx >= s->threshold;
     }
-    for (size_t j = 0; j < kk; j++)
-        ws->keep2[j] = colmax[j] >= s->threshold;
     memset(ws->ex2, !ws->screened, kk);
     *kk_out = kk;
     return 0;
@@ -536,20 +557,18 @@ static int exact_columns(const idx_reader *r, const eng_search *s, size_t qi, en
         return 0;
     const eng_queries *q = s->q;
     size_t lq = q->off[qi + 1] - q->off[qi];
-    if (eng_grow((void **)&ws->colbuf, &ws->col_cap, lq * nn, sizeof(float)))
+    size_t ld = ENG_LD(lq);
+    if (eng_grow((void **)&ws->colbuf, &ws->col_cap, ld * nn, sizeof(float)))
         return store_fail(m, ENOMEM, "search: out of memory for scores");
     for (size_t a = 0; a < nn; a++)
         ws->cols[a] = ws->ulist[ws->need[a]];
     int krc = kern_centroid_scores_cols(KERN_DEV_CPU, q->emb + q->off[qi] * q->dim, lq,
-                                        r->centroids, q->dim, ws->cols, nn, ws->colbuf);
+                                        r->centroids, q->dim, ws->cols, nn, ws->colbuf, ld);
     if (krc)
         return eng_kern_fail(krc, m, "centroid scores");
-    for (size_t i = 0; i < lq; i++) {
-        float *row = ws->S2 + i * kk;
-        const float *src = ws->colbuf + i * nn;
-        for (size_t a = 0; a < nn; a++)
-            row[ws->need[a]] = src[a];
-    }
+    for (size_t a = 0; a < nn; a++)
+        memcpy(ws->S2T + (size_t)ws->need[a] * ld, ws->colbuf + a * ld, lq * sizeof(float));
+    (void)kk;
     return 0;
 }
 
@@ -738,7 +757,8 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     int rc = setup(ws, r, s, lq, m);
     if (rc)
         return rc;
-    qc_table full = {ws->S, K, r->h.code_bytes};
+    qc_table full = {ws->S, K, r->h.code_bytes, 0};
+    size_t ld = ENG_LD(lq);
 
     /* Stage 1: the whole fp32 table, or the bf16 one with each token's probes from fp32 (the
      * probe then runs in the loop below). */
@@ -766,7 +786,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     for (;;) {
         if (ws->screened)
             krc = kern_centroid_probe(KERN_DEV_CPU, s->probe, r->centroids, qe, lq, nc, ws->S,
-                                      ws->tix, ws->tval, NULL);
+                                      ws->ST, ld, ws->tix, ws->tval, NULL);
         else
             krc = kern_topk_rows(KERN_DEV_CPU, ws->S, lq, K, nc, ws->tix, ws->tval);
         if (krc)
@@ -821,9 +841,9 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
         return 0; /* every candidate was damaged (skip_damaged) */
     if ((rc = compact(r, s, ws, lq, ws->pd, n, &kk, m)))
         return rc;
-    qc_table small = {ws->S2, kk, 4};
-    if ((krc = kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, ws->pd, n,
-                                         s->prune ? ws->keep2 : NULL, ws->score)))
+    qc_table small = {ws->S2T, kk, 4, ld};
+    if ((krc = kern_centroid_interaction_t(KERN_DEV_CPU, ws->S2T, ld, lq, kk, 4, ws->pd, n,
+                                           s->prune ? ws->keep2 : NULL, ws->score)))
         return eng_kern_fail(krc, m, "centroid interaction");
     if (s->adaptive) {
         double t2 = eng_now();
@@ -848,8 +868,8 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     }
 
     /* Stage 3: the same without pruning, over stage 2's survivors. */
-    if ((krc =
-             kern_centroid_interaction(KERN_DEV_CPU, ws->S2, lq, kk, 4, spd, m2, NULL, ws->score)))
+    if ((krc = kern_centroid_interaction_t(KERN_DEV_CPU, ws->S2T, ld, lq, kk, 4, spd, m2, NULL,
+                                           ws->score)))
         return eng_kern_fail(krc, m, "centroid interaction");
     size_t n3 = s->ndocs_exact < m2 ? s->ndocs_exact : m2;
     if (n3 && (krc = kern_topk_rows(KERN_DEV_CPU, ws->score, 1, m2, n3, ws->tix, ws->tval)))

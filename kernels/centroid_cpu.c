@@ -18,13 +18,14 @@
 #define BLOCK 64
 
 /*
- * S [lq, ld]: column j holds the scores of centroid cols[j] (cols NULL: centroid j), for j < n.
+ * S [lq, ld]: column j holds the scores of centroid cols[j] (cols NULL: centroid j), for j < n;
+ * trans: S [n, ld] instead, row j those scores.
  * Every score is the tile micro-kernel's product of one query lane and one centroid row, which
  * does not depend on the other lanes or rows, so a column computed here equals the same
  * centroid's column of the whole table bit for bit.
  */
 static int scores_of(const float *q, size_t lq, const float *centroids, const uint32_t *cols,
-                     size_t n, size_t dim, float *S, size_t ld)
+                     size_t n, size_t dim, float *S, size_t ld, int trans)
 {
     const kern_mk *mk = kern_mk_active();
     size_t P = mk->P, J = mk->J, np = kern_npanels(mk, lq);
@@ -59,9 +60,13 @@ static int scores_of(const float *q, size_t lq, const float *centroids, const ui
                     size_t lanes = lq - p * P < P ? lq - p * P : P;
                     mk->tile(panels + p * kern_panel_floats(mk, dim), dim, rows, (unsigned)lanes,
                              tile);
-                    for (size_t l = 0; l < lanes; l++)
+                    if (trans)
                         for (size_t j = 0; j < m; j++)
-                            S[(p * P + l) * ld + c0 + j] = tile[j * P + l];
+                            memcpy(S + (c0 + j) * ld + p * P, tile + j * P, lanes * sizeof(float));
+                    else
+                        for (size_t l = 0; l < lanes; l++)
+                            for (size_t j = 0; j < m; j++)
+                                S[(p * P + l) * ld + c0 + j] = tile[j * P + l];
                 }
             }
         }
@@ -73,13 +78,13 @@ static int scores_of(const float *q, size_t lq, const float *centroids, const ui
 int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids, size_t n_centroids,
                              size_t dim, float *S)
 {
-    return scores_of(q, lq, centroids, NULL, n_centroids, dim, S, n_centroids);
+    return scores_of(q, lq, centroids, NULL, n_centroids, dim, S, n_centroids, 0);
 }
 
 int kern_cpu_centroid_scores_cols(const float *q, size_t lq, const float *centroids, size_t dim,
-                                  const uint32_t *cols, size_t ncols, float *out)
+                                  const uint32_t *cols, size_t ncols, float *out, size_t ld)
 {
-    return scores_of(q, lq, centroids, cols, ncols, dim, out, ncols);
+    return scores_of(q, lq, centroids, cols, ncols, dim, out, ld, 1);
 }
 
 float *kern_transpose_scores(const float *S, size_t lq, size_t n_centroids, size_t lq_pad)

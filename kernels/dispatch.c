@@ -94,17 +94,17 @@ int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *c
 }
 
 int kern_centroid_scores_cols(kern_dev dev, const float *q, size_t lq, const float *centroids,
-                              size_t dim, const uint32_t *cols, size_t ncols, float *out)
+                              size_t dim, const uint32_t *cols, size_t ncols, float *out, size_t ld)
 {
-    if (!q || !centroids || !out || dim == 0 || (ncols && !cols))
-        return bad("centroid_scores_cols: NULL argument or zero dim");
+    if (!q || !centroids || !out || dim == 0 || (ncols && !cols) || ld < lq)
+        return bad("centroid_scores_cols: NULL argument, zero dim or ld under lq");
     if (dev != KERN_DEV_CPU) {
         kern_set_error("centroid_scores_cols: CPU only");
         return KERN_ENODEV;
     }
     if (lq == 0 || ncols == 0)
         return KERN_OK;
-    return kern_cpu_centroid_scores_cols(q, lq, centroids, dim, cols, ncols, out);
+    return kern_cpu_centroid_scores_cols(q, lq, centroids, dim, cols, ncols, out, ld);
 }
 
 int kern_probe_table_new(kern_dev dev, const float *centroids, size_t n_centroids, size_t dim,
@@ -134,11 +134,13 @@ int kern_probe_table_matches(const kern_probe_table *t, const float *centroids, 
 }
 
 int kern_centroid_probe(kern_dev dev, const kern_probe_table *t, const float *centroids,
-                        const float *q, size_t lq, size_t nc, float *S, int64_t *idx, float *val,
-                        size_t *n_fp32)
+                        const float *q, size_t lq, size_t nc, float *S, float *ST, size_t ld,
+                        int64_t *idx, float *val, size_t *n_fp32)
 {
     if (!t || !centroids || !q || !S || !idx || !val)
         return bad("centroid_probe: NULL argument");
+    if (ST && ld < (lq + 15) / 16 * 16)
+        return bad("centroid_probe: ld under lq rounded up to 16");
     if (dev != KERN_DEV_CPU) {
         kern_set_error("centroid_probe: CPU only");
         return KERN_ENODEV;
@@ -148,7 +150,7 @@ int kern_centroid_probe(kern_dev dev, const kern_probe_table *t, const float *ce
             *n_fp32 = 0;
         return KERN_OK;
     }
-    return kern_cpu_centroid_probe(t, centroids, q, lq, nc, S, idx, val, n_fp32);
+    return kern_cpu_centroid_probe(t, centroids, q, lq, nc, S, ST, ld, idx, val, n_fp32);
 }
 
 int kern_nearest_centroid(kern_dev dev, const float *x, size_t n, const float *centroids,
@@ -201,8 +203,10 @@ int kern_nearest_centroid_bf16_pays(kern_dev dev)
 /* kern_maxsim_residual's checks of its arguments (then nd == 0 or docs non-NULL). */
 static int residual_args(const kern_residual *a, const float *scores, const char *who)
 {
-    if (!a || !scores || !a->q || !a->qc || !a->bucket_weights || a->dim == 0)
+    if (!a || !scores || !a->q || (!a->qc && !a->qcT) || !a->bucket_weights || a->dim == 0)
         return bad2(who, "NULL argument or zero dim");
+    if (a->qcT && a->ld < (a->lq + 31) / 32 * 32)
+        return bad2(who, "the transposed table's ld is under lq rounded up to 32");
     if (!(a->nbits == 1 || a->nbits == 2 || a->nbits == 4 || a->nbits == 8) ||
         (a->dim * a->nbits) % 8 != 0)
         return bad2(who, "nbits must be 1, 2, 4 or 8 and dim * nbits a multiple of 8");
@@ -218,6 +222,8 @@ int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
     int rc = residual_args(a, scores, "maxsim_residual");
     if (rc || a->nd == 0)
         return rc;
+    if (dev != KERN_DEV_CPU && !a->qc)
+        return bad("maxsim_residual: the GPU kernel reads qc, not qcT");
     return DISPATCH(dev, kern_cpu_maxsim_residual(a, scores), kern_gpu_maxsim_residual(a, scores));
 }
 
@@ -226,8 +232,8 @@ int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *app
     int rc = residual_args(a, approx, "maxsim_residual_screen");
     if (rc)
         return rc;
-    if (!bound)
-        return bad("maxsim_residual_screen: NULL bound");
+    if (!bound || !a->qc)
+        return bad("maxsim_residual_screen: NULL bound or qc");
     if (dev != KERN_DEV_CPU || !kern_cpu_amx_usable()) {
         kern_set_error("maxsim_residual_screen: needs AMX tiles on the CPU");
         return KERN_ENODEV;
@@ -247,6 +253,25 @@ int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *app
 int kern_maxsim_residual_screen_usable(kern_dev dev)
 {
     return dev == KERN_DEV_CPU && kern_cpu_amx_usable();
+}
+
+int kern_centroid_interaction_t(kern_dev dev, const float *ST, size_t ld, size_t lq,
+                                size_t n_centroids, unsigned code_bytes, const kern_pdoc *docs,
+                                size_t nd, const uint8_t *keep, float *approx)
+{
+    if (!ST || !approx || (code_bytes != 2 && code_bytes != 4) || ld < (lq + 15) / 16 * 16)
+        return bad("centroid_interaction_t: NULL argument, code_bytes not 2 or 4, or ld under lq "
+                   "rounded up to 16");
+    if (dev != KERN_DEV_CPU) {
+        kern_set_error("centroid_interaction_t: CPU only");
+        return KERN_ENODEV;
+    }
+    if (nd == 0)
+        return KERN_OK;
+    if (!docs)
+        return bad("centroid_interaction_t: NULL documents");
+    return kern_cpu_centroid_interaction_t(ST, ld, lq, n_centroids, code_bytes, docs, nd, keep,
+                                           approx);
 }
 
 int kern_centroid_interaction(kern_dev dev, const float *S, size_t lq, size_t n_centroids,

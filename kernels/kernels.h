@@ -146,10 +146,12 @@ int kern_quantize_i8(kern_dev dev, const float *x, size_t n, size_t dim, int8_t 
 int kern_centroid_scores(kern_dev dev, const float *q, size_t lq, const float *centroids,
                          size_t n_centroids, size_t dim, float *S);
 
-/* The same for the centroids cols [ncols] only: out [lq, ncols], out[i, j] = S[i, cols[j]] of
- * kern_centroid_scores on the same device, bit for bit. CPU only (KERN_ENODEV elsewhere). */
+/* The same for the centroids cols [ncols] only, transposed: out [ncols, ld] (ld >= lq),
+ * out[j * ld + i] = S[i, cols[j]] of kern_centroid_scores on the same device, bit for bit
+ * (lanes past lq untouched). CPU only (KERN_ENODEV elsewhere). */
 int kern_centroid_scores_cols(kern_dev dev, const float *q, size_t lq, const float *centroids,
-                              size_t dim, const uint32_t *cols, size_t ncols, float *out);
+                              size_t dim, const uint32_t *cols, size_t ncols, float *out,
+                              size_t ld);
 
 /* ---------------------------------------------------------------------------------------
  * The probe of PLAID's stage 1 screened on AMX tiles: the score table in bf16 and each query
@@ -160,13 +162,14 @@ int kern_centroid_scores_cols(kern_dev dev, const float *q, size_t lq, const flo
  * says whether t was built from centroids of this shape (and compares a sample of values).
  *
  * kern_centroid_probe (centroids: the fp32 table t was built from, read by the refinement)
- * fills S [lq, K] with bf16 products (each within a proven bound of kern_centroid_scores's
- * fp32 score: about 0.006 for unit vectors; entries the refinement rescored hold the fp32
- * score itself) and idx, val [lq, nc] with exactly what kern_centroid_scores followed by
- * kern_topk_rows(S, lq, K, nc) gives on the CPU: indices and scores bit for bit, equal scores
- * to the lower index. n_fp32 (or NULL): tokens the screen could not settle, whose rows it
- * computed in fp32 instead (non-finite input, or more than nc + 256 centroids within the
- * bound's window). nc in 1 .. K (KERN_EINVAL otherwise).
+ * fills S [lq, K], and ST [K, ld] (ld >= lq rounded up to 16; NULL: not wanted) with the same
+ * transposed (lanes past lq zero), with bf16 products (each within a proven bound of
+ * kern_centroid_scores's fp32 score: about 0.006 for unit vectors; entries the refinement rescored
+ * hold the fp32 score itself) and idx, val [lq, nc] with exactly what kern_centroid_scores followed
+ * by kern_topk_rows(S, lq, K, nc) gives on the CPU: indices and scores bit for bit, equal scores to
+ * the lower index. n_fp32 (or NULL): tokens the screen could not settle, whose rows it computed in
+ * fp32 instead (non-finite input, or more than nc + 256 centroids within the bound's window). nc in
+ * 1 .. K (KERN_EINVAL otherwise).
  * ------------------------------------------------------------------------------------- */
 typedef struct kern_probe_table kern_probe_table;
 int kern_probe_table_new(kern_dev dev, const float *centroids, size_t n_centroids, size_t dim,
@@ -175,8 +178,8 @@ void kern_probe_table_free(kern_probe_table *t);
 int kern_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t n_centroids,
                              size_t dim);
 int kern_centroid_probe(kern_dev dev, const kern_probe_table *t, const float *centroids,
-                        const float *q, size_t lq, size_t nc, float *S, int64_t *idx, float *val,
-                        size_t *n_fp32);
+                        const float *q, size_t lq, size_t nc, float *S, float *ST, size_t ld,
+                        int64_t *idx, float *val, size_t *n_fp32);
 
 /* ---------------------------------------------------------------------------------------
  * Nearest centroid (index building: k-means assignment, token encoding): for each of n points
@@ -247,6 +250,12 @@ typedef struct kern_residual {
     const float *bucket_weights; /* [1 << nbits] */
     const kern_pdoc *docs;     /* [nd] */
     size_t nd;
+    /* Or, on the CPU (qc may then be NULL): the same table transposed, qcT [n_centroids, ld]
+     * with qcT[c * ld + i] = qc[i, c], ld >= lq rounded up to 32 (lanes past lq finite: they
+     * are computed, then left out), so the kernel reads it as it is instead of transposing qc
+     * on every call. */
+    const float *qcT;
+    size_t ld;
 } kern_residual;
 
 /*
@@ -278,6 +287,11 @@ int kern_maxsim_residual_screen_usable(kern_dev dev);
 int kern_centroid_interaction(kern_dev dev, const float *S, size_t lq, size_t n_centroids,
                               unsigned code_bytes, const kern_pdoc *docs, size_t nd,
                               const uint8_t *keep, float *approx);
+/* The same from the table transposed, ST [n_centroids, ld] (ST[c * ld + i] = S[i, c]; ld >= lq
+ * rounded up to 16, lanes past lq finite), the layout the CPU kernel works in. CPU only. */
+int kern_centroid_interaction_t(kern_dev dev, const float *ST, size_t ld, size_t lq,
+                                size_t n_centroids, unsigned code_bytes, const kern_pdoc *docs,
+                                size_t nd, const uint8_t *keep, float *approx);
 
 /* ---------------------------------------------------------------------------------------
  * Top-k. Best first by score; equal scores in order of lower index first; scores of

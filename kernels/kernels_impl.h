@@ -25,11 +25,14 @@ int kern_cpu_centroid_scores(const float *q, size_t lq, const float *centroids,
                              size_t n_centroids, size_t dim, float *S);
 /* kern_cpu_centroid_scores's columns cols [ncols] only, into out [lq, ncols], bit for bit. */
 int kern_cpu_centroid_scores_cols(const float *q, size_t lq, const float *centroids, size_t dim,
-                                  const uint32_t *cols, size_t ncols, float *out);
+                                  const uint32_t *cols, size_t ncols, float *out, size_t ld);
 int kern_cpu_maxsim_residual(const kern_residual *a, float *scores);
 int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
                                   unsigned code_bytes, const kern_pdoc *docs, size_t nd,
                                   const uint8_t *keep, float *approx);
+int kern_cpu_centroid_interaction_t(const float *ST, size_t ld, size_t lq, size_t n_centroids,
+                                    unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                    const uint8_t *keep, float *approx);
 int kern_cpu_topk_rows(const float *x, size_t rows, size_t n, size_t k, int64_t *idx,
                        float *val);
 int kern_cpu_maxsim_varlen_i8(const kern_varlen_i8 *a, float *scores);
@@ -72,8 +75,8 @@ void kern_cpu_probe_table_free(kern_probe_table *t);
 int kern_cpu_probe_table_matches(const kern_probe_table *t, const float *centroids, size_t K,
                                  size_t dim);
 int kern_cpu_centroid_probe(const kern_probe_table *t, const float *centroids, const float *q,
-                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
-                            size_t *n_fp32);
+                            size_t lq, size_t nc, float *S, float *ST, size_t ld, int64_t *idx,
+                            float *val, size_t *n_fp32);
 
 #ifdef TARTAN_HAVE_CUDA
 int kern_gpu_maxsim_dense(const kern_dense *a, float *scores);

@@ -908,10 +908,15 @@ void kern_cpu_probe_table_free(kern_probe_table *t)
 }
 
 /* S~ for centroid groups [g0, g1) of 32 (tiles on): token groups two at a time, the 4 C tiles
- * through c (4 KB scratch) into S [lq, K], columns past K left out. */
+ * through c (4 KB scratch) into S [lq, K], columns past K left out, and (ST not NULL) into
+ * ST [K, ld] transposed, lanes from lq rounded up to 16 on zero. */
 TAMX static void probe_product(const kern_probe_table *t, const uint16_t *qa, size_t lq, size_t g0,
-                               size_t g1, float *S, float *c)
+                               size_t g1, float *S, float *ST, size_t ld, float *c)
 {
+    /* a C tile's column: 16 rows, 16 floats apart */
+    const __m512i colx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(16));
     size_t dimp = t->dimp, K = t->K, ng = (lq + 15) / 16, bs = dimp * 16;
     for (size_t g = 0; g < ng; g += 2) {
         int two = g + 1 < ng;
@@ -945,10 +950,20 @@ TAMX static void probe_product(const kern_probe_table *t, const uint16_t *qa, si
                 if (c0 >= K)
                     break;
                 __mmask16 cm = K - c0 >= 16 ? 0xffff : (__mmask16)((1u << (K - c0)) - 1);
-                for (size_t gg = 0; gg < 1u + (unsigned)two; gg++)
+                for (size_t gg = 0; gg < 1u + (unsigned)two; gg++) {
+                    const float *ct = c + 512 * gg + 256 * h;
                     for (size_t r = 0; r < 16 && 16 * (g + gg) + r < lq; r++)
                         _mm512_mask_storeu_ps(S + (16 * (g + gg) + r) * K + c0, cm,
-                                              _mm512_load_ps(c + 512 * gg + 256 * h + 16 * r));
+                                              _mm512_load_ps(ct + 16 * r));
+                    if (ST)
+                        for (size_t j = 0; j < 16 && c0 + j < K; j++)
+                            _mm512_storeu_ps(ST + (c0 + j) * ld + 16 * (g + gg),
+                                             _mm512_i32gather_ps(colx, ct + j, 4));
+                }
+                if (ST && g + 2 >= ng)
+                    for (size_t j = 0; j < 16 && c0 + j < K; j++)
+                        for (size_t l = 16 * ng; l < ld; l++)
+                            ST[(c0 + j) * ld + l] = 0.0f;
             }
         }
     }
@@ -963,8 +978,8 @@ static inline int probe_better(float va, int64_t ia, float vb, int64_t ib)
 /* Token i's exact top nc (see above): list, rescore, select. Returns 0, or 1 when the list
  * overflowed or a bound or score is not finite (the caller then computes the row in fp32). */
 TAMX static int probe_token(const kern_probe_table *t, const kern_mk *mk, const float *panels,
-                            size_t lq, size_t i, double E, size_t nc, float *row, int64_t *idx,
-                            float *val, uint32_t *li, size_t cap)
+                            size_t lq, size_t i, double E, size_t nc, float *row, float *ST,
+                            size_t ld, int64_t *idx, float *val, uint32_t *li, size_t cap)
 {
     size_t K = t->K, P = mk->P, J = mk->J, dim = t->dim;
     kern_cpu_topk_rows(row, 1, K, nc, idx, val);
@@ -1009,8 +1024,11 @@ TAMX static int probe_token(const kern_probe_table *t, const kern_mk *mk, const 
         for (size_t j = 0; j < J; j++)
             rows[j] = t->c + (size_t)li[j0 + (j < m ? j : m - 1)] * dim;
         mk->tile(pan, dim, rows, (unsigned)lanes, tile);
-        for (size_t j = 0; j < m; j++)
+        for (size_t j = 0; j < m; j++) {
             row[li[j0 + j]] = tile[j * P + l];
+            if (ST)
+                ST[(size_t)li[j0 + j] * ld + i] = tile[j * P + l];
+        }
     }
     /* the best nc of the list: insertion into a sorted run (the list is short) */
     size_t have = 0;
@@ -1034,8 +1052,8 @@ TAMX static int probe_token(const kern_probe_table *t, const kern_mk *mk, const 
 }
 
 int kern_cpu_centroid_probe(const kern_probe_table *table, const float *centroids, const float *q,
-                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
-                            size_t *n_fp32)
+                            size_t lq, size_t nc, float *S, float *ST, size_t ld, int64_t *idx,
+                            float *val, size_t *n_fp32)
 {
     /* the fp32 centroids of this call (the table may outlive the snapshot it was built from) */
     kern_probe_table tt = *table;
@@ -1093,7 +1111,7 @@ int kern_cpu_centroid_probe(const kern_probe_table *table, const float *centroid
             size_t g0 = ngroups * (size_t)me / (size_t)nt,
                    g1 = ngroups * (size_t)(me + 1) / (size_t)nt;
             tiles_on();
-            probe_product(t, qa, lq, g0, g1, S, c);
+            probe_product(t, qa, lq, g0, g1, S, ST, ld, c);
             tiles_off();
         }
 #pragma omp barrier
@@ -1104,8 +1122,8 @@ int kern_cpu_centroid_probe(const kern_probe_table *table, const float *centroid
         for (size_t i = 0; i < lq; i++) {
             if (stop)
                 continue;
-            if (probe_token(t, mk, panels, lq, i, E[i], nc, S + i * K, idx + i * nc, val + i * nc,
-                            li, cap)) {
+            if (probe_token(t, mk, panels, lq, i, E[i], nc, S + i * K, ST, ld, idx + i * nc,
+                            val + i * nc, li, cap)) {
                 fb[i] = 1;
                 nfb++;
             }
@@ -1120,6 +1138,8 @@ int kern_cpu_centroid_probe(const kern_probe_table *table, const float *centroid
             int rc = kern_cpu_centroid_scores(q + i * dim, 1, t->c, K, dim, S + i * K);
             if (rc == KERN_OK)
                 rc = kern_cpu_topk_rows(S + i * K, 1, K, nc, idx + i * nc, val + i * nc);
+            for (size_t cc = 0; ST && cc < K; cc++)
+                ST[cc * ld + i] = S[i * K + cc];
             if (rc != KERN_OK) {
                 free(qa), free(panels), free(qrows), free(E), free(fb);
                 return rc;
@@ -1205,11 +1225,11 @@ int kern_cpu_probe_table_matches(const kern_probe_table *t, const float *centroi
 }
 
 int kern_cpu_centroid_probe(const kern_probe_table *t, const float *centroids, const float *q,
-                            size_t lq, size_t nc, float *S, int64_t *idx, float *val,
-                            size_t *n_fp32)
+                            size_t lq, size_t nc, float *S, float *ST, size_t ld, int64_t *idx,
+                            float *val, size_t *n_fp32)
 {
-    (void)t, (void)centroids, (void)q, (void)lq, (void)nc, (void)S, (void)idx, (void)val,
-        (void)n_fp32;
+    (void)t, (void)centroids, (void)q, (void)lq, (void)nc, (void)S, (void)ST, (void)ld, (void)idx,
+        (void)val, (void)n_fp32;
     kern_set_error("centroid_probe: this build has no AMX kernels");
     return KERN_ENODEV;
 }

@@ -136,9 +136,14 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
     float *panels = kern_aligned_alloc(np * kern_panel_floats(mk, dim) * sizeof(float));
     float *dec = malloc(256 * per * sizeof(float));
     const void **qrows = malloc((lq ? lq : 1) * sizeof *qrows);
-    float *qcT = NULL;
-    if (lq && want_transpose(a->docs, a->nd, K))
-        qcT = kern_transpose_scores(a->qc, lq, K, lq_pad);
+    float *qcT = NULL;     /* a transpose of qc made here */
+    const float *T = NULL; /* the transposed table read: a->qcT or qcT */
+    size_t ldT = lq_pad;
+    if (a->qcT) {
+        T = a->qcT;
+        ldT = a->ld;
+    } else if (lq && want_transpose(a->docs, a->nd, K))
+        T = qcT = kern_transpose_scores(a->qc, lq, K, lq_pad);
     int failed = !panels || !dec || !qrows;
     if (!failed) {
         for (size_t i = 0; i < lq; i++)
@@ -188,8 +193,8 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
                             size_t t = t0 + (g + j < m ? g + j : m - 1);
                             uint32_t code = code_at(d->codes, a->code_bytes, t);
                             scale[j] = inv_norm_at(d->inv_norms, t);
-                            if (qcT) {
-                                add[j] = qcT + code * lq_pad + p * P;
+                            if (T) {
+                                add[j] = T + code * ldT + p * P;
                             } else {
                                 const float *c = a->qc + p * P * K + code;
                                 for (size_t l = 0; l < P; l++)
@@ -199,11 +204,10 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
                         }
                         /* The next group's centroid-score rows: random reads in a table
                          * larger than L2, fetched while this group computes. */
-                        if (qcT)
+                        if (T)
                             for (size_t t = t0 + g + J; t < t0 + g + 2 * J && t < t0 + m; t++) {
                                 const char *row =
-                                    (const char *)(qcT +
-                                                   code_at(d->codes, a->code_bytes, t) * lq_pad +
+                                    (const char *)(T + code_at(d->codes, a->code_bytes, t) * ldT +
                                                    p * P);
                                 __builtin_prefetch(row);
                                 __builtin_prefetch(row + 64);
@@ -231,21 +235,12 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
     return KERN_OK;
 }
 
-int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
-                                  unsigned code_bytes, const kern_pdoc *docs, size_t nd,
-                                  const uint8_t *keep, float *approx)
+/* The interaction from S [lq, K] (ST NULL) or from ST [K, ld] (ld >= lq_pad). */
+static int interaction(const float *S, const float *ST, size_t ld, size_t lq, size_t n_centroids,
+                       unsigned code_bytes, const kern_pdoc *docs, size_t nd, const uint8_t *keep,
+                       float *approx)
 {
     size_t K = n_centroids, lq_pad = (lq + 15) & ~(size_t)15;
-    if (!docs_ok(docs, nd, code_bytes, K, 0, "centroid_interaction"))
-        return KERN_EINVAL;
-    float *ST = NULL;
-    if (lq && want_transpose(docs, nd, K)) {
-        ST = kern_transpose_scores(S, lq, K, lq_pad);
-        if (!ST) {
-            kern_set_error("centroid_interaction: out of memory");
-            return KERN_ENOMEM;
-        }
-    }
     int failed = 0;
 #pragma omp parallel
     {
@@ -268,7 +263,7 @@ int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
                     continue;
                 kept++;
                 if (ST) {
-                    const float *row = ST + (size_t)code * lq_pad;
+                    const float *row = ST + (size_t)code * ld;
                     for (size_t i = 0; i < lq_pad; i++)
                         mx[i] = row[i] > mx[i] ? row[i] : mx[i];
                 } else {
@@ -285,10 +280,38 @@ int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
         }
         free(mx);
     }
-    free(ST);
     if (failed) {
         kern_set_error("centroid_interaction: out of memory");
         return KERN_ENOMEM;
     }
     return KERN_OK;
+}
+
+int kern_cpu_centroid_interaction(const float *S, size_t lq, size_t n_centroids,
+                                  unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                  const uint8_t *keep, float *approx)
+{
+    size_t K = n_centroids, lq_pad = (lq + 15) & ~(size_t)15;
+    if (!docs_ok(docs, nd, code_bytes, K, 0, "centroid_interaction"))
+        return KERN_EINVAL;
+    float *ST = NULL;
+    if (lq && want_transpose(docs, nd, K)) {
+        ST = kern_transpose_scores(S, lq, K, lq_pad);
+        if (!ST) {
+            kern_set_error("centroid_interaction: out of memory");
+            return KERN_ENOMEM;
+        }
+    }
+    int rc = interaction(S, ST, lq_pad, lq, K, code_bytes, docs, nd, keep, approx);
+    free(ST);
+    return rc;
+}
+
+int kern_cpu_centroid_interaction_t(const float *ST, size_t ld, size_t lq, size_t n_centroids,
+                                    unsigned code_bytes, const kern_pdoc *docs, size_t nd,
+                                    const uint8_t *keep, float *approx)
+{
+    if (!docs_ok(docs, nd, code_bytes, n_centroids, 0, "centroid_interaction"))
+        return KERN_EINVAL;
+    return interaction(NULL, ST, ld, lq, n_centroids, code_bytes, docs, nd, keep, approx);
 }

@@ -802,10 +802,10 @@ static void run_residual(size_t dim, unsigned nbits, unsigned code_bytes, size_t
     float *qd = dev_put(p.q, lq * dim * 4 + 4), *qcd = dev_put(p.qc, lq * p.nc * 4 + 4);
     float *wd = dev_put(p.w, (1u << nbits) * 4);
     float *sd = dev_poisoned(nd);
-    kern_residual a = {dim, nbits, code_bytes, qd, lq, qcd, p.nc, wd, p.ddocs, nd};
+    kern_residual a = {dim, nbits, code_bytes, qd, lq, qcd, p.nc, wd, p.ddocs, nd, NULL, 0};
     expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
     float *got = dev_get_floats(sd, nd);
-    kern_residual h = {dim, nbits, code_bytes, p.q, lq, p.qc, p.nc, p.w, p.hdocs, nd};
+    kern_residual h = {dim, nbits, code_bytes, p.q, lq, p.qc, p.nc, p.w, p.hdocs, nd, NULL, 0};
     float *cpu = host_poisoned(nd);
     expect_ok(kern_maxsim_residual(KERN_DEV_CPU, &h, cpu));
     double *ref = malloc(nd * sizeof(double)), *mag = malloc(nd * sizeof(double));

@@ -98,6 +98,9 @@ START_TEST(test_kernels_centroid_probe)
         if (lq > 2)
             memset(q.val + 2 * dim, 0, dim * sizeof(float));
         float *S = xcalloc(lq * K, sizeof(float)), *Sr = xcalloc(lq * K, sizeof(float));
+        /* the transposed copy, 16 lanes wider than it needs (lanes past lq come back zero) */
+        size_t ld = (lq + 15) / 16 * 16 + 16;
+        float *ST = xcalloc(K * ld, sizeof(float));
         float *val = xcalloc(lq * nc, sizeof(float)), *vr = xcalloc(lq * nc, sizeof(float));
         int64_t *idx = xcalloc(lq * nc, sizeof(int64_t)), *ir = xcalloc(lq * nc, sizeof(int64_t));
         ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, c.val, K, dim, Sr), KERN_OK);
@@ -107,12 +110,20 @@ START_TEST(test_kernels_centroid_probe)
         ck_assert(kern_probe_table_matches(t, c.val, K, dim));
         ck_assert(!kern_probe_table_matches(t, c.val, K - 1, dim));
         poison(S, lq * K);
+        poison(ST, K * ld);
         poison(val, lq * nc);
         for (size_t i = 0; i < lq * nc; i++)
             idx[i] = -7;
         size_t nf = 99;
         ck_assert_int_eq(
-            kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, nc, S, idx, val, &nf), KERN_OK);
+            kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, nc, S, ST, ld, idx, val, &nf),
+            KERN_OK);
+        for (size_t cc = 0; cc < K; cc++)
+            for (size_t i = 0; i < ld; i++)
+                ck_assert_msg(i < lq ? memcmp(&ST[cc * ld + i], &S[i * K + cc], sizeof(float)) == 0
+                                     : ST[cc * ld + i] == 0.0f,
+                              "ST[%zu][%zu] %.9g, S %.9g", cc, i, ST[cc * ld + i],
+                              i < lq ? S[i * K + cc] : 0.0f);
         for (size_t i = 0; i < lq; i++) {
             /* the fp32 table's top nc, bit for bit */
             for (size_t j = 0; j < nc; j++) {
@@ -170,24 +181,25 @@ START_TEST(test_kernels_centroid_probe)
         uint32_t *cols = xcalloc(nsel, sizeof(uint32_t));
         for (size_t j = 0; j < nsel; j++)
             cols[j] = (uint32_t)rnd_below(K);
-        float *out = xcalloc(lq * nsel, sizeof(float));
-        poison(out, lq * nsel);
+        float *out = xcalloc(ld * nsel, sizeof(float));
+        poison(out, ld * nsel);
         ck_assert_int_eq(
-            kern_centroid_scores_cols(KERN_DEV_CPU, q.val, lq, c.val, dim, cols, nsel, out),
+            kern_centroid_scores_cols(KERN_DEV_CPU, q.val, lq, c.val, dim, cols, nsel, out, ld),
             KERN_OK);
         for (size_t i = 0; i < lq; i++)
             for (size_t j = 0; j < nsel; j++)
-                ck_assert(memcmp(&out[i * nsel + j], &Sr[i * K + cols[j]], sizeof(float)) == 0);
+                ck_assert(memcmp(&out[j * ld + i], &Sr[i * K + cols[j]], sizeof(float)) == 0);
         /* another table's centroids are told apart */
         c.val[(32 * K / 64) * dim] += 0.5f;
         ck_assert(!kern_probe_table_matches(t, c.val, K, dim));
-        ck_assert_int_eq(
-            kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, K + 1, S, idx, val, NULL),
-            KERN_EINVAL);
+        ck_assert_int_eq(kern_centroid_probe(KERN_DEV_CPU, t, c.val, q.val, lq, K + 1, S, NULL, 0,
+                                             idx, val, NULL),
+                         KERN_EINVAL);
         kern_probe_table_free(t);
         free(cols);
         free(out);
         free(S);
+        free(ST);
         free(Sr);
         free(val);
         free(vr);
@@ -322,7 +334,7 @@ static void check_residual(size_t dim, size_t K, size_t nd, size_t maxlen, size_
     emb_rand(&q, KERN_F32, lq, dim);
     float *qc = xcalloc(lq * K, sizeof(float)), *scores = xcalloc(nd, sizeof(float));
     ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-    kern_residual a = {dim, nbits, code_bytes, q.val, lq, qc, K, p.w, p.docs, nd};
+    kern_residual a = {dim, nbits, code_bytes, q.val, lq, qc, K, p.w, p.docs, nd, NULL, 0};
     FOR_EACH_ISA(isa)
     {
         poison(scores, nd);
@@ -331,6 +343,28 @@ static void check_residual(size_t dim, size_t K, size_t nd, size_t maxlen, size_
             double bound, ref = plaid_ref(&p, q.val, lq, n, &bound);
             /* Inverse norms are stored in fp32: allow their rounding too. */
             assert_close(scores[n], ref, bound * 2.0, isa, nbits, n);
+        }
+        /* The table given transposed (qcT, a wider ld, lanes past lq finite junk): the same
+         * scores bit for bit. */
+        if (nd && (p.off[nd] >= (int64_t)K / 8)) {
+            size_t ld = (lq + 31) / 32 * 32 + 32;
+            float *qcT = xcalloc(K * ld, sizeof(float)), *s2 = xcalloc(nd, sizeof(float));
+            for (size_t c = 0; c < K; c++)
+                for (size_t i = 0; i < ld; i++)
+                    qcT[c * ld + i] = i < lq ? qc[i * K + c] : 1e3f;
+            kern_residual b = a;
+            b.qc = NULL;
+            b.qcT = qcT;
+            b.ld = ld;
+            poison(s2, nd);
+            ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &b, s2), KERN_OK);
+            for (size_t n = 0; n < nd; n++)
+                ck_assert_msg(memcmp(&s2[n], &scores[n], sizeof(float)) == 0,
+                              "%s doc %zu: qcT %.9g, qc %.9g", isa, n, s2[n], scores[n]);
+            b.ld = (lq + 31) / 32 * 32 - 1;
+            ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &b, s2), KERN_EINVAL);
+            free(qcT);
+            free(s2);
         }
     }
     kern_cpu_force_isa(NULL);
@@ -365,14 +399,14 @@ START_TEST(test_kernels_residual_bit_order)
     float inv = 1.0f, s = NAN;
     kern_pdoc doc = {&code, packed2, &inv, 1};
     for (int j = 0; j < 8; j++) {
-        kern_residual a = {8, 2, 2, q + j * 8, 1, qc, 1, w, &doc, 1};
+        kern_residual a = {8, 2, 2, q + j * 8, 1, qc, 1, w, &doc, 1, NULL, 0};
         s = NAN;
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
         ck_assert_msg(s == w[b2[j]], "nbits 2 dim %d: %g != %g", j, s, w[b2[j]]);
     }
     doc.residuals = packed1;
     for (int j = 0; j < 8; j++) {
-        kern_residual a = {8, 1, 2, q + j * 8, 1, qc, 1, w, &doc, 1};
+        kern_residual a = {8, 1, 2, q + j * 8, 1, qc, 1, w, &doc, 1, NULL, 0};
         s = NAN;
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
         ck_assert_msg(s == w[b1[j]], "nbits 1 dim %d: %g != %g", j, s, w[b1[j]]);
@@ -431,7 +465,7 @@ START_TEST(test_kernels_residual_unaligned)
     emb_rand(&q, KERN_F32, lq, dim);
     float *qc = xcalloc(lq * K, sizeof(float)), s1[9], s2[9], a1[9], a2[9];
     ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-    kern_residual a = {dim, 2, 4, q.val, lq, qc, K, p.w, p.docs, nd};
+    kern_residual a = {dim, 2, 4, q.val, lq, qc, K, p.w, p.docs, nd, NULL, 0};
     poison(s1, nd);
     poison(s2, nd);
     ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s1), KERN_OK);
@@ -462,7 +496,7 @@ START_TEST(test_kernels_residual_bad_input)
     uint16_t codes[2] = {0, 2};
     uint8_t res[4] = {0};
     kern_pdoc doc = {codes, res, inv, 2};
-    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0};
     ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL); /* code 2 >= K */
     ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
     codes[1] = 1;
@@ -500,7 +534,7 @@ START_TEST(test_kernels_residual_screen_bound)
     rng_init_random();
     if (!kern_maxsim_residual_screen_usable(KERN_DEV_CPU)) {
         float w[4] = {0}, q[8] = {0}, qc[1] = {0}, ap[1], bd[1];
-        kern_residual a = {8, 2, 2, q, 1, qc, 1, w, NULL, 0};
+        kern_residual a = {8, 2, 2, q, 1, qc, 1, w, NULL, 0, NULL, 0};
         ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_ENODEV);
         fprintf(stderr, "residual_screen: no AMX here; only the refusal checked\n");
         return;
@@ -533,7 +567,8 @@ START_TEST(test_kernels_residual_screen_bound)
         float *qc = xcalloc(lq * K, sizeof(float)), *ex = xcalloc(nd, sizeof(float));
         float *ap = xcalloc(nd, sizeof(float)), *bd = xcalloc(nd, sizeof(float));
         ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-        kern_residual a = {dim, sh[s].nbits, sh[s].code_bytes, q.val, lq, qc, K, p.w, p.docs, nd};
+        kern_residual a = {dim, sh[s].nbits, sh[s].code_bytes, q.val, lq,   qc,
+                           K,   p.w,         p.docs,           nd,    NULL, 0};
         ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, ex), KERN_OK);
         poison(ap, nd);
@@ -584,7 +619,7 @@ START_TEST(test_kernels_residual_screen_bound)
         float inv1 = (float)(1 / sqrt(nn)), ex1, ap1, bd1;
         kern_pdoc d1 = {&code, pk, &inv1, 1};
         ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, qv, 1, C1, 1, D, qc1), KERN_OK);
-        kern_residual a1 = {D, 2, 2, qv, 1, qc1, 1, w4, &d1, 1};
+        kern_residual a1 = {D, 2, 2, qv, 1, qc1, 1, w4, &d1, 1, NULL, 0};
         ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a1, &ex1), KERN_OK);
         kern_cpu_force_isa(NULL);
@@ -602,7 +637,7 @@ START_TEST(test_kernels_residual_screen_bound)
     uint16_t codes[2] = {0, 2};
     uint8_t res[4] = {0};
     kern_pdoc doc = {codes, res, inv, 2};
-    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0};
     ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_EINVAL);
     ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
     ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, NULL), KERN_EINVAL);
@@ -626,6 +661,20 @@ static void check_interaction(size_t K, size_t nd, size_t maxlen, size_t lq, uns
     poison(approx, nd);
     ck_assert_int_eq(
         kern_centroid_interaction(KERN_DEV_CPU, S, lq, K, cb, p.docs, nd, keep, approx), KERN_OK);
+    /* from the table transposed (a wider ld, lanes past lq finite junk): the same, bit for bit */
+    size_t ld = (lq + 15) / 16 * 16 + 16;
+    float *ST = xcalloc(K * ld, sizeof(float)), *a2 = xcalloc(nd, sizeof(float));
+    for (size_t c = 0; c < K; c++)
+        for (size_t i = 0; i < ld; i++)
+            ST[c * ld + i] = i < lq ? S[i * K + c] : 1e3f;
+    poison(a2, nd);
+    ck_assert_int_eq(
+        kern_centroid_interaction_t(KERN_DEV_CPU, ST, ld, lq, K, cb, p.docs, nd, keep, a2),
+        KERN_OK);
+    for (size_t n = 0; n < nd; n++)
+        ck_assert(memcmp(&a2[n], &approx[n], sizeof(float)) == 0);
+    free(ST);
+    free(a2);
     for (size_t n = 0; n < nd; n++) {
         double s = 0.0;
         size_t kept = 0;

@@ -153,6 +153,24 @@ int eng_grow(void **p, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
+/* Grows *p to hold n floats, 64-byte aligned (contents not kept): rows of the transposed
+ * tables are whole cache lines. */
+static int grow_aligned(float **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < n)
+        c *= 2;
+    void *q = NULL;
+    if (posix_memalign(&q, 64, c * sizeof(float)))
+        return ENOMEM;
+    free(*p);
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
 /* Grows narr arrays that share one capacity *cap to hold n elements each (contents kept):
  * array i is *p[i], of elements of sz[i] bytes; an empty set starts at `first`. *cap moves only
  * when every array grew (one that grew before another failed keeps its larger block). */
@@ -204,7 +222,7 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
         nt = s->depth_cap;
     if (eng_grow((void **)&ws->S, &ws->S_cap, lq * K, sizeof(float)))
         goto oom;
-    if (s->probe && eng_grow((void **)&ws->ST, &ws->ST_cap, ENG_LD(lq) * K, sizeof(float)))
+    if (s->probe && grow_aligned(&ws->ST, &ws->ST_cap, ENG_LD(lq) * K))
         goto oom;
     if (ws->t_cap < nt) {
         size_t cap = ws->t_cap;
@@ -504,7 +522,7 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
     if (rc)
         return rc;
     size_t ld = ENG_LD(lq);
-    if (eng_grow((void **)&ws->S2T, &ws->S2T_cap, kk * ld, sizeof(float)))
+    if (grow_aligned(&ws->S2T, &ws->S2T_cap, kk * ld))
         return store_fail(m, ENOMEM, "search: out of memory for scores");
     if (ws->screened) {
         for (size_t j = 0; j < kk; j++)
@@ -558,7 +576,7 @@ static int exact_columns(const idx_reader *r, const eng_search *s, size_t qi, en
     const eng_queries *q = s->q;
     size_t lq = q->off[qi + 1] - q->off[qi];
     size_t ld = ENG_LD(lq);
-    if (eng_grow((void **)&ws->colbuf, &ws->col_cap, ld * nn, sizeof(float)))
+    if (grow_aligned(&ws->colbuf, &ws->col_cap, ld * nn))
         return store_fail(m, ENOMEM, "search: out of memory for scores");
     for (size_t a = 0; a < nn; a++)
         ws->cols[a] = ws->ulist[ws->need[a]];

@@ -361,6 +361,10 @@ static int union_lists(idx_reader *r, const eng_search *s, eng_plaid_ws *ws, siz
     return rc;
 }
 
+/* Documents a lookup fetches ahead of the one it reads: each is a cache miss (or several) in a
+ * map far larger than the caches, and a thousand candidates wait on them one by one. */
+#define LOOKAHEAD 16
+
 /*
  * Documents of n numbers through r (pointers into the map) into pd, their numbers into out
  * (which may be docnos itself); *kept: how many. With skip_damaged, a damaged or missing
@@ -371,7 +375,11 @@ static int lookup(idx_reader *r, const eng_search *s, const uint32_t *docnos, si
 {
     r->verify = verify || s->skip_damaged;
     size_t k = 0;
+    for (size_t i = 0; i < n && i < LOOKAHEAD; i++)
+        idx_reader_doc_prefetch(r, docnos[i]);
     for (size_t i = 0; i < n; i++) {
+        if (i + LOOKAHEAD < n)
+            idx_reader_doc_prefetch(r, docnos[i + LOOKAHEAD]);
         uint32_t d = docnos[i];
         int rc = idx_reader_doc(r, d, &pd[k], m);
         if ((rc == TARTAN_ECORRUPT || rc == TARTAN_ENOTFOUND) && s->skip_damaged) {

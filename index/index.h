@@ -177,6 +177,8 @@ void idx_reader_close(idx_reader *r);
  * blob (checksum, size).
  */
 int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_msg *m);
+/* store_doc_prefetch for docno (a hint; does nothing for a number this reader does not show). */
+void idx_reader_doc_prefetch(const idx_reader *r, uint32_t docno);
 
 /*
  * All live documents in number order: *cur starts NULL; each call gives the next one and

@@ -67,6 +67,12 @@ int idx_reader_doc(const idx_reader *r, uint32_t docno, kern_pdoc *doc, store_ms
     return rc;
 }
 
+void idx_reader_doc_prefetch(const idx_reader *r, uint32_t docno)
+{
+    if (!elsewhere(r, docno))
+        store_doc_prefetch(r->txn, docno, r->h.code_bytes, r->h.token_bytes);
+}
+
 int idx_reader_next_doc(const idx_reader *r, store_cursor **cur, uint32_t *docno, kern_pdoc *doc,
                         store_msg *m)
 {

@@ -575,6 +575,7 @@ static void txn_close_cursors(store_txn *t)
         mdb_cursor_close(t->st_docs);
     t->st_docs = NULL;
     memset(&t->st_seg, 0, sizeof t->st_seg);
+    memset(&t->st_seg_pf, 0, sizeof t->st_seg_pf);
 }
 
 int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)

@@ -118,6 +118,7 @@ static int fill_new(store_env *env, store_txn *src, const char *dir, size_t map,
         }
         store_txn dst = {.st_txn = txn, .st_env = env, .st_gen = ng, .st_write = 1};
         memset(&src->st_seg, 0, sizeof src->st_seg);
+        memset(&src->st_seg_pf, 0, sizeof src->st_seg_pf);
         rc = fn(src, &dst, ctx, m);
         if (rc == 0)
             rc = store_commit_mark(&dst, m);

@@ -245,6 +245,13 @@ int store_doc_get(store_txn *txn, uint32_t docno, unsigned code_bytes, unsigned 
                   int verify, store_doc *doc, store_msg *m);
 
 /*
+ * Starts fetching document docno's record head and codes into the cache, for a store_doc_get
+ * of it soon after (a search reading a thousand candidates waits on memory, not on work).
+ * Never fails: a document it cannot find is left to store_doc_get. Read snapshots only.
+ */
+void store_doc_prefetch(store_txn *txn, uint32_t docno, unsigned code_bytes, unsigned token_bytes);
+
+/*
  * Appending documents: numbers above every number in the index, ascending. The appender
  * reopens the last segment when it still has room and fills segments up to FORMAT.md's sizes;
  * the caller gives each document's parts and the appender copies them and seals the record.

@@ -71,6 +71,7 @@ struct store_txn {
     uint64_t st_fsize;   /* data.mdb's size when the transaction began (0: unknown) */
     MDB_cursor *st_docs; /* lazily opened, for document lookups */
     store_seg_cache st_seg;
+    store_seg_cache st_seg_pf; /* store_doc_prefetch's own, read snapshots only */
     /* Which meta page pages.c reads the snapshot from: 0, the one holding the transaction's id;
      * 1 or 2, page 0 or 1 (a salvage reading the newest snapshot when LMDB would not). */
     int st_meta_use;

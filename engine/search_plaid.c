@@ -42,7 +42,6 @@ struct eng_plaid_ws {
     float *tval;
     size_t t_cap;
     uint8_t *probed; /* [K] centroids probed by this query's tokens, all 0 between */
-    float *colmax;   /* [K'] */
     size_t K_cap;
     uint64_t *seen; /* [words] bitmap over document numbers, all zero between queries */
     size_t seen_words;
@@ -113,7 +112,6 @@ void eng_plaid_ws_free(eng_plaid_ws *ws)
     free(ws->tix);
     free(ws->tval);
     free(ws->probed);
-    free(ws->colmax);
     free(ws->seen);
     free(ws->cand);
     free(ws->pd);
@@ -236,10 +234,8 @@ static int setup(eng_plaid_ws *ws, const idx_reader *r, const eng_search *s, siz
     if (ws->K_cap < K) {
         /* probed starts all zero (union_lists keeps it so). */
         free(ws->probed);
-        free(ws->colmax);
         ws->probed = calloc(K, 1);
-        ws->colmax = malloc(K * sizeof *ws->colmax);
-        ws->K_cap = ws->probed && ws->colmax ? K : 0;
+        ws->K_cap = ws->probed ? K : 0;
         if (!ws->K_cap)
             goto oom;
     }
@@ -564,7 +560,7 @@ static int compact(const idx_reader *r, const eng_search *s, eng_plaid_ws *ws, s
  * (kern_centroid_scores_cols), so that exact scores are the fp32 pipeline's bit for bit.
  */
 static int exact_columns(const idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws *ws,
-                         size_t kk, const kern_pdoc *pd, size_t n, store_msg *m)
+                         const kern_pdoc *pd, size_t n, store_msg *m)
 {
     if (!ws->screened)
         return 0;
@@ -594,7 +590,6 @@ static int exact_columns(const idx_reader *r, const eng_search *s, size_t qi, en
         return eng_kern_fail(krc, m, "centroid scores");
     for (size_t a = 0; a < nn; a++)
         memcpy(ws->S2T + (size_t)ws->need[a] * ld, ws->colbuf + a * ld, lq * sizeof(float));
-    (void)kk;
     return 0;
 }
 
@@ -721,7 +716,7 @@ static int adaptive_exact(idx_reader *r, const eng_search *s, size_t qi, eng_pla
     double sum = 0, sum2 = 0;
     int rc = 0;
     while (done < next) {
-        rc = exact_columns(r, s, qi, ws, t->n, ws->ev_pd + done, next - done, m);
+        rc = exact_columns(r, s, qi, ws, ws->ev_pd + done, next - done, m);
         if (!rc)
             rc = exact_scores(r, s, qi, ws->ev_doc + done, ws->ev_pd + done, 1, t,
                               ws->ev_exact + done, next - done, m);
@@ -919,7 +914,7 @@ int eng_plaid_query(idx_reader *r, const eng_search *s, size_t qi, eng_plaid_ws 
     st->prune += t2 - t1;
 
     /* Stage 4. */
-    if ((rc = exact_columns(r, s, qi, ws, kk, ws->pd, m3, m)))
+    if ((rc = exact_columns(r, s, qi, ws, ws->pd, m3, m)))
         return rc;
     rc = exact_topk(r, s, qi, ws, ws->cand, ws->pd, 1, &small, ws->score, m3, st, m);
     st->exact += eng_now() - t2;

@@ -668,6 +668,44 @@ START_TEST(test_gpu_device_env)
 }
 END_TEST
 
+/* An index at path (created, GPU-resident) holding sp's synthetic corpus, ids "d<i>"; *q gets
+ * its queries [n_queries * qlen, dim] (the caller frees them). */
+static tartan_db *synth_db(const tool_synth_params *sp, const char *path, float **q)
+{
+    tool_synth *sy = NULL;
+    ck_assert_int_eq(tool_synth_new(sp, &sy), 0);
+    size_t rows = 0, *lens = xmalloc(sp->n_docs * sizeof *lens);
+    for (size_t i = 0; i < sp->n_docs; i++)
+        rows += lens[i] = tool_synth_doclen(sy, i);
+    float *emb = xmalloc(rows * sp->dim * sizeof *emb);
+    *q = xmalloc(sp->n_queries * sp->qlen * sp->dim * sizeof **q);
+    char **ids = xmalloc(sp->n_docs * sizeof *ids);
+    for (size_t i = 0, row = 0; i < sp->n_docs; row += lens[i], i++) {
+        tool_synth_doc(sy, i, emb + row * sp->dim);
+        ids[i] = xmalloc(24);
+        snprintf(ids[i], 24, "d%zu", i);
+    }
+    for (size_t j = 0; j < sp->n_queries; j++)
+        tool_synth_query(sy, j, *q + j * sp->qlen * sp->dim, NULL);
+    tool_synth_free(sy);
+    tartan_options o;
+    tartan_options_init(&o);
+    o.flags = TARTAN_CREATE;
+    o.dim = sp->dim;
+    o.gpu_mode = TARTAN_GPU_RESIDENT;
+    tartan_db *db = NULL;
+    ck_assert_int_eq(tartan_open(path, &o, &db), 0);
+    tartan_batch b = {sp->n_docs,    (const char *const *)ids, lens, emb, rows, sp->dim,
+                      TARTAN_FLOAT32};
+    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    for (size_t i = 0; i < sp->n_docs; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+    free(emb);
+    return db;
+}
+
 /*
  * The adaptive search on the GPU, on small corpora of each generator family (tools/synth.h),
  * after calibration: recall@10 and @100 against the GPU's exhaustive search at least 0.95,
@@ -688,33 +726,10 @@ START_TEST(test_gpu_adaptive_families)
         sp.n_queries = 60;
         sp.group_docs = model == TOOL_SYNTH_V1 ? 0 : 50;
         sp.seed = rnd();
-        tool_synth *sy = NULL;
-        ck_assert_int_eq(tool_synth_new(&sp, &sy), 0);
-        size_t rows = 0, *lens = xmalloc(sp.n_docs * sizeof *lens);
-        for (size_t i = 0; i < sp.n_docs; i++)
-            rows += lens[i] = tool_synth_doclen(sy, i);
-        float *emb = xmalloc(rows * sp.dim * sizeof *emb), *q = xmalloc(60 * 32 * 64 * 4);
-        char **ids = xmalloc(sp.n_docs * sizeof *ids);
-        for (size_t i = 0, row = 0; i < sp.n_docs; row += lens[i], i++) {
-            tool_synth_doc(sy, i, emb + row * sp.dim);
-            ids[i] = xmalloc(24);
-            snprintf(ids[i], 24, "d%zu", i);
-        }
-        for (size_t j = 0; j < sp.n_queries; j++)
-            tool_synth_query(sy, j, q + j * 32 * 64, NULL);
-        tool_synth_free(sy);
         char path[400];
         snprintf(path, sizeof path, "%s/fam%d", tmpdir, model);
-        tartan_options o;
-        tartan_options_init(&o);
-        o.flags = TARTAN_CREATE;
-        o.dim = sp.dim;
-        o.gpu_mode = TARTAN_GPU_RESIDENT;
-        tartan_db *db = NULL;
-        ck_assert_int_eq(tartan_open(path, &o, &db), 0);
-        tartan_batch b = {sp.n_docs, (const char *const *)ids, lens, emb, rows, sp.dim,
-                          TARTAN_FLOAT32};
-        ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+        float *q = NULL;
+        tartan_db *db = synth_db(&sp, path, &q);
         tartan_calibrate_params cp;
         tartan_calibrate_params_init(&cp);
         cp.device = TARTAN_DEVICE_CUDA;
@@ -764,11 +779,6 @@ START_TEST(test_gpu_adaptive_families)
             tartan_results_free(ex);
         }
         tartan_close(db);
-        for (size_t i = 0; i < sp.n_docs; i++)
-            free(ids[i]);
-        free(ids);
-        free(lens);
-        free(emb);
         free(q);
     }
 }
@@ -799,31 +809,8 @@ START_TEST(test_gpu_calibration_matches_cpu)
     sp.n_queries = 48;
     sp.group_docs = 50;
     sp.seed = rnd();
-    tool_synth *sy = NULL;
-    ck_assert_int_eq(tool_synth_new(&sp, &sy), 0);
-    size_t rows = 0, *lens = xmalloc(sp.n_docs * sizeof *lens);
-    for (size_t i = 0; i < sp.n_docs; i++)
-        rows += lens[i] = tool_synth_doclen(sy, i);
-    float *emb = xmalloc(rows * sp.dim * sizeof *emb);
-    float *q = xmalloc(sp.n_queries * sp.qlen * sp.dim * sizeof *q);
-    char **ids = xmalloc(sp.n_docs * sizeof *ids);
-    for (size_t i = 0, row = 0; i < sp.n_docs; row += lens[i], i++) {
-        tool_synth_doc(sy, i, emb + row * sp.dim);
-        ids[i] = xmalloc(24);
-        snprintf(ids[i], 24, "d%zu", i);
-    }
-    for (size_t j = 0; j < sp.n_queries; j++)
-        tool_synth_query(sy, j, q + j * sp.qlen * sp.dim, NULL);
-    tool_synth_free(sy);
-    tartan_options o;
-    tartan_options_init(&o);
-    o.flags = TARTAN_CREATE;
-    o.dim = sp.dim;
-    o.gpu_mode = TARTAN_GPU_RESIDENT;
-    tartan_db *db = NULL;
-    ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
-    tartan_batch b = {sp.n_docs, (const char *const *)ids, lens, emb, rows, sp.dim, TARTAN_FLOAT32};
-    ck_assert_msg(tartan_add(db, &b, 0) == 0, "%s", tartan_errmsg(db));
+    float *q = NULL;
+    tartan_db *db = synth_db(&sp, ixpath, &q);
     tartan_queries qs = {.n_queries = sp.n_queries,
                          .qlen = sp.qlen,
                          .embeddings = q,
@@ -870,11 +857,6 @@ START_TEST(test_gpu_calibration_matches_cpu)
         ck_assert(g->margin_k100 > 0.f);
     }
     tartan_close(db);
-    for (size_t i = 0; i < sp.n_docs; i++)
-        free(ids[i]);
-    free(ids);
-    free(lens);
-    free(emb);
     free(q);
 }
 END_TEST

@@ -784,10 +784,14 @@ START_TEST(test_gpu_adaptive_families)
 }
 END_TEST
 
-/* a and b within tol, or both past the probe cap (infinite). */
+/* a and b within tol plus 1% of the larger, or both past the probe cap (infinite). The relative
+ * part: a stored margin is a quantile of the needed margins of the reference's top documents,
+ * and a document that rounding moves across rank 100 moves it to a neighbouring order
+ * statistic, whose gap grows with the margin (0.6776 / 0.6751 for 8-token queries at k 100 on
+ * the H200, seed 2385502672021). */
 static int near_margin(float a, float b, float tol)
 {
-    return (isinf(a) && isinf(b)) || fabsf(a - b) <= tol;
+    return (isinf(a) && isinf(b)) || fabsf(a - b) <= tol + 0.01f * fmaxf(fabsf(a), fabsf(b));
 }
 
 /*

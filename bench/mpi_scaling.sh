@@ -81,6 +81,9 @@ run() {
 
 # ---- programs and MPI ---------------------------------------------------------------------
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+# Every rank's k-means prints where its time went (setup, assignment, sums, their exchange,
+# update: index/assign.c) into the log, for the builds' breakdown beyond "k-means".
+export TARTAN_KMEANS_TRACE=${TARTAN_KMEANS_TRACE:-1}
 [ -d "$BIN/../lib" ] && [ "$BIN" != "$(pwd)" ] && LD_LIBRARY_PATH=$BIN/../lib:$LD_LIBRARY_PATH
 if [ -n "${MPI_WHEEL:-}" ]; then
     # What pip would install into a prefix: the wheel's NAME.data/data/ tree, modes kept.

@@ -31,11 +31,37 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
                uint32_t *codes, float *scores, store_msg *m);
 
 /*
+ * The centroid sums in fixed point: each coordinate of a point (L2-normalised: |v| <= 1)
+ * rounded to a multiple of 2^-30 and kept as an integer in a double. Sums of integers below
+ * 2^53 are exact, so a sum does not depend on the order of its terms: not on the thread count,
+ * not on how the points are split between the members of a group, not on the order in which the
+ * group's sum adds the members' parts (an MPI allreduce's tree). P members thus compute exactly
+ * the centroids one process computes from all the points. 2^30 keeps the sums exact for clusters
+ * of up to 2^23 (8.4M) points; beyond, they are rounded as ordinary double sums are (a cluster
+ * averages max_per_centroid points, 64 in a build). The rounding, 2^-31 at most, is a sixteenth
+ * of a float's spacing at a typical coordinate (1/sqrt(128)) and far below the fp16 the index
+ * stores its centroids in.
+ */
+#define IDX_SUM_SCALE 1073741824.0
+
+/* v * IDX_SUM_SCALE rounded to the nearest integer, ties to even: nearbyint's result in the
+ * default rounding mode (the library never changes it) without a libm call a coordinate.
+ * Adding and subtracting 1.5 * 2^52 leaves the integer nearest to x for |x| < 2^51; here |x| is
+ * about 2^30 at most, and the product is exact (a float times a power of 2), so a fused
+ * multiply-add rounds the same. It needs IEEE double arithmetic as written: -ffast-math would
+ * fold it away (configure never passes it; check_index_train compares it with nearbyint). */
+static inline double idx_fixed_point(float v)
+{
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    return ((double)v * IDX_SUM_SCALE + magic) - magic;
+}
+
+/*
  * Spherical k-means with assignment on dev: the build's k-means on both devices (it replaced
  * FAISS's Clustering on the CPU, whose rules it keeps): at most
  * max_per_centroid * k training points (a seeded random subset beyond), k distinct seeded random
  * points as the first centroids, niter Lloyd iterations (assign; each centroid the normalised
- * sum of its points, summed exactly: fixed point in double, assign.c SUM_SCALE). An empty
+ * sum of its points, summed exactly: fixed point in double, IDX_SUM_SCALE). An empty
  * cluster takes the worst-served point (lowest best score, ties to the lower index; the next
  * worst for the next empty one) as its centroid, where FAISS splits a large cluster: both keep
  * all k centroids in use. The same inputs, seed and device give the same centroids whatever the

@@ -10,7 +10,7 @@
 #include "group.h"
 #include "tartan.h"
 
-static double now(void)
+double idx_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -69,9 +69,9 @@ int idx_group_sum(idx_group *g, double *v, size_t n, int rc, store_msg *m)
         v[n + r] = 0.0;
     /* A code is a small integer: exact in a double, and only one member writes each slot. */
     v[n + (size_t)g->rank] = (double)rc;
-    double t0 = now();
+    double t0 = idx_now();
     int crc = g->sum(g->ctx, v, n + p);
-    g->seconds += now() - t0;
+    g->seconds += idx_now() - t0;
     if (crc)
         return rc ? rc : callback_failed(g, "sum", crc, m);
     if (rc)
@@ -107,17 +107,17 @@ int idx_group_counts(idx_group *g, size_t mine, size_t *each, int rc, store_msg 
 
 int idx_group_bcast(idx_group *g, void *buf, size_t len, store_msg *m)
 {
-    double t0 = now();
+    double t0 = idx_now();
     int crc = g->bcast(g->ctx, buf, len);
-    g->seconds += now() - t0;
+    g->seconds += idx_now() - t0;
     return crc ? callback_failed(g, "broadcast", crc, m) : 0;
 }
 
 int idx_group_gather(idx_group *g, const void *mine, size_t len, void *all, const size_t *lens,
                      store_msg *m)
 {
-    double t0 = now();
+    double t0 = idx_now();
     int crc = g->gather(g->ctx, mine, len, g->rank == 0 ? all : NULL, lens);
-    g->seconds += now() - t0;
+    g->seconds += idx_now() - t0;
     return crc ? callback_failed(g, "gather", crc, m) : 0;
 }

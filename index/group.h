@@ -46,6 +46,9 @@ typedef struct idx_group {
 /* The group of one: rank 0 of 1, calls that copy or do nothing. */
 void idx_group_solo(idx_group *g);
 
+/* Seconds on a monotonic clock (differences only). */
+double idx_now(void);
+
 /*
  * Sums v [n] over the members and exchanges their status: v needs room for n + g->size doubles
  * (the status slots after the values). rc: this member's status (0 or a code, its message in

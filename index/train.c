@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "assign.h"
 #include "group.h"
@@ -55,13 +54,6 @@ static void drop_rows(float *x, size_t n, size_t dim, const size_t *skip, size_t
         }
         r = end + 1;
     }
-}
-
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits,
@@ -137,10 +129,10 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
     /* One k-means for both devices (assign.h): only the assignment step looks at the device.
      * On the CPU it replaced FAISS's Clustering, whose BLAS assignment ran 1.6-1.8x slower than
      * the project's kernel on the build host and whose result depended on the sample's order. */
-    double t0 = seconds_now();
+    double t0 = idx_now();
     rc = idx_kmeans_group(dev, x, n - nh, skip, nskip, dim, k, iters, MAX_PER_CENTROID, seed, g,
                           cent, m);
-    double t1 = seconds_now();
+    double t1 = idx_now();
     if (times)
         times->kmeans = t1 - t0;
     if (rc)
@@ -167,7 +159,7 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
         (rc = idx_group_bcast(g, &out->codec, sizeof out->codec, m)))
         goto done;
     if (times)
-        times->codec = seconds_now() - t1;
+        times->codec = idx_now() - t1;
     out->k = (uint32_t)k;
     out->centroids = cent;
     cent = NULL;

@@ -195,6 +195,101 @@ START_TEST(test_index_kmeans_prints_nothing)
 }
 END_TEST
 
+/* The centroid sums' rounding (idx_fixed_point) is nearbyint's: random coordinates, exact ties
+ * at both parities, zeros, the ends of the range and past them. */
+START_TEST(test_index_fixed_point_rounds_like_nearbyint)
+{
+    for (int i = 0; i < 1000000; i++) {
+        float v = frnd() * (i % 3 ? 1.0f : 1.001f);
+        double want = nearbyint((double)v * IDX_SUM_SCALE), got = idx_fixed_point(v);
+        ck_assert_msg(got == want, "%.9g: %.17g, nearbyint %.17g", (double)v, got, want);
+    }
+    for (int i = 0; i < 100000; i++) {
+        /* (2n + 1) / 2^31: half way between two multiples of 2^-30, as a float exactly */
+        float v = (float)(2 * (double)rnd_below(1u << 22) + 1) / 2147483648.0f;
+        if (i & 1)
+            v = -v;
+        double want = nearbyint((double)v * IDX_SUM_SCALE), got = idx_fixed_point(v);
+        ck_assert_msg(got == want, "tie %.9g: %.17g, nearbyint %.17g", (double)v, got, want);
+        ck_assert(fmod(got, 2.0) == 0.0); /* ties go to even */
+    }
+    const float edge[] = {0.0f,      -0.0f,      1.0f, -1.0f, 0x1p-31f,
+                          -0x1p-31f, 0x1.8p-31f, 1.5f, -2.0f, 0x1.fffffep-1f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ck_assert(idx_fixed_point(edge[i]) == nearbyint((double)edge[i] * IDX_SUM_SCALE));
+}
+END_TEST
+
+/* One centroid: after k-means it is every point's normalised sum, which the fixed-point sums
+ * (gathered by cluster, fetched ahead) must give to within their rounding; in double here. The
+ * corpus is large enough that every thread sums a long run of points. */
+START_TEST(test_index_kmeans_one_centroid_is_the_mean)
+{
+    enum { N = 5000, D = 128 };
+    float *centers = xmalloc(sizeof(float) * 4 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *cen = xmalloc(sizeof(float) * D);
+    fx_clustered(rnd(), N, D, 4, 0.3, centers, x);
+    poison(cen, D);
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, 1, 2, N, 17, cen, &m), 0);
+    double sum[D] = {0}, nrm = 0;
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < D; j++)
+            sum[j] += x[i * D + j];
+    for (size_t j = 0; j < D; j++)
+        nrm += sum[j] * sum[j];
+    nrm = sqrt(nrm);
+    for (size_t j = 0; j < D; j++)
+        ck_assert_msg(fabs(cen[j] - sum[j] / nrm) < 1e-6, "dim %zu: %.9g, mean %.9g", j,
+                      (double)cen[j], sum[j] / nrm);
+    free(centers);
+    free(x);
+    free(cen);
+}
+END_TEST
+
+/* TARTAN_KMEANS_TRACE: one line on stderr a k-means, naming its phases; the same centroids. */
+START_TEST(test_index_kmeans_trace)
+{
+    enum { N = 2000, D = 32, K = 16 };
+    float *centers = xmalloc(sizeof(float) * 8 * D);
+    float *x = xmalloc(sizeof(float) * N * D);
+    float *a = xmalloc(sizeof(float) * K * D), *b = xmalloc(sizeof(float) * K * D);
+    fx_clustered(77, N, D, 8, 0.1, centers, x);
+    store_msg m = {{0}};
+    ck_assert_int_eq(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 3, 256, 5, a, &m), 0);
+    char path[] = "/tmp/check_index_traceXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int save2 = dup(2);
+    dup2(fd, 2);
+    setenv("TARTAN_KMEANS_TRACE", "1", 1);
+    int rc = idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 3, 256, 5, b, &m);
+    unsetenv("TARTAN_KMEANS_TRACE");
+    fflush(stderr);
+    dup2(save2, 2);
+    close(save2);
+    close(fd);
+    size_t len = 0;
+    char *text = (char *)fx_read_file(path, &len);
+    unlink(path);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(text, "k-means, member 0 of 1: 2000 points, 16 centroids, dim 32, 3 "
+                               "iterations on the CPU") != NULL,
+                  "trace: %s", text);
+    ck_assert(strstr(text, "assignment") && strstr(text, "sums") && strstr(text, "update"));
+    ck_assert(memchr(text, '\n', len) == text + len - 1); /* one line */
+    ck_assert(memcmp(a, b, sizeof(float) * K * D) == 0);
+    free(text);
+    free(centers);
+    free(x);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* ---- flat search -------------------------------------------------------------------- */
 
 static int cmp_desc(const void *a, const void *b)
@@ -1122,6 +1217,9 @@ int main(void)
         {"kmeans_reproducible", test_index_kmeans_reproducible, 0},
         {"kmeans_rejects_bad_arguments", test_index_kmeans_rejects_bad_arguments, 0},
         {"kmeans_prints_nothing", test_index_kmeans_prints_nothing, 0},
+        {"fixed_point_rounds_like_nearbyint", test_index_fixed_point_rounds_like_nearbyint, 0},
+        {"kmeans_one_centroid_is_the_mean", test_index_kmeans_one_centroid_is_the_mean, 0},
+        {"kmeans_trace", test_index_kmeans_trace, 0},
         {"flat_search_matches_bruteforce", test_index_flat_search_matches_bruteforce, 0},
         {"flat_search_pads_beyond_k", test_index_flat_search_pads_beyond_k, 0},
         {"plan_sample_docs", test_index_plan_sample_docs, 0},

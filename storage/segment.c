@@ -225,36 +225,56 @@ static int64_t dir_search(const uint8_t *val, uint32_t n, uint32_t docno)
     return -1;
 }
 
+/* The segment that would hold docno: from a read snapshot's cache sc (ascending lookups,
+ * as candidates come, often stay in one segment), else found, its head checked, and cached. A
+ * write transaction's values move as it changes them: it never uses or fills the cache. */
+static int seg_locate(store_txn *t, store_seg_cache *sc, uint32_t docno, uint32_t *key,
+                      const uint8_t **val, size_t *size, store_msg *m)
+{
+    if (!t->st_write && sc->val && docno >= sc->lo && docno <= sc->last) {
+        *key = sc->lo;
+        *val = sc->val;
+        *size = sc->size;
+        return 0;
+    }
+    uint32_t n;
+    int rc = seg_find(t, docno, key, val, size, m);
+    if (rc == TARTAN_ENOTFOUND)
+        return store_fail(m, TARTAN_ENOTFOUND, "no document %u", docno);
+    if (rc || (rc = seg_head(*key, *val, *size, &n, m)))
+        return rc;
+    if (!t->st_write) {
+        sc->lo = *key;
+        sc->last = rd32(*val + STORE_SEG_HEAD + (size_t)(n - 1) * STORE_SEG_ENTRY);
+        sc->val = *val;
+        sc->size = *size;
+        sc->dir_ok = 0;
+    }
+    return 0;
+}
+
+/* Entry i of a segment of n entries and size bytes: its record's bytes [*off, *end); -1 where
+ * they lie outside the segment's records. */
+static int seg_entry(const uint8_t *val, uint32_t n, size_t size, int64_t i, uint32_t *off,
+                     size_t *end)
+{
+    const uint8_t *e = val + STORE_SEG_HEAD + (size_t)i * STORE_SEG_ENTRY;
+    *off = rd32(e + 4);
+    *end = (uint32_t)i + 1 < n ? rd32(e + STORE_SEG_ENTRY + 4) : size;
+    return *off < STORE_SEG_HEAD + (size_t)n * STORE_SEG_ENTRY || *end > size || *end <= *off ? -1
+                                                                                              : 0;
+}
+
 int store_doc_get(store_txn *t, uint32_t docno, unsigned code_bytes, unsigned token_bytes,
                   int verify, store_doc *doc, store_msg *m)
 {
     store_seg_cache *sc = &t->st_seg;
-    uint32_t key, n;
+    uint32_t key, n, off;
     const uint8_t *val;
-    size_t size;
+    size_t size, end;
     int rc;
-    /* Read snapshots keep the last segment: ascending lookups (candidates come sorted) often
-     * stay in it. A write transaction's values move as it changes them: no shortcut there. */
-    if (!t->st_write && sc->val && docno >= sc->lo && docno <= sc->last) {
-        key = sc->lo;
-        val = sc->val;
-        size = sc->size;
-    } else {
-        rc = seg_find(t, docno, &key, &val, &size, m);
-        if (rc == TARTAN_ENOTFOUND)
-            return store_fail(m, TARTAN_ENOTFOUND, "no document %u", docno);
-        if (rc)
-            return rc;
-        if ((rc = seg_head(key, val, size, &n, m)))
-            return rc;
-        if (!t->st_write) {
-            sc->lo = key;
-            sc->last = rd32(val + STORE_SEG_HEAD + (size_t)(n - 1) * STORE_SEG_ENTRY);
-            sc->val = val;
-            sc->size = size;
-            sc->dir_ok = 0;
-        }
-    }
+    if ((rc = seg_locate(t, sc, docno, &key, &val, &size, m)))
+        return rc;
     n = rd32(val);
     if (verify && !(!t->st_write && sc->val == val && sc->dir_ok)) {
         if ((rc = seg_dir_verify(key, val, n, m)))
@@ -265,10 +285,7 @@ int store_doc_get(store_txn *t, uint32_t docno, unsigned code_bytes, unsigned to
     int64_t i = dir_search(val, n, docno);
     if (i < 0)
         return store_fail(m, TARTAN_ENOTFOUND, "no document %u", docno);
-    const uint8_t *e = val + STORE_SEG_HEAD + (size_t)i * STORE_SEG_ENTRY;
-    uint32_t off = rd32(e + 4);
-    size_t end = (uint32_t)i + 1 < n ? rd32(e + STORE_SEG_ENTRY + 4) : size;
-    if (off < STORE_SEG_HEAD + (size_t)n * STORE_SEG_ENTRY || end > size || end <= off)
+    if (seg_entry(val, n, size, i, &off, &end))
         return store_fail(m, TARTAN_ECORRUPT, "segment %u: entry of document %u is out of place",
                           key, docno);
     return store_doc_parse(docno, val + off, end - off, code_bytes, token_bytes, verify, doc, m);
@@ -277,33 +294,15 @@ int store_doc_get(store_txn *t, uint32_t docno, unsigned code_bytes, unsigned to
 void store_doc_prefetch(store_txn *t, uint32_t docno, unsigned code_bytes, unsigned token_bytes)
 {
     /* Its own segment cache: the reads it runs ahead of keep theirs. */
-    store_seg_cache *sc = &t->st_seg_pf;
-    uint32_t key, n;
+    store_msg scratch = {{0}};
+    uint32_t key, off;
     const uint8_t *val;
-    size_t size;
-    if (t->st_write)
+    size_t size, end;
+    if (t->st_write || seg_locate(t, &t->st_seg_pf, docno, &key, &val, &size, &scratch))
         return;
-    if (sc->val && docno >= sc->lo && docno <= sc->last) {
-        val = sc->val;
-        size = sc->size;
-    } else {
-        store_msg scratch = {{0}};
-        if (seg_find(t, docno, &key, &val, &size, &scratch) ||
-            seg_head(key, val, size, &n, &scratch))
-            return;
-        sc->lo = key;
-        sc->last = rd32(val + STORE_SEG_HEAD + (size_t)(n - 1) * STORE_SEG_ENTRY);
-        sc->val = val;
-        sc->size = size;
-    }
-    n = rd32(val);
+    uint32_t n = rd32(val);
     int64_t i = dir_search(val, n, docno);
-    if (i < 0)
-        return;
-    const uint8_t *e = val + STORE_SEG_HEAD + (size_t)i * STORE_SEG_ENTRY;
-    uint32_t off = rd32(e + 4);
-    size_t end = (uint32_t)i + 1 < n ? rd32(e + STORE_SEG_ENTRY + 4) : size;
-    if (end > size || end < off + STORE_DOC_HEAD)
+    if (i < 0 || seg_entry(val, n, size, i, &off, &end) || end < off + STORE_DOC_HEAD)
         return;
     /* the head, and the codes (after ntok inverse norms; ntok from the record's size) */
     const char *rec = (const char *)val + off;

@@ -29,7 +29,9 @@
  * token's lq scores are one contiguous run (4 sectors instead of 32).
  * Precision: the query and the bucket weights are rounded to fp16 (relative 2^-12) inside the
  * residual term only, which is small next to the centroid term; qc, norms, the max and the sum
- * stay fp32. Other shapes (dim not a multiple of 32, dim > 256) take an exact fp32 path.
+ * stay fp32. Dims 320, 384, 512 and 768 keep A in shared memory instead of registers (RES_AW:
+ * 8 registers a k step would not fit), fetched per k step; other shapes (dims not listed in
+ * run_residual, or where the device lacks the shared memory) take an exact fp32 path.
  *
  * kern_gpu_centroid_interaction: PLAID stages 2 and 3, a gather-max over the same transposed
  * table; one warp per document, a lane per query row.
@@ -37,6 +39,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 #include <utility>
@@ -185,6 +189,17 @@ __device__ __forceinline__ void mma16816_f16(float (&c)[4], uint32_t a0, uint32_
 
 constexpr int RES_WARPS = 4;
 
+/* RES_AW: the query's A fragments in dynamic shared memory, fetched per k step, for dims past
+ * 256: in registers they take 8 a k step (192 at dim 384: the loop would spill), and the
+ * static AS copy is for one query only and past 48 KB at dim 768. With AS one copy for the
+ * CTA; without, one a warp, of which each lane writes and reads only its own fragments (no
+ * synchronisation), refilled where the registers would be. aw_smem: its bytes. */
+constexpr int RES_AW = 64;
+constexpr size_t aw_smem(int kt, bool as)
+{
+    return (size_t)(as ? 1 : RES_WARPS) * 2 * kt * 32 * 16;
+}
+
 /* The loads of RNG 8-token tiles of one document: each lane's packed residual words of token
  * tok0 + 8j + g, and the codes and inverse norms of tokens tok0 + 8j + 2 t4 (+1), the columns of
  * its accumulator fragment. Tokens past the end repeat the last one (masked in the max). */
@@ -289,7 +304,8 @@ __device__ __forceinline__ uint4 a_frag(const float *qp, int lq, int dim, int r0
  * a round trip to memory in flight; without it each step loads, waits, gathers, waits, then
  * computes. MINB: CTAs per SM the registers are fitted to. AS: one query of at most 32 rows
  * (q_off NULL, lq <= 32), its A fragments in shared memory, one copy for the CTA's warps,
- * instead of 64 registers a thread: room for more warps an SM.
+ * instead of 64 registers a thread: room for more warps an SM. MODE & RES_AW (dims past 256):
+ * the A fragments in dynamic shared memory (aw_smem bytes), for one query (AS) or any.
  */
 template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS, int MODE>
 __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_args a)
@@ -298,6 +314,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
     constexpr bool SKIP = (MODE & RES_SKIP) != 0 && RNG >= 4;
     constexpr bool SKIP8 = (MODE & RES_SKIP8) != 0 && RNG == 4;
     constexpr bool PF = (MODE & RES_PF) != 0, LATEQ = (MODE & RES_LATEQ) != 0;
+    constexpr bool AW = (MODE & RES_AW) != 0;
+    constexpr bool AREG = !AS && !AW; /* A fragments in registers */
     static_assert(!ALU || (NB == 2 && KT % 4 == 0), "RES_ALU: nbits 2, whole words");
     static_assert(!PERM || AS, "RES_PERM: one query of <= 32 rows");
     using tile_t = res_tile<NB, KT, RNG>;
@@ -316,7 +334,10 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
      * offset of a lookup is one shift and one mask-or of the packed word (32 KB a CTA). */
     __shared__ __align__(16) uint2 s_b2[NB == 2 && !ALU ? 256 * 16 : 1];
     /* AS: fragment (mt, kt) of lane l at [(mt * KT + kt) * 32 + l], one 16-byte load. */
-    __shared__ __align__(16) uint4 s_af[AS ? MT * KT * 32 : 1];
+    __shared__ __align__(16) uint4 s_af[AS && !AW ? MT * KT * 32 : 1];
+    /* RES_AW: the same layout from s_a on: the CTA's copy (AS) or the warp's. */
+    extern __shared__ __align__(16) uint4 s_dyn[];
+    uint4 *const s_a = AW ? s_dyn + (AS ? 0 : (threadIdx.x >> 5) * (MT * KT * 32)) : s_af;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const uint32_t lane16 = (uint32_t)(lane & 15);
     if (NB >= 4) {
@@ -352,7 +373,8 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int kt = 0; kt < KT; kt++)
-                s_af[(mt * KT + kt) * 32 + lane] = a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4, ALU);
+                (AW ? s_a : s_af)[(mt * KT + kt) * 32 + lane] =
+                    a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4, ALU);
     __syncthreads();
     /* RES_ALU: the fp16 weights of the four 2-bit fields f (bucket = f with its two bits
      * swapped: the packing's first bit is the bucket's low one), low bytes in wlo, high bytes
@@ -370,7 +392,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
     const int dim = a.dim;
     const int rbytes = dim * NB / 8;
     const long long warps = (long long)gridDim.x * RES_WARPS;
-    uint32_t af[AS ? 1 : MT][AS ? 1 : KT][4];
+    uint32_t af[AREG ? MT : 1][AREG ? KT : 1][4];
     bool have_a = false; /* A fragments of unit 0 of query last_q already in registers */
     long long last_q = -1;
 
@@ -420,8 +442,12 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
 #pragma unroll
                     for (int kt = 0; kt < KT; kt++) {
                         const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4, ALU);
-                        uint32_t(&d)[4] = af[AS ? 0 : mt][AS ? 0 : kt];
-                        d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+                        if (AW) { /* the lane's own slots: no other lane reads them */
+                            s_a[(mt * KT + kt) * 32 + lane] = f;
+                        } else {
+                            uint32_t(&d)[4] = af[AREG ? mt : 0][AREG ? kt : 0];
+                            d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+                        }
                     }
             }
             float rmax[MT][2];
@@ -509,13 +535,13 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                         uint32_t fa[MT][4];
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
-                            if (AS) {
-                                const uint4 f = s_af[(mt * KT + kt) * 32 + lane];
+                            if (AS || AW) {
+                                const uint4 f = (AW ? s_a : s_af)[(mt * KT + kt) * 32 + lane];
                                 fa[mt][0] = f.x, fa[mt][1] = f.y, fa[mt][2] = f.z, fa[mt][3] = f.w;
                             } else {
 #pragma unroll
                                 for (int e = 0; e < 4; e++)
-                                    fa[mt][e] = af[AS ? 0 : mt][AS ? 0 : kt][e];
+                                    fa[mt][e] = af[AREG ? mt : 0][AREG ? kt : 0][e];
                             }
                         }
 #pragma unroll
@@ -670,13 +696,14 @@ template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS = false, int MOD
 int launch_residual_k(const res_args &a)
 {
     int blocks = 0, rc;
+    constexpr size_t smem = (MODE & RES_AW) ? aw_smem(KT, AS) : 0;
     const void *k = (const void *)residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE>;
-    if ((rc = kern_persistent_grid(k, RES_WARPS * 32, 0, (a.nd + RES_WARPS - 1) / RES_WARPS,
+    if ((rc = kern_persistent_grid(k, RES_WARPS * 32, smem, (a.nd + RES_WARPS - 1) / RES_WARPS,
                                    &blocks)) != KERN_OK)
         return rc;
     res_args b = a;
     b.claim = kern_gpu_tune.residual_sched != 2;
-    residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE><<<blocks, RES_WARPS * 32>>>(b);
+    residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE><<<blocks, RES_WARPS * 32, smem>>>(b);
     KERN_CUDA_LAUNCHED("residual_mma_kernel");
     return KERN_OK;
 }
@@ -717,6 +744,17 @@ constexpr one_variant ONE_VARIANTS[] = {
 };
 constexpr int ONE_COUNT = (int)(sizeof ONE_VARIANTS / sizeof ONE_VARIANTS[0]);
 
+/* The residual kernel forced: kern_gpu_tune.residual_path, or where that is 0, 2 (the exact
+ * kernel) with TARTAN_GPU_RESIDUAL=exact, so that a whole run of the tool (search, or
+ * calibration) can be timed against it; 0: the automatic choice. */
+int residual_path(void)
+{
+    if (kern_gpu_tune.residual_path)
+        return kern_gpu_tune.residual_path;
+    const char *e = getenv("TARTAN_GPU_RESIDUAL");
+    return e && strcmp(e, "exact") == 0 ? 2 : 0;
+}
+
 /* One query of <= 32 rows, nbits 2, dim 64 or 128, no variant of the general kernel asked for:
  * the variant of kern_gpu_tune.residual_one (0: the default), or -1 where this path does not
  * apply. kern_gpu_maxsim_residual lays out the q.C table by what this says. */
@@ -724,7 +762,8 @@ int one_query(bool batched, int lq, int dim, int nbits)
 {
     const kern_gpu_tuning t = kern_gpu_tune;
     if (batched || lq > 32 || nbits != 2 || (dim != 64 && dim != 128) || t.residual_tiles ||
-        t.residual_pipe || t.residual_ctas || t.residual_asmem || t.residual_one == 1)
+        t.residual_pipe || t.residual_ctas || t.residual_asmem || t.residual_one == 1 ||
+        residual_path() == 2)
         return -1;
     return t.residual_one ? t.residual_one : ONE_DEFAULT;
 }
@@ -785,6 +824,59 @@ template <int NB, int KT> int launch_residual_kt(const res_args &a)
                 : launch_residual_k<NB, KT, 2, false, 3>(a);
 }
 
+/* Dims past 256 (KT k steps): the A fragments in shared memory (RES_AW), one copy for the CTA
+ * where there is one query of <= 32 rows (as: AS), else one a warp, 2 tiles a step. A copy a
+ * warp limits the SM to 2 CTAs at dims 320 and 384 (80 and 96 KB a CTA) and to 1 at 512 and
+ * 768 (sm_90's 228 KB), so registers are fitted to 2 (MINB 2, 255 registers; ptxas then
+ * spills 28-108 bytes, against 400-1000 for the dim-256 kernel with A in registers); one copy
+ * a CTA leaves registers the limit: fitted to 3 CTAs (168 registers, at most 12 bytes of
+ * spills; at 4 CTAs, 128 registers, up to 264). The pipeline runs where the residual words
+ * of both steps in flight take at most 48 registers (2 x 2 tiles x WPT): at nbits 8 past dim
+ * 192 and nbits 4 past 384 they would crowd out the rest, so those wait for each step's
+ * loads (the other warps and the long k loop hide part of it). nbits 2 decodes by
+ * byte permutes (RES_ALU): no 32 KB table beside the fragments, and the table's lookups would
+ * share the L1 data pipe with the fragments' loads (the one-query kernel's finding). The
+ * centroid term comes after the MMAs (RES_LATEQ): their long chain hides its gathers. */
+template <int NB, int KT> int launch_residual_big(const res_args &a, bool as)
+{
+    if constexpr (KT > 16) {
+        constexpr int RNG = 2, WPT = res_tile<NB, KT, RNG>::WPT;
+        constexpr bool PIPE = 2 * RNG * WPT <= 48;
+        constexpr int MODE = RES_AW | RES_LATEQ | (NB == 2 ? RES_ALU : 0);
+        return as ? launch_residual_k<NB, KT, RNG, PIPE, 3, true, MODE>(a)
+                  : launch_residual_k<NB, KT, RNG, PIPE, 2, false, MODE>(a);
+    }
+    kern_set_error("maxsim_residual (cuda): no shared-memory query kernel for dim %d", 16 * KT);
+    return KERN_EINVAL;
+}
+
+/* Whether the big-dim kernel (launch_residual_big) applies: its dims, and its shared memory
+ * within the device's limit for a CTA (decode tables: 4 KB at most). A device that lacks it
+ * (dim 768 needs 196 KB a CTA: sm_80 offers 163) takes the exact kernel. */
+constexpr bool big_dim(int dim)
+{
+    return dim == 320 || dim == 384 || dim == 512 || dim == 768;
+}
+
+bool big_as(const res_args &r)
+{
+    return !r.q_off && r.lq <= 32 && kern_gpu_tune.residual_asmem != 2;
+}
+
+bool big_fits(const res_args &r)
+{
+    if (!big_dim(r.dim))
+        return false;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* the exact kernel then reports what is wrong with the device */
+        return false;
+    }
+    return aw_smem(r.dim / 16, big_as(r)) + 4096 + 1024 <= (size_t)optin;
+}
+
 template <int NB> int launch_residual(const res_args &a)
 {
     switch (a.dim / 16) {
@@ -794,17 +886,34 @@ template <int NB> int launch_residual(const res_args &a)
         return launch_residual_kt<NB, 6>(a);
     case 8:
         return launch_residual_kt<NB, 8>(a);
+    case 20:
+        return launch_residual_big<NB, 20>(a, big_as(a));
+    case 24:
+        return launch_residual_big<NB, 24>(a, big_as(a));
+    case 32:
+        return launch_residual_big<NB, 32>(a, big_as(a));
+    case 48:
+        return launch_residual_big<NB, 48>(a, big_as(a));
     default:
         return launch_residual_kt<NB, 16>(a);
     }
 }
 
 /* Runs r: the MMA kernel for the instantiated dims (with a query and a table whose row bytes
- * fit 32 bits), the exact fp32 kernel otherwise. who names the caller in errors. */
+ * fit 32 bits), the exact fp32 kernel otherwise, or the one residual_path() forces (1: the
+ * MMA kernel, or KERN_EINVAL where it has none for the shape; 2: the exact kernel). who names
+ * the caller in errors. */
 int run_residual(const res_args &r, const char *who)
 {
-    const bool fast = r.lq > 0 && r.ldq < (1ll << 30) &&
-                      (r.dim == 64 || r.dim == 96 || r.dim == 128 || r.dim == 256);
+    const int path = residual_path();
+    const bool shape = r.lq > 0 && r.ldq < (1ll << 30);
+    const bool fast = path != 2 && shape &&
+                      (r.dim == 64 || r.dim == 96 || r.dim == 128 || r.dim == 256 || big_fits(r));
+    if (path == 1 && !fast && r.lq > 0) {
+        kern_set_error("%s (cuda): no MMA kernel for dim %d, nbits %d, %d query rows here", who,
+                       r.dim, r.nbits, r.lq);
+        return KERN_EINVAL;
+    }
     if (fast) {
         switch (r.nbits) {
         case 1:

@@ -39,6 +39,9 @@ typedef struct kern_gpu_tuning {
                            its start, 16 15 with the centroid term added after the MMAs (3
                            CTAs), 17 14 with that (3 CTAs), 18 17 at 4 CTAs (the default, 0),
                            19 17 with steps of 1-4 tiles at a document's end */
+    int residual_path;  /* residual scoring (one query and batched): 1 the MMA kernel, an error
+                           (KERN_EINVAL) where it has none for the shape (tests: that a dim
+                           takes it); 2 the exact fp32 kernel (benchmarks: old against new) */
 } kern_gpu_tuning;
 
 extern kern_gpu_tuning kern_gpu_tune;

@@ -794,63 +794,111 @@ static void plaid_free(plaid_set *p)
     free(p->q), free(p->cent), free(p->w), free(p->qc);
 }
 
-static void run_residual(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd, size_t lq,
-                         int maxtok)
+/* The double-precision score of rows [r0, r1) of p's query against document n (-inf for an
+ * empty one); *mag: the sum over those rows of the largest residual term's magnitude, which
+ * bounds the error of its fp16 operands (the centroid term, fp32 q.C, adds fp32 rounding only). */
+static double plaid_ref(const plaid_set *p, size_t n, size_t r0, size_t r1, double *mag)
+{
+    const size_t dim = p->dim, rb = dim * p->nbits / 8;
+    *mag = 0;
+    if (p->ntok[n] == 0)
+        return -INFINITY;
+    double sum = 0;
+    for (size_t i = r0; i < r1; i++) {
+        double best = -INFINITY, bres = 0;
+        for (uint32_t t = 0; t < p->ntok[n]; t++) {
+            uint32_t c = p->codes[n][t];
+            double s = 0, r = 0;
+            for (size_t j = 0; j < dim; j++) {
+                double wj = p->w[bucket_of(p->res[n] + t * rb, j, p->nbits)];
+                s += (double)p->q[i * dim + j] * (p->cent[c * dim + j] + wj);
+                r += fabs((double)p->q[i * dim + j] * wj);
+            }
+            s *= p->inv[n][t];
+            if (s > best)
+                best = s;
+            if (r * p->inv[n][t] > bres)
+                bres = r * p->inv[n][t];
+        }
+        sum += best;
+        *mag += bres;
+    }
+    return sum;
+}
+
+/* The GPU's scores of p's query (kern_maxsim_residual), on device buffers made here. */
+static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes)
+{
+    const size_t dim = p->dim, lq = p->lq, nd = p->nd;
+    float *qd = dev_put(p->q, lq * dim * 4 + 4), *qcd = dev_put(p->qc, lq * p->nc * 4 + 4);
+    float *wd = dev_put(p->w, (1u << p->nbits) * 4);
+    float *sd = dev_poisoned(nd);
+    kern_residual a = {dim, p->nbits, code_bytes, qd, lq, qcd, p->nc, wd, p->ddocs, nd, NULL, 0};
+    expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
+    float *got = dev_get_floats(sd, nd);
+    kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);
+    return got;
+}
+
+/* paths: besides the automatic choice (which the reference checks), the MMA kernel forced
+ * (kern_gpu_tune.residual_path 1: KERN_EINVAL, so a failed test, where the shape has none)
+ * must give the same scores bit for bit, so the automatic choice was that kernel; the exact
+ * fp32 kernel (2) must meet the reference too and differ from them somewhere (it rounds
+ * nothing to fp16), so the knob does choose. */
+static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
+                               size_t lq, int maxtok, int paths)
 {
     plaid_set p;
     plaid_make(&p, dim, nbits, code_bytes, nd, lq, maxtok);
-    float *qd = dev_put(p.q, lq * dim * 4 + 4), *qcd = dev_put(p.qc, lq * p.nc * 4 + 4);
-    float *wd = dev_put(p.w, (1u << nbits) * 4);
-    float *sd = dev_poisoned(nd);
-    kern_residual a = {dim, nbits, code_bytes, qd, lq, qcd, p.nc, wd, p.ddocs, nd, NULL, 0};
-    expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
-    float *got = dev_get_floats(sd, nd);
+    float *got = residual_on_gpu(&p, code_bytes);
     kern_residual h = {dim, nbits, code_bytes, p.q, lq, p.qc, p.nc, p.w, p.hdocs, nd, NULL, 0};
     float *cpu = host_poisoned(nd);
     expect_ok(kern_maxsim_residual(KERN_DEV_CPU, &h, cpu));
     double *ref = malloc(nd * sizeof(double)), *mag = malloc(nd * sizeof(double));
-    size_t rb = dim * nbits / 8;
-    for (size_t n = 0; n < nd; n++) {
-        if (p.ntok[n] == 0) {
-            ref[n] = -INFINITY;
-            mag[n] = 0;
-            continue;
-        }
-        double sum = 0, m = 0;
-        for (size_t i = 0; i < lq; i++) {
-            double best = -INFINITY, bres = 0;
-            for (uint32_t t = 0; t < p.ntok[n]; t++) {
-                uint32_t c = p.codes[n][t];
-                double s = 0, r = 0;
-                for (size_t j = 0; j < dim; j++) {
-                    double wj = p.w[bucket_of(p.res[n] + t * rb, j, nbits)];
-                    s += (double)p.q[i * dim + j] * (p.cent[c * dim + j] + wj);
-                    r += fabs((double)p.q[i * dim + j] * wj);
-                }
-                s *= p.inv[n][t];
-                if (s > best)
-                    best = s;
-                if (r * p.inv[n][t] > bres)
-                    bres = r * p.inv[n][t];
-            }
-            sum += best;
-            m += bres;
-        }
-        ref[n] = sum;
-        /* The residual term runs in fp16 operands: its magnitude bounds the error; the
-         * centroid term (fp32 q.C) adds fp32 rounding only. */
-        mag[n] = m;
-    }
+    for (size_t n = 0; n < nd; n++)
+        ref[n] = plaid_ref(&p, n, 0, lq, &mag[n]);
     char what[128];
     snprintf(what, sizeof what, "residual dim %zu nbits %u code_bytes %u lq %zu", dim, nbits,
              code_bytes, lq);
     double e = compare(what, got, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), 2e-4);
     compare_cpu(what, got, cpu, mag, nd, 2e-3, 2e-5 * (double)(lq + 1));
-    free(cpu);
     fprintf(stderr, "%s: relative error %.3g\n", what, e);
-    kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);
-    free(got), free(ref), free(mag);
+    if (paths) {
+        const int saved = kern_gpu_tune.residual_path;
+        kern_gpu_tune.residual_path = 1;
+        float *mma = residual_on_gpu(&p, code_bytes);
+        kern_gpu_tune.residual_path = 2;
+        float *exact = residual_on_gpu(&p, code_bytes);
+        kern_gpu_tune.residual_path = saved;
+        ck_assert_msg(memcmp(mma, got, nd * sizeof(float)) == 0,
+                      "%s: the automatic choice is not the MMA kernel", what);
+        compare(what, exact, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), 2e-4);
+        int differs = 0;
+        for (size_t n = 0; n < nd; n++)
+            differs |= p.ntok[n] > 0 && lq > 0 && memcmp(&exact[n], &mma[n], 4) != 0;
+        ck_assert_msg(differs || lq == 0, "%s: the exact kernel gave the MMA kernel's bits", what);
+        free(mma), free(exact);
+    }
+    free(cpu), free(got), free(ref), free(mag);
     plaid_free(&p);
+}
+
+static void run_residual(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd, size_t lq,
+                         int maxtok)
+{
+    run_residual_paths(dim, nbits, code_bytes, nd, lq, maxtok, 0);
+}
+
+/* Whether the device has the shared memory a CTA of the dim-768 batched kernel takes (196 KB of
+ * query fragments and its decode table; sm_90 has 227 KB, sm_80 163: there the exact kernel
+ * runs and forcing the MMA kernel is an error). */
+static int gpu_smem_for_768(void)
+{
+    int dev = 0, optin = 0;
+    ck_assert_int_eq(cudaGetDevice(&dev), cudaSuccess);
+    ck_assert_int_eq(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                     cudaSuccess);
+    return optin >= 4 * 48 * 1024 + 5 * 1024;
 }
 
 START_TEST(test_kernels_gpu_residual_matches_reference)
@@ -909,6 +957,200 @@ START_TEST(test_kernels_gpu_residual_variants_many_docs)
     kern_gpu_tune.residual_sched = 0;
     kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_asmem = 0;
     kern_gpu_tune.residual_one = 0;
+}
+END_TEST
+
+/* Dims past 256, where the MMA kernel keeps the query's fragments in shared memory instead of
+ * registers (RES_AW in kernels/residual_cuda.cu), at every nbits: one query of <= 32 rows (one
+ * copy for the CTA), more rows (a copy a warp, refilled for each 32-row unit), rows <= 32 in
+ * the per-warp layout too (asmem 2), and many more documents than warps (each warp's
+ * pipelined loads of its next document). Every call also forced onto the MMA kernel and onto
+ * the exact one (run_residual_paths): the dims are the kernel's, not the exact kernel's. */
+START_TEST(test_kernels_gpu_residual_big_dims)
+{
+    static const size_t dims[] = {320, 384, 512, 768};
+    static const unsigned nbits[] = {1, 2, 4, 8};
+    static const size_t lqs[] = {1, 17, 32, 33, 70};
+    const int has768 = gpu_smem_for_768();
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        if (dims[di] == 768 && !has768) {
+            fprintf(stderr, "dim 768: the device lacks the shared memory; not checked\n");
+            continue;
+        }
+        for (size_t bi = 0; bi < sizeof nbits / sizeof nbits[0]; bi++) {
+            for (size_t li = 0; li < sizeof lqs / sizeof lqs[0]; li++)
+                run_residual_paths(dims[di], nbits[bi], (rnd() & 1) ? 2 : 4, urnd(3, 40), lqs[li],
+                                   80, 1);
+            kern_gpu_tune.residual_asmem = 2;
+            run_residual_paths(dims[di], nbits[bi], 4, urnd(3, 40), urnd(1, 32), 80, 1);
+            kern_gpu_tune.residual_asmem = 0;
+            run_residual_paths(dims[di], nbits[bi], 2, 1500, urnd(1, 40), 12, 1);
+        }
+    }
+}
+END_TEST
+
+/* A batched call's inputs: p's documents as resident arrays, nq queries as rows of p's query
+ * table (q_off), pairs as kern_cuda_exact_scores takes them. */
+typedef struct exact_set {
+    kern_cuda_exact a;
+    void *bufs[9];
+    size_t pairs;
+} exact_set;
+
+static void exact_make(exact_set *x, const plaid_set *p, const int64_t *qoff, size_t nq,
+                       const uint32_t *docs, size_t per_q, int cross)
+{
+    const size_t nd = p->nd, rb = p->dim * p->nbits / 8, T = (size_t)qoff[nq];
+    int64_t *doff = malloc((nd + 1) * 8);
+    doff[0] = 0;
+    for (size_t n = 0; n < nd; n++)
+        doff[n + 1] = doff[n] + p->ntok[n];
+    const size_t tot = (size_t)doff[nd];
+    uint32_t *codes = malloc((tot + 1) * 4);
+    float *inv = malloc((tot + 1) * 4);
+    /* The residuals at an odd address half the time: the kernel must not assume alignment. */
+    const int odd = (int)(rnd() & 1);
+    uint8_t *res = malloc(tot * rb + 2);
+    for (size_t n = 0; n < nd; n++) {
+        memcpy(codes + doff[n], p->codes[n], p->ntok[n] * 4);
+        memcpy(inv + doff[n], p->inv[n], p->ntok[n] * 4);
+        memcpy(res + odd + doff[n] * rb, p->res[n], p->ntok[n] * rb);
+    }
+    float *st = calloc(p->nc * T + KERN_CUDA_ST_SLACK, 4);
+    for (size_t i = 0; i < T; i++)
+        for (size_t c = 0; c < p->nc; c++)
+            st[c * T + i] = p->qc[i * p->nc + c];
+    memset(x, 0, sizeof *x);
+    x->pairs = nq * per_q;
+    void **b = x->bufs;
+    b[0] = dev_put(p->q, T * p->dim * 4);
+    b[1] = dev_put(qoff, (nq + 1) * 8);
+    b[2] = dev_put(st, (p->nc * T + KERN_CUDA_ST_SLACK) * 4);
+    b[3] = dev_put(p->w, (1u << p->nbits) * 4);
+    b[4] = dev_put(doff, (nd + 1) * 8);
+    b[5] = dev_put(codes, (tot + 1) * 4);
+    b[6] = dev_put(res, tot * rb + 2);
+    b[7] = dev_put(inv, (tot + 1) * 4);
+    b[8] = dev_put(docs, (cross ? per_q : nq * per_q) * 4);
+    x->a = (kern_cuda_exact){.dim = p->dim,
+                             .nbits = p->nbits,
+                             .q = b[0],
+                             .q_off = b[1],
+                             .h_q_off = qoff,
+                             .nq = nq,
+                             .ST = b[2],
+                             .ld = T,
+                             .n_centroids = p->nc,
+                             .bucket_weights = b[3],
+                             .doc_off = b[4],
+                             .codes = b[5],
+                             .residuals = (const uint8_t *)b[6] + odd,
+                             .inv_norms = b[7],
+                             .docs = b[8],
+                             .per_q = per_q,
+                             .cross = cross};
+    free(doff), free(codes), free(inv), free(res), free(st);
+}
+
+/* The scores of x's pairs by kern_cuda_exact_scores (the path kern_gpu_tune says). */
+static float *exact_on_gpu(const exact_set *x)
+{
+    float *sd = dev_poisoned(x->pairs);
+    expect_ok(kern_cuda_exact_scores(&x->a, sd));
+    float *got = dev_get_floats(sd, x->pairs);
+    kern_gpu_free(sd);
+    return got;
+}
+
+static void exact_free(exact_set *x)
+{
+    for (int i = 0; i < 9; i++)
+        kern_gpu_free(x->bufs[i]);
+}
+
+/* nq queries of 1 to 70 rows (their rows side by side in one table, as GPU search and
+ * calibration lay them out) against per_q documents each, their own lists or one list for all
+ * (cross), with missing (KERN_NO_DOC) and empty documents among them: the automatic choice,
+ * the MMA kernel forced (the same bits) and the exact kernel (other bits), each against the
+ * reference. */
+static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_q, int cross,
+                              int maxtok)
+{
+    static const int64_t lens[] = {32, 70, 1, 33, 17, 32, 64, 5};
+    int64_t *qoff = malloc((nq + 1) * 8);
+    qoff[0] = 0;
+    size_t lq_max = 0;
+    for (size_t i = 0; i < nq; i++) {
+        const int64_t l = lens[(i + rnd()) % 8];
+        qoff[i + 1] = qoff[i] + l;
+        lq_max = (size_t)l > lq_max ? (size_t)l : lq_max;
+    }
+    plaid_set p;
+    plaid_make(&p, dim, nbits, 4, urnd(20, 60), (size_t)qoff[nq], maxtok);
+    const size_t pairs = nq * per_q, nlist = cross ? per_q : pairs;
+    uint32_t *docs = malloc(nlist * 4);
+    for (size_t i = 0; i < nlist; i++)
+        docs[i] = rnd() % 10 == 0 ? KERN_NO_DOC : (uint32_t)urnd(0, p.nd - 1);
+    exact_set x;
+    exact_make(&x, &p, qoff, nq, docs, per_q, cross);
+    double *ref = malloc(pairs * sizeof(double)), *mag = malloc(pairs * sizeof(double));
+    for (size_t n = 0; n < pairs; n++) {
+        const size_t qi = n / per_q;
+        const uint32_t d = docs[cross ? n % per_q : n];
+        mag[n] = 0;
+        ref[n] = d == KERN_NO_DOC
+                     ? -INFINITY
+                     : plaid_ref(&p, d, (size_t)qoff[qi], (size_t)qoff[qi + 1], &mag[n]);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "batched dim %zu nbits %u nq %zu per_q %zu cross %d", dim, nbits,
+             nq, per_q, cross);
+    const int saved = kern_gpu_tune.residual_path;
+    float *got[3];
+    for (int path = 0; path < 3; path++) {
+        kern_gpu_tune.residual_path = path;
+        got[path] = exact_on_gpu(&x);
+    }
+    kern_gpu_tune.residual_path = saved;
+    const double abs_tol = 1e-5 * (double)(lq_max + 1);
+    double e = compare(what, got[0], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
+    compare(what, got[2], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
+    ck_assert_msg(memcmp(got[0], got[1], pairs * sizeof(float)) == 0,
+                  "%s: the automatic choice is not the MMA kernel", what);
+    int differs = 0, scored = 0;
+    for (size_t n = 0; n < pairs; n++) {
+        scored |= isfinite(ref[n]);
+        differs |= isfinite(ref[n]) && memcmp(&got[1][n], &got[2][n], 4) != 0;
+    }
+    ck_assert_msg(differs || !scored, "%s: the exact kernel gave the MMA kernel's bits", what);
+    fprintf(stderr, "%s: relative error %.3g\n", what, e);
+    for (int path = 0; path < 3; path++)
+        free(got[path]);
+    exact_free(&x);
+    free(ref), free(mag), free(docs), free(qoff);
+    plaid_free(&p);
+}
+
+/* The batched layout (q_off: GPU search's exact stage, calibration) at the dims past 256 and,
+ * for contrast, at 128 (the query's fragments in registers), every nbits: few documents with
+ * long ones among them, and many short ones (warps walk several pairs, and several queries). */
+START_TEST(test_kernels_gpu_residual_batched)
+{
+    static const size_t dims[] = {128, 320, 384, 512, 768};
+    static const unsigned nbits[] = {1, 2, 4, 8};
+    const int has768 = gpu_smem_for_768();
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        if (dims[di] == 768 && !has768) {
+            fprintf(stderr, "dim 768: the device lacks the shared memory; not checked\n");
+            continue;
+        }
+        for (size_t bi = 0; bi < sizeof nbits / sizeof nbits[0]; bi++) {
+            run_exact_batched(dims[di], nbits[bi], urnd(1, 6), urnd(1, 30), 0, 100);
+            run_exact_batched(dims[di], nbits[bi], urnd(2, 6), urnd(1, 30), 1, 100);
+            run_exact_batched(dims[di], nbits[bi], 8, 300, (int)(rnd() & 1), 10);
+        }
+    }
 }
 END_TEST
 
@@ -2016,6 +2258,8 @@ int main(void)
         {"centroid_scores_f16", test_kernels_gpu_centroid_scores_f16, 60},
         {"residual", test_kernels_gpu_residual_matches_reference, 120},
         {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},
+        {"residual_big_dims", test_kernels_gpu_residual_big_dims, 600},
+        {"residual_batched", test_kernels_gpu_residual_batched, 600},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"adaptive_stages", test_kernels_gpu_adaptive_stages, 120},

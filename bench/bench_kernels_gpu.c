@@ -320,12 +320,22 @@ static void bench_ragged(const char *name, size_t nd, size_t l2_bytes)
     free(off);
 }
 
-/* PLAID: nd ragged docs (as above), nbits 2, dim 128, K = 16384 centroids (PLAID's rule for
- * 1.6 M embeddings), uint16 codes, Lq 32. */
-static void bench_plaid(const char *name, size_t nd, int with_qc)
+/* Bucket weights for nbits: at nbits 2 the values the dim-128 shapes always had, else evenly
+ * spaced over the same range. */
+static void bench_weights(float *w, unsigned nbits)
 {
-    const size_t dim = 128, lq = 32, K = 16384;
-    const unsigned nbits = 2;
+    static const float w2[4] = {-0.045f, -0.012f, 0.012f, 0.045f};
+    const unsigned nb = 1u << nbits;
+    for (unsigned b = 0; b < nb; b++)
+        w[b] = nbits == 2 ? w2[b] : -0.045f + 0.09f * (float)b / (float)(nb - 1);
+}
+
+/* PLAID: nd ragged docs (as above), nbits 2, dim 128, K = 16384 centroids (PLAID's rule for
+ * 1.6 M embeddings), uint16 codes, Lq 32; or the dim, nbits and K given (bench_plaid_dim). */
+static void bench_plaid_dim(const char *name, size_t nd, int with_qc, size_t dim, unsigned nbits,
+                            size_t K)
+{
+    const size_t lq = 32;
     const size_t rb = dim * nbits / 8;
     residual_ctx c = {0};
     int64_t *off = ragged_offsets(nd, 1);
@@ -337,7 +347,8 @@ static void bench_plaid(const char *name, size_t nd, int with_qc)
         cent[i] = (float)((double)(mix(77 + i) % 20001) / 10000.0 - 1.0) * 0.15f;
     for (size_t i = 0; i < lq * K; i++)
         qc[i] = (float)((double)(mix(99 + i) % 20001) / 10000.0 - 1.0) * 0.8f;
-    float w[4] = {-0.045f, -0.012f, 0.012f, 0.045f};
+    float w[256];
+    bench_weights(w, nbits);
     uint16_t *codes = malloc(tot * 2);
     uint8_t *res = malloc(tot * rb);
     float *inv = malloc(tot * 4);
@@ -349,7 +360,8 @@ static void bench_plaid(const char *name, size_t nd, int with_qc)
         res[i] = (uint8_t)mix(3 * i + 17);
     /* Rotating sets: the compressed docs are 62 MB, about L2's size. */
     c.nsets = MAXSETS;
-    float *qd = upload(q, lq * dim * 4), *qcd = upload(qc, lq * K * 4), *wd = upload(w, sizeof w);
+    float *qd = upload(q, lq * dim * 4), *qcd = upload(qc, lq * K * 4);
+    float *wd = upload(w, (1u << nbits) * sizeof(float));
     c.centroids = upload(cent, K * dim * 4);
     KK(kern_gpu_malloc((void **)&c.qc, lq * K * 4));
     c.with_qc = with_qc;
@@ -374,8 +386,9 @@ static void bench_plaid(const char *name, size_t nd, int with_qc)
     KK(kern_gpu_malloc((void **)&c.scores, nd * 4));
     double spread, us = time_call(residual_call, &c, &spread);
     char desc[128];
-    snprintf(desc, sizeof desc, "PLAID 2-bit 1 q x %zu docs, avg %.1f tok, K %zu%s", nd,
-             (double)tot / nd, K, with_qc ? ", incl. q.C" : ", q.C given");
+    snprintf(desc, sizeof desc, "PLAID %u-bit dim %zu 1 q x %zu docs, avg %.1f tok, K %zu%s%s",
+             nbits, dim, nd, (double)tot / nd, K, with_qc ? ", incl. q.C" : ", q.C given",
+             kern_gpu_tune.residual_path == 2 ? ", exact fp32 kernel" : "");
     double bytes = tot * (rb + 2.0 + 4.0) + nd * (double)sizeof(kern_pdoc) + lq * K * 4.0 +
                    nd * 4.0 + (with_qc ? K * dim * 4.0 + lq * K * 4.0 : 0);
     record(name, desc, us, spread, bytes,
@@ -386,6 +399,11 @@ static void bench_plaid(const char *name, size_t nd, int with_qc)
     kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(c.qc);
     kern_gpu_free((void *)c.centroids), kern_gpu_free(c.scores);
     free(q), free(cent), free(qc), free(codes), free(res), free(inv), free(off);
+}
+
+static void bench_plaid(const char *name, size_t nd, int with_qc)
+{
+    bench_plaid_dim(name, nd, with_qc, 128, 2, 16384);
 }
 
 static void bench_topk(const char *name, size_t rows, size_t n, size_t k)
@@ -423,10 +441,10 @@ static void exact_call(void *p, int rep)
     KK(kern_cuda_exact_scores(&c->a, c->scores));
 }
 
-static void bench_exact(const char *name, size_t nq, size_t nd)
+static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
+                            size_t K)
 {
-    const size_t dim = 128, lq = 32, K = 131072, T = nq * lq;
-    const unsigned nbits = 2;
+    const size_t lq = 32, T = nq * lq;
     const size_t rb = dim * nbits / 8;
     int64_t *off = malloc((nd + 1) * 8), *qoff = malloc((nq + 1) * 8);
     off[0] = 0;
@@ -441,7 +459,8 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < (long long)(K * T); i++)
         st[i] = (float)((double)(mix(99 + (uint64_t)i) % 20001) / 10000.0 - 1.0) * 0.8f;
-    float w[4] = {-0.045f, -0.012f, 0.012f, 0.045f};
+    float w[256];
+    bench_weights(w, nbits);
     uint32_t *codes = malloc(tot * 4), *docs = malloc(nd * 4);
     uint8_t *res = malloc(tot * rb);
     float *inv = malloc(tot * 4);
@@ -463,7 +482,7 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
                             .ST = upload(st, (K * T + KERN_CUDA_ST_SLACK) * 4),
                             .ld = T,
                             .n_centroids = K,
-                            .bucket_weights = upload(w, sizeof w),
+                            .bucket_weights = upload(w, (1u << nbits) * sizeof(float)),
                             .doc_off = upload(off, (nd + 1) * 8),
                             .codes = upload(codes, tot * 4),
                             .residuals = upload(res, tot * rb),
@@ -478,8 +497,10 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
     g_reps = reps;
     char desc[160];
     snprintf(desc, sizeof desc,
-             "exact %zu q x %zu docs (cross), avg %.1f tok, K %zu: %.3f ms a query at 1M docs",
-             nq, nd, (double)tot / nd, K, us / 1e3 / nq * (1e6 / nd));
+             "exact %zu q x %zu docs (cross), %u-bit dim %zu, avg %.1f tok, K %zu: %.3f ms a "
+             "query at 1M docs%s",
+             nq, nd, nbits, dim, (double)tot / nd, K, us / 1e3 / nq * (1e6 / nd),
+             kern_gpu_tune.residual_path == 2 ? ", exact fp32 kernel" : "");
     /* Bytes: each query's pass reads every document (codes 4 B + residual 32 B + norm 4 B a
      * token); the q.C table once. */
     record(name, desc, us, spread, nq * tot * (rb + 8.0) + K * T * 4.0 + nq * nd * 4.0,
@@ -489,6 +510,48 @@ static void bench_exact(const char *name, size_t nq, size_t nd)
     kern_gpu_free((void *)c.a.codes), kern_gpu_free((void *)c.a.residuals);
     kern_gpu_free((void *)c.a.inv_norms), kern_gpu_free((void *)c.a.docs), kern_gpu_free(c.scores);
     free(off), free(qoff), free(q), free(st), free(codes), free(docs), free(res), free(inv);
+}
+
+static void bench_exact(const char *name, size_t nq, size_t nd)
+{
+    bench_exact_dim(name, nq, nd, 128, 2, 131072);
+}
+
+/* Dims past 256 (all-MiniLM-L6-v2's 384, 768), new kernel against old: each shape once on the
+ * automatic choice (the MMA kernel with the query's fragments in shared memory) and once,
+ * _fp32 in its name, on the exact fp32 kernel they took before (kern_gpu_tune.residual_path
+ * 2). One query against SciFact's scale (1,000 documents, K 4,096) and 10,000; the batched
+ * layout of GPU search and calibration, 8 queries x SciFact's 5,183 documents, nbits 2 and
+ * 4 (calibration took 2.2 and 7.8 s for 1,000 documents on the exact kernel). */
+static const struct {
+    const char *name;
+    int exact; /* batched (kern_cuda_exact_scores) */
+    size_t nq, nd, dim;
+    unsigned nbits;
+    size_t K;
+} big_shapes[] = {
+    {"plaid384_1k", 0, 1, 1000, 384, 2, 4096},     {"plaid384_10k", 0, 1, 10000, 384, 2, 16384},
+    {"plaid768_1k", 0, 1, 1000, 768, 2, 4096},     {"exact384_8x5k", 1, 8, 5183, 384, 2, 4096},
+    {"exact384n4_8x5k", 1, 8, 5183, 384, 4, 4096}, {"exact768_8x5k", 1, 8, 5183, 768, 2, 4096},
+};
+
+static void bench_big_dims(const char *only)
+{
+    for (size_t i = 0; i < sizeof big_shapes / sizeof big_shapes[0]; i++)
+        for (int fp32 = 0; fp32 < 2; fp32++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "%s%s", big_shapes[i].name, fp32 ? "_fp32" : "");
+            if (!want(only, nm))
+                continue;
+            kern_gpu_tune.residual_path = fp32 ? 2 : 0;
+            if (big_shapes[i].exact)
+                bench_exact_dim(nm, big_shapes[i].nq, big_shapes[i].nd, big_shapes[i].dim,
+                                big_shapes[i].nbits, big_shapes[i].K);
+            else
+                bench_plaid_dim(nm, big_shapes[i].nd, 0, big_shapes[i].dim, big_shapes[i].nbits,
+                                big_shapes[i].K);
+            kern_gpu_tune.residual_path = 0;
+        }
 }
 
 /* The residual kernel's launch variants (kern_gpu_tune), each benchmarked under its own name. */
@@ -936,6 +999,7 @@ int main(int argc, char **argv)
         kern_gpu_tune.residual_ctas = kern_gpu_tune.residual_sched = 0;
         kern_gpu_tune.residual_asmem = kern_gpu_tune.residual_one = 0;
     }
+    bench_big_dims(only);
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);
     if (want(only, "topk_ncells"))

@@ -296,6 +296,67 @@ __device__ __forceinline__ uint4 a_frag(const float *qp, int lq, int dim, int r0
                       pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
 }
 
+/* RES_AW: a lane's A fragments (mt, kt) of the 32 query rows from r0 into its slots of s
+ * ([(mt * KT + kt) * 32 + lane]), the same as a_frag's, from 16-byte loads where q is 16-byte
+ * aligned (dim a multiple of 16 keeps every row and quarter so): a fragment's 4 values of a
+ * row are one float4, or with RES_ALU's order component kt % 4 of the 4 float4 of 16 dims,
+ * a quarter of a_frag's load instructions. The per-warp copy is refilled for every 32-row
+ * unit of every document where a query has more than 32 rows. Unrolled in part: fully, all
+ * its loads are issued at once and the kernels spill more (nbits 2, dim 512: 222 bytes
+ * against 68). */
+template <int KT, bool ALU>
+__device__ __forceinline__ void fill_aw(uint4 *s, const float *qp, int lq, int dim, int r0, int g,
+                                        int t4, int lane)
+{
+    if (((uintptr_t)qp & 15) != 0) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int kt = 0; kt < KT; kt++)
+                s[(mt * KT + kt) * 32 + lane] = a_frag(qp, lq, dim, r0, mt, kt, g, t4, ALU);
+        return;
+    }
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const float4 *row[2];
+        bool ok[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + mt * 16 + g + 8 * h;
+            ok[h] = r < lq;
+            row[h] = reinterpret_cast<const float4 *>(qp + (long long)(ok[h] ? r : 0) * dim +
+                                                      t4 * (dim / 4));
+        }
+        if (ALU) {
+#pragma unroll 2
+            for (int k4 = 0; k4 < KT / 4; k4++) {
+                float v[2][4][4]; /* row h, float4 e (dims 16 k4 + 4 e ..), component */
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float4 f = ok[h] ? row[h][4 * k4 + e] : zero;
+                        v[h][e][0] = f.x, v[h][e][1] = f.y, v[h][e][2] = f.z, v[h][e][3] = f.w;
+                    }
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    s[(mt * KT + 4 * k4 + c) * 32 + lane] = make_uint4(
+                        pack_h2(v[0][0][c], v[0][1][c]), pack_h2(v[1][0][c], v[1][1][c]),
+                        pack_h2(v[0][2][c], v[0][3][c]), pack_h2(v[1][2][c], v[1][3][c]));
+            }
+        } else {
+#pragma unroll 4
+            for (int kt = 0; kt < KT; kt++) {
+                const float4 f0 = ok[0] ? row[0][kt] : zero, f1 = ok[1] ? row[1][kt] : zero;
+                s[(mt * KT + kt) * 32 + lane] =
+                    make_uint4(pack_h2(f0.x, f0.y), pack_h2(f1.x, f1.y), pack_h2(f0.z, f0.w),
+                               pack_h2(f1.z, f1.w));
+            }
+        }
+    }
+}
+
 /*
  * NB: nbits; KT: k16 steps (dim / 16). Each lane owns dim/4 = 4*KT dims, i.e. BPT = KT*NB/2
  * packed bytes of each token. Persistent: warps walk the (query, document) pairs with a grid
@@ -368,13 +429,14 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
             }
         }
     }
-    if (AS && threadIdx.x < 32)
+    if (AW && AS && threadIdx.x < 32)
+        fill_aw<KT, ALU>(s_a, a.q, a.lq, a.dim, 0, g, t4, lane);
+    else if (AS && threadIdx.x < 32)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int kt = 0; kt < KT; kt++)
-                (AW ? s_a : s_af)[(mt * KT + kt) * 32 + lane] =
-                    a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4, ALU);
+                s_af[(mt * KT + kt) * 32 + lane] = a_frag(a.q, a.lq, a.dim, 0, mt, kt, g, t4, ALU);
     __syncthreads();
     /* RES_ALU: the fp16 weights of the four 2-bit fields f (bucket = f with its two bits
      * swapped: the packing's first bit is the bucket's low one), low bytes in wlo, high bytes
@@ -437,18 +499,18 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
             if (!AS && (units > 1 || !have_a || qi != last_q)) {
                 have_a = true;
                 last_q = qi;
+                if (AW) { /* the lane's own slots: no other lane reads them */
+                    fill_aw<KT, ALU>(s_a, qp, lq, dim, r0, g, t4, lane);
+                } else {
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int kt = 0; kt < KT; kt++) {
-                        const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4, ALU);
-                        if (AW) { /* the lane's own slots: no other lane reads them */
-                            s_a[(mt * KT + kt) * 32 + lane] = f;
-                        } else {
+                        for (int kt = 0; kt < KT; kt++) {
+                            const uint4 f = a_frag(qp, lq, dim, r0, mt, kt, g, t4, ALU);
                             uint32_t(&d)[4] = af[AREG ? mt : 0][AREG ? kt : 0];
                             d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
                         }
-                    }
+                }
             }
             float rmax[MT][2];
 #pragma unroll
@@ -828,8 +890,8 @@ template <int NB, int KT> int launch_residual_kt(const res_args &a)
  * where there is one query of <= 32 rows (as: AS), else one a warp, 2 tiles a step. A copy a
  * warp limits the SM to 2 CTAs at dims 320 and 384 (80 and 96 KB a CTA) and to 1 at 512 and
  * 768 (sm_90's 228 KB), so registers are fitted to 2 (MINB 2, 255 registers; ptxas then
- * spills 28-108 bytes, against 400-1000 for the dim-256 kernel with A in registers); one copy
- * a CTA leaves registers the limit: fitted to 3 CTAs (168 registers, at most 12 bytes of
+ * spills 0-108 bytes, against 400-1000 for the dim-256 kernel with A in registers); one copy
+ * a CTA leaves registers the limit: fitted to 3 CTAs (168 registers, at most 24 bytes of
  * spills; at 4 CTAs, 128 registers, up to 264). The pipeline runs where the residual words
  * of both steps in flight take at most 48 registers (2 x 2 tiles x WPT): at nbits 8 past dim
  * 192 and nbits 4 past 384 they would crowd out the rest, so those wait for each step's

@@ -826,31 +826,37 @@ static double plaid_ref(const plaid_set *p, size_t n, size_t r0, size_t r1, doub
     return sum;
 }
 
-/* The GPU's scores of p's query (kern_maxsim_residual), on device buffers made here. */
-static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes)
+/* The GPU's scores of p's query (kern_maxsim_residual), on device buffers made here; the query
+ * shift floats past a 256-byte boundary (1: not 16-byte aligned, so not read as float4). */
+static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift)
 {
     const size_t dim = p->dim, lq = p->lq, nd = p->nd;
-    float *qd = dev_put(p->q, lq * dim * 4 + 4), *qcd = dev_put(p->qc, lq * p->nc * 4 + 4);
+    float *qh = calloc(lq * dim + 2, sizeof(float));
+    memcpy(qh + shift, p->q, lq * dim * sizeof(float));
+    float *qd = dev_put(qh, (lq * dim + 2) * 4), *qcd = dev_put(p->qc, lq * p->nc * 4 + 4);
     float *wd = dev_put(p->w, (1u << p->nbits) * 4);
     float *sd = dev_poisoned(nd);
-    kern_residual a = {dim, p->nbits, code_bytes, qd, lq, qcd, p->nc, wd, p->ddocs, nd, NULL, 0};
+    const float *qs = qd + shift;
+    kern_residual a = {dim, p->nbits, code_bytes, qs, lq, qcd, p->nc, wd, p->ddocs, nd, NULL, 0};
     expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
     float *got = dev_get_floats(sd, nd);
     kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);
+    free(qh);
     return got;
 }
 
 /* paths: besides the automatic choice (which the reference checks), the MMA kernel forced
- * (kern_gpu_tune.residual_path 1: KERN_EINVAL, so a failed test, where the shape has none)
- * must give the same scores bit for bit, so the automatic choice was that kernel; the exact
- * fp32 kernel (2) must meet the reference too and differ from them somewhere (it rounds
- * nothing to fp16), so the knob does choose. */
+ * (kern_gpu_tune.residual_path 1: KERN_EINVAL, so a failed test, where the shape has none),
+ * with the query off 16-byte alignment (its fragments then loaded 4 bytes at a time), must
+ * give the same scores bit for bit, so the automatic choice was that kernel; the exact fp32
+ * kernel (2) must meet the reference too and differ from them somewhere (it rounds nothing
+ * to fp16), so the knob does choose. */
 static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
                                size_t lq, int maxtok, int paths)
 {
     plaid_set p;
     plaid_make(&p, dim, nbits, code_bytes, nd, lq, maxtok);
-    float *got = residual_on_gpu(&p, code_bytes);
+    float *got = residual_on_gpu(&p, code_bytes, 0);
     kern_residual h = {dim, nbits, code_bytes, p.q, lq, p.qc, p.nc, p.w, p.hdocs, nd, NULL, 0};
     float *cpu = host_poisoned(nd);
     expect_ok(kern_maxsim_residual(KERN_DEV_CPU, &h, cpu));
@@ -866,9 +872,9 @@ static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, 
     if (paths) {
         const int saved = kern_gpu_tune.residual_path;
         kern_gpu_tune.residual_path = 1;
-        float *mma = residual_on_gpu(&p, code_bytes);
+        float *mma = residual_on_gpu(&p, code_bytes, 1);
         kern_gpu_tune.residual_path = 2;
-        float *exact = residual_on_gpu(&p, code_bytes);
+        float *exact = residual_on_gpu(&p, code_bytes, 0);
         kern_gpu_tune.residual_path = saved;
         ck_assert_msg(memcmp(mma, got, nd * sizeof(float)) == 0,
                       "%s: the automatic choice is not the MMA kernel", what);
@@ -994,7 +1000,7 @@ END_TEST
  * table (q_off), pairs as kern_cuda_exact_scores takes them. */
 typedef struct exact_set {
     kern_cuda_exact a;
-    void *bufs[9];
+    void *bufs[10];
     size_t pairs;
 } exact_set;
 
@@ -1033,6 +1039,11 @@ static void exact_make(exact_set *x, const plaid_set *p, const int64_t *qoff, si
     b[6] = dev_put(res, tot * rb + 2);
     b[7] = dev_put(inv, (tot + 1) * 4);
     b[8] = dev_put(docs, (cross ? per_q : nq * per_q) * 4);
+    /* The queries again, one float past alignment (qshifted): read 4 bytes at a time. */
+    float *qh = calloc(T * p->dim + 1, sizeof(float));
+    memcpy(qh + 1, p->q, T * p->dim * sizeof(float));
+    b[9] = dev_put(qh, (T * p->dim + 1) * 4);
+    free(qh);
     x->a = (kern_cuda_exact){.dim = p->dim,
                              .nbits = p->nbits,
                              .q = b[0],
@@ -1065,15 +1076,15 @@ static float *exact_on_gpu(const exact_set *x)
 
 static void exact_free(exact_set *x)
 {
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         kern_gpu_free(x->bufs[i]);
 }
 
 /* nq queries of 1 to 70 rows (their rows side by side in one table, as GPU search and
  * calibration lay them out) against per_q documents each, their own lists or one list for all
  * (cross), with missing (KERN_NO_DOC) and empty documents among them: the automatic choice,
- * the MMA kernel forced (the same bits) and the exact kernel (other bits), each against the
- * reference. */
+ * the MMA kernel forced (the same bits, also from queries off 16-byte alignment) and the
+ * exact kernel (other bits), each against the reference. */
 static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_q, int cross,
                               int maxtok)
 {
@@ -1107,17 +1118,24 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     snprintf(what, sizeof what, "batched dim %zu nbits %u nq %zu per_q %zu cross %d", dim, nbits,
              nq, per_q, cross);
     const int saved = kern_gpu_tune.residual_path;
-    float *got[3];
+    float *got[4];
     for (int path = 0; path < 3; path++) {
         kern_gpu_tune.residual_path = path;
         got[path] = exact_on_gpu(&x);
     }
+    kern_gpu_tune.residual_path = 1; /* the queries off 16-byte alignment */
+    const float *q_aligned = x.a.q;
+    x.a.q = (const float *)x.bufs[9] + 1;
+    got[3] = exact_on_gpu(&x);
+    x.a.q = q_aligned;
     kern_gpu_tune.residual_path = saved;
     const double abs_tol = 1e-5 * (double)(lq_max + 1);
     double e = compare(what, got[0], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
     compare(what, got[2], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
     ck_assert_msg(memcmp(got[0], got[1], pairs * sizeof(float)) == 0,
                   "%s: the automatic choice is not the MMA kernel", what);
+    ck_assert_msg(memcmp(got[1], got[3], pairs * sizeof(float)) == 0,
+                  "%s: other scores from unaligned queries", what);
     int differs = 0, scored = 0;
     for (size_t n = 0; n < pairs; n++) {
         scored |= isfinite(ref[n]);
@@ -1125,7 +1143,7 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     }
     ck_assert_msg(differs || !scored, "%s: the exact kernel gave the MMA kernel's bits", what);
     fprintf(stderr, "%s: relative error %.3g\n", what, e);
-    for (int path = 0; path < 3; path++)
+    for (int path = 0; path < 4; path++)
         free(got[path]);
     exact_free(&x);
     free(ref), free(mag), free(docs), free(qoff);

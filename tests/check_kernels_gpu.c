@@ -1129,18 +1129,23 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     got[3] = exact_on_gpu(&x);
     x.a.q = q_aligned;
     kern_gpu_tune.residual_path = saved;
+    /* The aggregate error is an estimate from the scored pairs: with few of them (nq 3 per_q 1
+     * scores at most 3) it spreads as 1/sqrt(count), so its bound widens below 16 pairs; the
+     * per-pair bound stays. */
     const double abs_tol = 1e-5 * (double)(lq_max + 1);
-    double e = compare(what, got[0], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
-    compare(what, got[2], ref, mag, pairs, 2e-3, abs_tol, 2e-4);
+    int differs = 0;
+    size_t scored = 0;
+    for (size_t n = 0; n < pairs; n++)
+        scored += isfinite(ref[n]) != 0;
+    const double agg = 2e-4 * (scored < 16 ? sqrt(16.0 / (double)(scored ? scored : 1)) : 1.0);
+    double e = compare(what, got[0], ref, mag, pairs, 2e-3, abs_tol, agg);
+    compare(what, got[2], ref, mag, pairs, 2e-3, abs_tol, agg);
     ck_assert_msg(memcmp(got[0], got[1], pairs * sizeof(float)) == 0,
                   "%s: the automatic choice is not the MMA kernel", what);
     ck_assert_msg(memcmp(got[1], got[3], pairs * sizeof(float)) == 0,
                   "%s: other scores from unaligned queries", what);
-    int differs = 0, scored = 0;
-    for (size_t n = 0; n < pairs; n++) {
-        scored |= isfinite(ref[n]);
+    for (size_t n = 0; n < pairs; n++)
         differs |= isfinite(ref[n]) && memcmp(&got[1][n], &got[2][n], 4) != 0;
-    }
     ck_assert_msg(differs || !scored, "%s: the exact kernel gave the MMA kernel's bits", what);
     fprintf(stderr, "%s: relative error %.3g\n", what, e);
     for (int path = 0; path < 4; path++)

@@ -11,6 +11,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /*
  * Dimensions handled per step in compress/decompress. 64 dims always fill whole bytes at
@@ -72,27 +75,59 @@ static inline float key_float(uint32_t k)
 
 /* LSD radix sort of m keys, 8 bits a pass. A comparison sort of the up to 6.4 million values
  * of a 50,000-vector sample takes seconds; four linear passes take tens of milliseconds. The
- * result ends in keys (an even number of passes). */
+ * result ends in keys (an even number of passes). Each pass runs on the threads in order: each
+ * counts its own contiguous part of the keys, the counts give every thread its starting place
+ * in each bucket (thread t's keys after those of threads before it), and each then moves its
+ * part in order: a stable pass, so the result is the one-thread sort's, key for key. On the
+ * 16-core GPU hosts the codec fit (this sort, most of it) took 0.16-0.36 s of a build's
+ * training, serial, on rank 0 of a shared one. */
 static void radix_sort(uint32_t *keys, uint32_t *tmp, size_t m)
 {
-    size_t count[256];
+    int most = 1;
+#ifdef _OPENMP
+    if (m >= ((size_t)1 << 16))
+        most = omp_get_max_threads();
+#endif
+    size_t one[1][256];
+    size_t(*count)[256] = most > 1 ? malloc((size_t)most * sizeof *count) : NULL;
+    if (!count) {
+        most = 1;
+        count = one;
+    }
     uint32_t *src = keys, *dst = tmp;
     for (int shift = 0; shift < 32; shift += 8) {
-        memset(count, 0, sizeof count);
-        for (size_t i = 0; i < m; i++)
-            count[(src[i] >> shift) & 0xff]++;
-        size_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            size_t c = count[b];
-            count[b] = sum;
-            sum += c;
+#pragma omp parallel num_threads(most) if (most > 1)
+        {
+            int t = 0, nt = 1;
+#ifdef _OPENMP
+            t = omp_get_thread_num();
+            nt = omp_get_num_threads();
+#endif
+            const size_t lo = m * (size_t)t / (size_t)nt, hi = m * (size_t)(t + 1) / (size_t)nt;
+            size_t *c = count[t];
+            memset(c, 0, sizeof count[0]);
+            for (size_t i = lo; i < hi; i++)
+                c[(src[i] >> shift) & 0xff]++;
+#pragma omp barrier
+#pragma omp single
+            {
+                size_t sum = 0;
+                for (int b = 0; b < 256; b++)
+                    for (int u = 0; u < nt; u++) {
+                        size_t k = count[u][b];
+                        count[u][b] = sum;
+                        sum += k;
+                    }
+            }
+            for (size_t i = lo; i < hi; i++)
+                dst[c[(src[i] >> shift) & 0xff]++] = src[i];
         }
-        for (size_t i = 0; i < m; i++)
-            dst[count[(src[i] >> shift) & 0xff]++] = src[i];
         uint32_t *t = src;
         src = dst;
         dst = t;
     }
+    if (most > 1)
+        free(count);
 }
 
 /*
@@ -195,14 +230,17 @@ static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *r
         free(tmp);
         return -1;
     }
-    for (size_t i = 0; i < m; i++) {
-        /* A NaN or infinity would make the quantiles meaningless. */
-        if (!isfinite(residuals[i])) {
-            free(keys);
-            free(tmp);
-            return -1;
-        }
+    /* A NaN or infinity would make the quantiles meaningless. */
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (m >= ((size_t)1 << 16))
+    for (long long i = 0; i < (long long)m; i++) {
+        bad |= !isfinite(residuals[i]);
         keys[i] = float_key(residuals[i]);
+    }
+    if (bad) {
+        free(keys);
+        free(tmp);
+        return -1;
     }
     radix_sort(keys, tmp, m);
     free(tmp);

@@ -176,6 +176,15 @@ for r in 1 2; do
         fail "shard $r's model differs"
 done
 "$tartan" build "$one" "${A[@]}" --model "$work/model.bin" 2>/dev/null || die "build --model"
+# A sample of every document: `tartan build` trains on the file's rows in place
+# (tools/ingest.c), one rank of tartan-mpi on its own copy of them: the same model.
+"$mpirun" -np 1 "$tmpi" build "$work/solo" "${A[@]}" --no-calibrate 2>/dev/null &&
+    "$tartan" build "$work/self" "${A[@]}" --no-calibrate 2>/dev/null &&
+    "$tartan" model "$work/solo/shard-0-of-1" -o "$work/solo.model" &&
+    "$tartan" model "$work/self" -o "$work/self.model" &&
+    cmp -s "$work/solo.model" "$work/self.model" &&
+    ok "a whole-corpus sample read in place trains the model a copied one does" ||
+    fail "whole-corpus sample: the models of tartan build and one rank differ"
 
 # ---- search ----------------------------------------------------------------------------------
 compare_exhaustive "after build"

@@ -175,7 +175,8 @@ const char *tool_corpus_id(const tool_corpus *c, size_t i, char buf[21])
 void tool_sample_free(tool_sample *s)
 {
     free(s->lens);
-    free(s->emb);
+    if (!s->borrowed)
+        free(s->emb);
     memset(s, 0, sizeof *s);
 }
 
@@ -212,6 +213,18 @@ int tool_corpus_sample(tool_corpus *c, size_t want, uint64_t seed, const uint8_t
             n++;
         }
         seen++;
+    }
+    if (!keep && n == c->n_docs) {
+        /* Every document: the sample is the file's rows as they stand, read in place (the
+         * mapping or the buffer), not copied; adding reads them all next anyway. At d 384 the
+         * copy of 1,000 documents' 227k tokens was 0.18-0.21 s of a 1.5 s GPU build. */
+        free(pick);
+        s->n = n;
+        s->tokens = tokens;
+        s->lens = lens;
+        s->emb = (char *)c->emb.data;
+        s->borrowed = 1;
+        return 0;
     }
     char *buf = malloc((tokens ? tokens : 1) * c->row_bytes);
     if (!buf) {
@@ -322,9 +335,15 @@ int tool_sample_train(tartan_db *db, const tool_sample *s, const tool_corpus *c,
 int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, size_t errlen)
 {
     tool_sample s;
+    const double t0 = tool_now();
     int rc = tool_corpus_sample(c, tartan_sample_docs(db, c->n_docs), seed, NULL, &s, err, errlen);
     if (rc)
         return rc;
+    /* TARTAN_KMEANS_TRACE: the library then traces the training's own phases. */
+    const char *tr = getenv("TARTAN_KMEANS_TRACE");
+    if (tr && *tr && strcmp(tr, "0") != 0)
+        fprintf(stderr, "training: %zu documents (%zu tokens) sampled from the file in %.3f s\n",
+                s.n, s.tokens, tool_now() - t0);
     rc = tool_sample_train(db, &s, c, c->n_rows, err, errlen);
     tool_sample_free(&s);
     return rc;

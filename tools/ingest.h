@@ -52,13 +52,16 @@ typedef struct tool_sample {
     size_t tokens; /* their tokens (rows of emb) */
     size_t *lens;  /* [n] */
     char *emb;     /* [tokens, dim] in the corpus's dtype (row_bytes a row) */
+    int borrowed;  /* emb is the corpus's own rows (a sample of every document), not a copy */
 } tool_sample;
 
 /*
  * Draws want documents (all, when fewer qualify) uniformly among the corpus's documents i with
  * keep[i] nonzero (keep NULL: all documents), seeded, in file order, and reads their tokens
  * with pread (faults spread over a mapped file would make most of it resident), then gives
- * the mapping's pages back. Errors: ENOMEM, the read's (TARTAN_ETRUNC when the file shrank).
+ * the mapping's pages back. A sample of every document (keep NULL, want >= the corpus's)
+ * borrows the corpus's rows instead (s->borrowed): valid while the corpus is open. Errors:
+ * ENOMEM, the read's (TARTAN_ETRUNC when the file shrank).
  */
 int tool_corpus_sample(tool_corpus *c, size_t want, uint64_t seed, const uint8_t *keep,
                        tool_sample *s, char *err, size_t errlen);

@@ -384,8 +384,8 @@ static inline void prefetch_row(const float *p, size_t dim)
         __builtin_prefetch(p + j, 0, 0);
 }
 
-/* TARTAN_KMEANS_TRACE set (and not "0"): each member prints where its k-means time went. */
-static int kmeans_trace(void)
+/* TARTAN_KMEANS_TRACE set (and not "0"): each member prints where its training time went. */
+int idx_trace(void)
 {
     const char *e = getenv("TARTAN_KMEANS_TRACE");
     return e && *e && strcmp(e, "0") != 0;
@@ -501,8 +501,18 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
      * time"); on a GPU with tensor cores (sm_80+) likewise, on them. The centroid update below
      * stays exact (fixed-point sums, IDX_SUM_SCALE) on the fp32 points. */
     int bf16 = idx_kmeans_bf16(dev);
-    if (dev == KERN_DEV_CUDA)
+    double t_gpu = 0, t_up = 0;
+    if (dev == KERN_DEV_CUDA) {
+        /* Traced apart: the process's first GPU call (its context) and the points' upload. */
+        size_t fr, tot;
+        t_gpu = idx_now();
+        if (idx_trace())
+            (void)kern_cuda_mem_info(&fr, &tot);
+        t_up = idx_now();
+        t_gpu = t_up - t_gpu;
         rc = resident_points(xs, np, dim, &dxs, m);
+        t_up = idx_now() - t_up;
+    }
     double *cnts = acc + k * dim;
     np_traced = np;
     t_setup = idx_now() - t_mark;
@@ -562,15 +572,15 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
             goto out;
         t_update += idx_now() - t_mark;
     }
-    if (kmeans_trace())
+    if (idx_trace())
         fprintf(stderr,
                 "k-means, member %d of %d: %zu points, %zu centroids, dim %zu, %d iterations on "
-                "%s: setup %.3f s, assignment %.3f s, sums %.3f s, exchange of the sums %.3f s, "
-                "update %.3f s\n",
+                "%s: setup %.3f s (GPU start %.3f s, points to the GPU %.3f s), assignment %.3f "
+                "s, sums %.3f s, exchange of the sums %.3f s, update %.3f s\n",
                 g->rank, g->size, np_traced, k, dim, niter,
                 dev == KERN_DEV_CUDA ? (bf16 ? "the GPU (bf16)" : "the GPU")
                                      : (bf16 ? "the CPU (bf16)" : "the CPU"),
-                t_setup, t_assign, t_sums, t_ex, t_update);
+                t_setup, t_gpu, t_up, t_assign, t_sums, t_ex, t_update);
 out:
     kern_cuda_free(dxs);
     free(cnt);

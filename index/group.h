@@ -49,6 +49,9 @@ void idx_group_solo(idx_group *g);
 /* Seconds on a monotonic clock (differences only). */
 double idx_now(void);
 
+/* Whether TARTAN_KMEANS_TRACE asks for the training's phase times on stderr (set, not "0"). */
+int idx_trace(void);
+
 /*
  * Sums v [n] over the members and exchanges their status: v needs room for n + g->size doubles
  * (the status slots after the values). rc: this member's status (0 or a code, its message in

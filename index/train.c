@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +161,11 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
         goto done;
     if (times)
         times->codec = idx_now() - t1;
+    if (idx_trace())
+        fprintf(stderr,
+                "training, member %d of %d: k-means %.3f s, codec %.3f s (%zu held-out "
+                "residuals: assigned, gathered, fitted on rank 0)\n",
+                g->rank, g->size, t1 - t0, idx_now() - t1, held);
     out->k = (uint32_t)k;
     out->centroids = cent;
     cent = NULL;

@@ -7,11 +7,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "assign.h"
+#include "group.h"
 #include "model.h"
 #include "rand.h"
 #include "tartan.h"
@@ -462,6 +464,7 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     if (sample->dim != h.dim)
         return store_fail(m, TARTAN_EDIM, "the sample has dimension %zu, the index %u", sample->dim,
                           h.dim);
+    const double t0 = idx_now();
     rc = idx_model_train(o ? o->device : KERN_DEV_CPU, sample->emb, sample->n_rows, h.dim, h.nbits,
                          o ? o->n_centroids : 0, corpus_tokens,
                          o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters,
@@ -469,7 +472,10 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     if (rc)
         return rc;
     train_ctx c = {&mod};
+    const double t1 = idx_now();
     rc = store_write(env, train_fn, &c, m);
+    if (idx_trace())
+        fprintf(stderr, "training: model %.3f s, storing it %.3f s\n", t1 - t0, idx_now() - t1);
     idx_model_free(&mod);
     return rc;
 }

@@ -907,6 +907,15 @@ static int gpu_smem_for_768(void)
     return optin >= 4 * 48 * 1024 + 5 * 1024;
 }
 
+/* Whether the big-dim cases check dim on this device (dim 768 needs gpu_smem_for_768). */
+static int big_dim_checked(size_t dim)
+{
+    if (dim != 768 || gpu_smem_for_768())
+        return 1;
+    fprintf(stderr, "dim 768: the device lacks the shared memory; not checked\n");
+    return 0;
+}
+
 START_TEST(test_kernels_gpu_residual_matches_reference)
 {
     static const size_t dims[] = {64, 96, 128, 256, 48};
@@ -977,12 +986,9 @@ START_TEST(test_kernels_gpu_residual_big_dims)
     static const size_t dims[] = {320, 384, 512, 768};
     static const unsigned nbits[] = {1, 2, 4, 8};
     static const size_t lqs[] = {1, 17, 32, 33, 70};
-    const int has768 = gpu_smem_for_768();
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-        if (dims[di] == 768 && !has768) {
-            fprintf(stderr, "dim 768: the device lacks the shared memory; not checked\n");
+        if (!big_dim_checked(dims[di]))
             continue;
-        }
         for (size_t bi = 0; bi < sizeof nbits / sizeof nbits[0]; bi++) {
             for (size_t li = 0; li < sizeof lqs / sizeof lqs[0]; li++)
                 run_residual_paths(dims[di], nbits[bi], (rnd() & 1) ? 2 : 4, urnd(3, 40), lqs[li],
@@ -1162,12 +1168,9 @@ START_TEST(test_kernels_gpu_residual_batched)
 {
     static const size_t dims[] = {128, 320, 384, 512, 768};
     static const unsigned nbits[] = {1, 2, 4, 8};
-    const int has768 = gpu_smem_for_768();
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-        if (dims[di] == 768 && !has768) {
-            fprintf(stderr, "dim 768: the device lacks the shared memory; not checked\n");
+        if (!big_dim_checked(dims[di]))
             continue;
-        }
         for (size_t bi = 0; bi < sizeof nbits / sizeof nbits[0]; bi++) {
             run_exact_batched(dims[di], nbits[bi], urnd(1, 6), urnd(1, 30), 0, 100);
             run_exact_batched(dims[di], nbits[bi], urnd(2, 6), urnd(1, 30), 1, 100);

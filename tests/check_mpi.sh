@@ -268,13 +268,13 @@ mpi delete "$ix" --ids "$work/del.txt" 2>"$work/del2.err" &&
 # Batches of 2 documents: many transactions per shard. Rank 1 is killed once its shard holds
 # at least one batch of c's documents, while the add goes on.
 count_c() { "$list_ids" "$1" | grep -c '^c-' || true; }
-# The processes whose parent is $1 (from /proc: no procps needed).
+# The processes whose parent is $1 (from /proc: no procps needed). One awk over every stat
+# line: an awk a process took a second on a loaded machine, time in which rank 1 could finish
+# its whole share before it was found (CI saw that once). A stat line is "pid (comm) state
+# ppid ..." and comm may hold spaces; a process gone since the glob only makes cat complain.
 children() {
-    local f
-    for f in /proc/[0-9]*/stat; do
-        awk -v p="$1" '{ sub(/^.*\) /, ""); if ($2 == p) { split(FILENAME, a, "/"); print a[3] } }' \
-            "$f" 2>/dev/null
-    done
+    cat /proc/[0-9]*/stat 2>/dev/null |
+        awk -v p="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($2 == p) print pid }' || true
 }
 "$mpirun" -np "$P" "$tmpi" add "$ix" "${C[@]}" --batch 2 >"$work/kill.out" 2>&1 &
 mpid=$!

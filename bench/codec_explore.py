@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""codec_explore.py: what other residual codecs would give, on an index's own centroids and codes.
+
+Reads a corpus (tartan gen's layout: embeddings.npy, doclens.npy, queries.npy) and the
+centroids and codes of an index built from it (bench/index_dump INDEX DIR), and scores every
+query's documents by exact MaxSim over (a) the original vectors and (b) each codec's
+decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prints recall@10 of
+(b) against (a) and the residuals' mean squared error per token, for:
+  - the scalar codec tartan stores (one pooled table of 2^B levels, Lloyd-Max from quantiles),
+    at B = 2 and 3 bits a dimension;
+  - product quantisation at the same bytes as B = 2: 4-dimension subspaces of 256 codewords
+    (k-means on a sample of each subspace's residuals);
+  - the centroids alone (no residual), as the floor.
+This is a simulation for choosing a codec (issue 19), not tartan's code path: the scalar row
+should land near what bench/bench_fidelity measures on the real index.
+
+    python3 bench/codec_explore.py CORPUS DUMPDIR [--queries N] [--pq-iters N] [--seed S]
+"""
+import argparse
+import time
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("corpus")
+    ap.add_argument("dump")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--pq-iters", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    rng = np.random.default_rng(a.seed)
+    emb = np.load(f"{a.corpus}/embeddings.npy").astype(np.float32)
+    lens = np.load(f"{a.corpus}/doclens.npy").astype(np.int64)
+    q = np.load(f"{a.corpus}/queries.npy").astype(np.float32)[: a.queries]
+    cent = np.load(f"{a.dump}/centroids.npy").astype(np.float32)
+    codes = np.load(f"{a.dump}/codes.npy").astype(np.int64).ravel()
+    if codes.shape[0] != emb.shape[0] or lens.sum() != emb.shape[0]:
+        raise SystemExit("the dump's codes do not match the corpus's tokens")
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    q /= np.maximum(np.linalg.norm(q, axis=2, keepdims=True), 1e-12)
+    res = emb - cent[codes]
+    starts = np.concatenate([[0], np.cumsum(lens)])[:-1]
+
+    def top10(x):
+        out = np.empty((q.shape[0], 10), np.int64)
+        for i in range(q.shape[0]):
+            s = np.maximum.reduceat(q[i] @ x.T, starts, axis=1).sum(0)
+            out[i] = np.argsort(-s, kind="stable")[:10]
+        return out
+
+    exact = top10(emb)
+
+    def report(name, rhat):
+        x = cent[codes] + rhat
+        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        got = top10(x)
+        rec = np.mean([len(set(g) & set(e)) / 10 for g, e in zip(got, exact)])
+        mse = float(((res - rhat) ** 2).sum(1).mean())
+        print(f"{name:44s} recall@10 {rec:.4f}  residual mse a token {mse:.5f}", flush=True)
+
+    def scalar(bits, steps=10):
+        v = res.ravel()
+        nb = 1 << bits
+        cut = np.quantile(v, np.arange(1, nb) / nb)
+        for _ in range(steps):
+            b = np.searchsorted(cut, v)
+            w = np.array([v[b == j].mean() for j in range(nb)])
+            cut = (w[:-1] + w[1:]) / 2
+        return w[np.searchsorted(cut, res)].astype(np.float32)
+
+    def pq(sub, bits=8, train=60000):
+        out = np.empty_like(res)
+        k = 1 << bits
+        for s in range(0, res.shape[1], sub):
+            x = res[:, s : s + sub]
+            tr = x[rng.choice(len(x), min(train, len(x)), replace=False)]
+            cb = tr[rng.choice(len(tr), k, replace=False)].copy()
+            for _ in range(a.pq_iters):
+                d2 = (tr**2).sum(1)[:, None] - 2 * tr @ cb.T + (cb**2).sum(1)[None]
+                lab = d2.argmin(1)
+                for j in range(k):
+                    m = lab == j
+                    if m.any():
+                        cb[j] = tr[m].mean(0)
+            d2 = (x**2).sum(1)[:, None] - 2 * x @ cb.T + (cb**2).sum(1)[None]
+            out[:, s : s + sub] = cb[d2.argmin(1)]
+        return out
+
+    t0 = time.time()
+    print(f"{emb.shape[0]} tokens of d {emb.shape[1]}, {len(lens)} documents, K {len(cent)}, "
+          f"{q.shape[0]} queries")
+    report("centroids alone", np.zeros_like(res))
+    report("scalar, 2 bits a dimension (tartan's)", scalar(2))
+    report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))
+    report("scalar, 3 bits a dimension", scalar(3))
+    print(f"{time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """codec_explore.py: what other residual codecs would give, on an index's own centroids and codes.
 
-Reads a corpus (tartan gen's layout: embeddings.npy, doclens.npy, queries.npy) and the
-centroids and codes of an index built from it (bench/index_dump INDEX DIR), and scores every
+Reads a corpus (tartan gen's layout, or bench/scifact/embed.py's with ragged queries: see
+bench/synth_stats.py, whose loader it shares) and the centroids and codes of an index built
+from it (bench/index_dump INDEX DIR), and scores every
 query's documents by exact MaxSim over (a) the original vectors and (b) each codec's
 decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prints recall@10 of
 (b) against (a) and the residuals' mean squared error per token, for:
@@ -17,9 +18,14 @@ should land near what bench/bench_fidelity measures on the real index.
     python3 bench/codec_explore.py CORPUS DUMPDIR [--queries N] [--pq-iters N] [--seed S]
 """
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synth_stats import load_corpus_dump, maxsim_all  # noqa: E402
 
 
 def main():
@@ -31,22 +37,19 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
-    emb = np.load(f"{a.corpus}/embeddings.npy").astype(np.float32)
-    lens = np.load(f"{a.corpus}/doclens.npy").astype(np.int64)
-    q = np.load(f"{a.corpus}/queries.npy").astype(np.float32)[: a.queries]
-    cent = np.load(f"{a.dump}/centroids.npy").astype(np.float32)
-    codes = np.load(f"{a.dump}/codes.npy").astype(np.int64).ravel()
-    if codes.shape[0] != emb.shape[0] or lens.sum() != emb.shape[0]:
-        raise SystemExit("the dump's codes do not match the corpus's tokens")
+    emb, lens, starts, q, qstart, cent, codes = load_corpus_dump(a.corpus, a.dump,
+                                                                 "codec_explore")
+    emb = np.array(emb, dtype=np.float32)
+    q = np.array(q, dtype=np.float32)
+    nq = min(a.queries, len(qstart) - 1)
     emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    q /= np.maximum(np.linalg.norm(q, axis=2, keepdims=True), 1e-12)
+    q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
     res = emb - cent[codes]
-    starts = np.concatenate([[0], np.cumsum(lens)])[:-1]
 
     def top10(x):
-        out = np.empty((q.shape[0], 10), np.int64)
-        for i in range(q.shape[0]):
-            s = np.maximum.reduceat(q[i] @ x.T, starts, axis=1).sum(0)
+        out = np.empty((nq, 10), np.int64)
+        for i in range(nq):
+            s = maxsim_all(x @ q[qstart[i] : qstart[i + 1]].T, starts)
             out[i] = np.argsort(-s, kind="stable")[:10]
         return out
 
@@ -90,7 +93,7 @@ def main():
 
     t0 = time.time()
     print(f"{emb.shape[0]} tokens of d {emb.shape[1]}, {len(lens)} documents, K {len(cent)}, "
-          f"{q.shape[0]} queries")
+          f"{nq} queries")
     report("centroids alone", np.zeros_like(res))
     report("scalar, 2 bits a dimension (tartan's)", scalar(2))
     report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))

@@ -42,6 +42,32 @@ def maxsim_all(tok_scores, starts):
     return np.maximum.reduceat(tok_scores, starts, axis=0).sum(axis=1)
 
 
+def load_corpus_dump(corpus, dump, prog):
+    """A corpus (embeddings.npy, doclens.npy, ids.txt, queries.npy, qlens.npy when ragged) and
+    the bench/index_dump of an index built from it. Returns the embeddings (mapped), document
+    lengths and start rows, the query tokens [sum of qlens, d] and each query's start row
+    ([Q + 1]), the centroids and every token's code; exits when the dump is not of this corpus."""
+    emb = load(os.path.join(corpus, "embeddings.npy"))
+    doclens = np.asarray(load(os.path.join(corpus, "doclens.npy")), dtype=np.int64)
+    queries = load(os.path.join(corpus, "queries.npy"))
+    qlens_path = os.path.join(corpus, "qlens.npy")
+    if os.path.exists(qlens_path):  # ragged: queries.npy [sum(qlens), d]
+        qlens = np.asarray(np.load(qlens_path), dtype=np.int64)
+    else:
+        qlens = np.full(queries.shape[0], queries.shape[1], dtype=np.int64)
+        queries = queries.reshape(-1, queries.shape[2])
+    qstart = np.concatenate([[0], np.cumsum(qlens)])
+    cent = np.asarray(load(os.path.join(dump, "centroids.npy")), dtype=np.float32)
+    codes = np.asarray(load(os.path.join(dump, "codes.npy")), dtype=np.int64).ravel()
+    ids_c = open(os.path.join(corpus, "ids.txt")).read().split()
+    ids_d = open(os.path.join(dump, "ids.txt")).read().split()
+    if ids_c != ids_d or codes.shape[0] != emb.shape[0]:
+        sys.exit(f"{prog}: the index's documents are not the corpus's, in its order")
+    starts = np.zeros(doclens.shape[0], dtype=np.int64)
+    np.cumsum(doclens[:-1], out=starts[1:])
+    return emb, doclens, starts, queries, qstart, cent, codes
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("corpus")
@@ -53,26 +79,11 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
 
-    emb = load(os.path.join(a.corpus, "embeddings.npy"))
-    doclens = np.asarray(load(os.path.join(a.corpus, "doclens.npy")), dtype=np.int64)
-    queries = load(os.path.join(a.corpus, "queries.npy"))
-    qlens_path = os.path.join(a.corpus, "qlens.npy")
-    if os.path.exists(qlens_path):  # ragged: queries.npy [sum(qlens), d]
-        qlens = np.asarray(np.load(qlens_path), dtype=np.int64)
-    else:
-        qlens = np.full(queries.shape[0], queries.shape[1], dtype=np.int64)
-        queries = queries.reshape(-1, queries.shape[2])
-    qstart = np.concatenate([[0], np.cumsum(qlens)])
-    cent = np.asarray(load(os.path.join(a.dump, "centroids.npy")), dtype=np.float32)
-    codes = np.asarray(load(os.path.join(a.dump, "codes.npy")), dtype=np.int64)
-    ids_c = open(os.path.join(a.corpus, "ids.txt")).read().split()
-    ids_d = open(os.path.join(a.dump, "ids.txt")).read().split()
-    if ids_c != ids_d or codes.shape[0] != emb.shape[0]:
-        sys.exit("synth_stats: the index's documents are not the corpus's, in its order")
+    emb, doclens, starts, queries, qstart, cent, codes = load_corpus_dump(
+        a.corpus, a.dump, "synth_stats")
+    qlens = np.diff(qstart)
     T, d = emb.shape
     N = doclens.shape[0]
-    starts = np.zeros(N, dtype=np.int64)
-    np.cumsum(doclens[:-1], out=starts[1:])
     rng = np.random.default_rng(a.seed)
 
     # Token-centroid cosine on a sample (tokens are unit norm; centroids need not be).

@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "db.h"
 #include "device.h"
@@ -133,13 +132,6 @@ static void gpu_warm_join(gpu_warm *w)
     w->on = 0;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens)
 {
     if (!db)
@@ -150,7 +142,7 @@ int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens
     const int orc = train_opts(db, &o, &mo);
     gpu_warm w;
     gpu_warm_start(&w, orc ? KERN_DEV_CPU : o.device);
-    const double t0 = now_s();
+    const double t0 = idx_now();
     int rc = prepare(db, sample, 0, &b, &m);
     if (rc) {
         gpu_warm_join(&w);
@@ -158,7 +150,7 @@ int tartan_train(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens
     }
     if (idx_trace())
         fprintf(stderr, "training: the sample (%zu tokens) converted and normalised in %.3f s\n",
-                b.n_rows, now_s() - t0);
+                b.n_rows, idx_now() - t0);
     gpu_warm_join(&w);
     if (orc) {
         idx_batch_free(&b);
@@ -180,7 +172,7 @@ _Static_assert(TARTAN_GROUP_MAX == IDX_GROUP_MAX, "the public and internal group
 int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus_tokens,
                         const tartan_train_group *group, tartan_train_stats *stats)
 {
-    double t0 = now_s();
+    double t0 = idx_now();
     if (stats)
         memset(stats, 0, sizeof *stats);
     if (!db)
@@ -241,7 +233,7 @@ int tartan_train_shared(tartan_db *db, const tartan_batch *sample, size_t corpus
         stats->seconds_kmeans = times.kmeans;
         stats->seconds_codec = times.codec;
         stats->seconds_group = g.seconds;
-        stats->seconds_total = now_s() - t0;
+        stats->seconds_total = idx_now() - t0;
         stats->seconds_store = times.store;
     }
     if (rc == TARTAN_EGROUP && g.failed_rank >= 0) {

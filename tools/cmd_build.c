@@ -41,8 +41,7 @@ int tool_cmd_build(int argc, char **argv)
         tool_corpus_close(&corpus);
         return 1;
     }
-    const char *tr = getenv("TARTAN_KMEANS_TRACE");
-    if (tr && *tr && strcmp(tr, "0") != 0)
+    if (tool_trace())
         fprintf(stderr, "training: the index created in %.3f s\n", tool_now() - t0);
     size_t added = 0;
     if (a.model)

@@ -339,9 +339,7 @@ int tool_corpus_train(tartan_db *db, tool_corpus *c, uint64_t seed, char *err, s
     int rc = tool_corpus_sample(c, tartan_sample_docs(db, c->n_docs), seed, NULL, &s, err, errlen);
     if (rc)
         return rc;
-    /* TARTAN_KMEANS_TRACE: the library then traces the training's own phases. */
-    const char *tr = getenv("TARTAN_KMEANS_TRACE");
-    if (tr && *tr && strcmp(tr, "0") != 0)
+    if (tool_trace())
         fprintf(stderr, "training: %zu documents (%zu tokens) sampled from the file in %.3f s\n",
                 s.n, s.tokens, tool_now() - t0);
     rc = tool_sample_train(db, &s, c, c->n_rows, err, errlen);

@@ -1,5 +1,7 @@
 /* progress.c: see progress.h. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -10,6 +12,12 @@ double tool_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tool_trace(void)
+{
+    const char *e = getenv("TARTAN_KMEANS_TRACE");
+    return e && *e && strcmp(e, "0") != 0;
 }
 
 void tool_progress_start(tool_progress *p, const char *what, size_t total)

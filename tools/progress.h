@@ -21,4 +21,8 @@ void tool_progress_end(tool_progress *p, size_t done);
 /* Seconds since an arbitrary fixed point (monotonic). */
 double tool_now(void);
 
+/* Whether TARTAN_KMEANS_TRACE (set, not "0") asks for the build's phase times on stderr; the
+ * library reads the same variable for its own phases. */
+int tool_trace(void);
+
 #endif

@@ -75,9 +75,13 @@ int tartan_add(tartan_db *db, const tartan_batch *batch, unsigned flags)
         return eng_failf(db, TARTAN_EINVAL, "tartan_add: unknown flags 0x%x", flags);
     store_msg m = {{0}};
     idx_batch b;
+    const double t0 = idx_now();
     int rc = prepare(db, batch, 1, &b, &m);
     if (rc)
         return eng_fail(db, rc, &m);
+    if (idx_trace())
+        fprintf(stderr, "adding: %zu documents converted and normalised in %.3f s\n", b.n_docs,
+                idx_now() - t0);
     idx_train_opts o;
     if ((rc = train_opts(db, &o, &m))) {
         idx_batch_free(&b);

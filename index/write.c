@@ -39,7 +39,13 @@ static void encoded_free(encoded *e)
 /* Codes (nearest centroid by inner product, on dev), packed residuals and inverse norms (on
  * the CPU's OpenMP threads: the code decides them, so they are the same whichever device
  * assigned). */
-static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encoded *e, store_msg *m)
+/* Seconds an add spent in each phase, for the trace (TARTAN_KMEANS_TRACE). */
+typedef struct add_times {
+    double load, assign, compress, fn, write;
+} add_times;
+
+static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encoded *e, add_times *t,
+                  store_msg *m)
 {
     size_t n = b->n_rows, tb = idx_codec_token_bytes(&mod->codec);
     memset(e, 0, sizeof *e);
@@ -50,12 +56,16 @@ static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encode
         encoded_free(e);
         return store_fail(m, ENOMEM, "out of memory encoding %zu tokens", n);
     }
+    const double t0 = idx_now();
     int rc = idx_assign(dev, mod->centroids, mod->k, b->dim, b->emb, n, e->codes, NULL, m);
     if (rc) {
         encoded_free(e);
         return rc;
     }
+    const double t1 = idx_now();
     idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
+    t->assign += t1 - t0;
+    t->compress += idx_now() - t1;
     return 0;
 }
 
@@ -245,11 +255,22 @@ typedef struct add_ctx {
     const idx_model *mod;
     int fresh; /* the model was trained for this change and must be stored with it */
     int replace;
+    double fn_s; /* seconds in add_fn, the trace's */
 } add_ctx;
+
+static int add_fn_body(add_ctx *c, store_txn *txn, store_msg *m);
 
 static int add_fn(store_txn *txn, void *vctx, store_msg *m)
 {
     add_ctx *c = vctx;
+    const double t0 = idx_now();
+    int rc = add_fn_body(c, txn, m);
+    c->fn_s += idx_now() - t0;
+    return rc;
+}
+
+static int add_fn_body(add_ctx *c, store_txn *txn, store_msg *m)
+{
     const idx_batch *b = c->b;
     store_header h;
     int rc = store_header_get(txn, &h, m);
@@ -401,11 +422,14 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
     if (!b->ids)
         return store_fail(m, TARTAN_EINVAL, "the batch has no ids");
     int rc = 0;
+    add_times t = {0};
     for (int attempt = 0; attempt < STALE_RETRIES; attempt++) {
         store_header h;
         idx_model mod;
+        double t0 = idx_now();
         if ((rc = load_state(env, &h, &mod, m)))
             return rc;
+        t.load += idx_now() - t0;
         if (b->dim != h.dim)
             return store_fail(m, TARTAN_EDIM, "the batch has dimension %zu, the index %u", b->dim,
                               h.dim);
@@ -413,16 +437,26 @@ int idx_add(store_env *env, const idx_batch *b, int replace, const idx_train_opt
         if (fresh && (rc = train_from_batch(b, &h, o, &mod, m)))
             return rc;
         encoded e;
-        if ((rc = encode(o ? o->device : KERN_DEV_CPU, &mod, b, &e, m))) {
+        if ((rc = encode(o ? o->device : KERN_DEV_CPU, &mod, b, &e, &t, m))) {
             idx_model_free(&mod);
             return rc;
         }
-        add_ctx c = {b, &e, &mod, fresh, replace};
+        add_ctx c = {b, &e, &mod, fresh, replace, 0};
+        t0 = idx_now();
         rc = store_write(env, add_fn, &c, m);
+        t.write += idx_now() - t0;
+        t.fn += c.fn_s;
         encoded_free(&e);
         idx_model_free(&mod);
-        if (rc != IDX_ESTALE)
+        if (rc != IDX_ESTALE) {
+            /* One line a batch: where an add's time goes, and how it varies between batches. */
+            if (idx_trace())
+                fprintf(stderr,
+                        "adding: %zu documents (%zu tokens): model loaded %.3f s, codes %.3f s, "
+                        "residuals %.3f s, written %.3f s (begin and commit %.3f s)\n",
+                        b->n_docs, b->n_rows, t.load, t.assign, t.compress, t.fn, t.write - t.fn);
             return rc;
+        }
     }
     return store_fail(m, TARTAN_EINTERNAL, "the index kept being retrained under this change");
 }

@@ -183,8 +183,9 @@ parts() {
     local l
     l=$(grep "^trained one model over .* ranks" "$log" | tail -1)
     sample_s=null kmeans_s=null codec_s=null exchange_s=null
-    # Only the line of this build: the one just before its summary.
-    [ -n "$l" ] && [ "$(grep -A1 "^trained one model over" "$log" | tail -1 | cut -d' ' -f2)" = "$1" ] || return 0
+    # Only the line of this build: the last one, followed by this build's summary (the
+    # adding trace may come between).
+    [ -n "$l" ] && [ "$(awk '/^trained one model over/ { t = 1; b = "" } t && /^built / && b == "" { b = $2 } END { print b }' "$log")" = "$1" ] || return 0
     sample_s=$(echo "$l" | sed -n 's/.*sampling \([0-9.]*\) s.*/\1/p')
     kmeans_s=$(echo "$l" | sed -n 's/.*k-means \([0-9.]*\) s.*/\1/p')
     codec_s=$(echo "$l" | sed -n 's/.*codec \([0-9.]*\) s.*/\1/p')

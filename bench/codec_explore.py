@@ -11,7 +11,11 @@ decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prin
     at B = 2 and 3 bits a dimension;
   - product quantisation at the same bytes as B = 2: 4-dimension subspaces of 256 codewords
     (k-means on a sample of each subspace's residuals);
-  - the centroids alone (no residual), as the floor.
+  - the centroids alone (no residual), as the floor;
+  - the rate-distortion bound at the same bits: the Gaussian test channel that an ideal codec
+    of 2 bits a dimension approaches (reverse water-filling over the residuals' per-dimension
+    variances; reconstruction a x + noise, error D a dimension), which no codec of those bytes
+    beats on Gaussian residuals of these variances (the kurtosis printed says how Gaussian).
 This is a simulation for choosing a codec (issue 19), not tartan's code path: the scalar row
 should land near what bench/bench_fidelity measures on the real index.
 
@@ -91,13 +95,29 @@ def main():
             out[:, s : s + sub] = cb[d2.argmin(1)]
         return out
 
+    def rd_bound(bits):
+        mean = res.mean(0)
+        var = np.maximum(res.var(0), 1e-20)
+        lo, hi = 0.0, float(var.max())
+        for _ in range(100):  # water level theta: sum of 0.5 log2(var / min(theta, var)) = bits d
+            th = (lo + hi) / 2
+            rate = 0.5 * np.log2(var / np.minimum(th, var)).sum()
+            lo, hi = (th, hi) if rate > bits * len(var) else (lo, th)
+        dist = np.minimum(hi, var)
+        alpha = 1 - dist / var
+        noise = rng.standard_normal(res.shape).astype(np.float32)
+        return (mean + alpha * (res - mean) + np.sqrt(alpha * dist) * noise).astype(np.float32)
+
     t0 = time.time()
     print(f"{emb.shape[0]} tokens of d {emb.shape[1]}, {len(lens)} documents, K {len(cent)}, "
           f"{nq} queries")
     report("centroids alone", np.zeros_like(res))
     report("scalar, 2 bits a dimension (tartan's)", scalar(2))
     report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))
+    report("rate-distortion bound, 2 bits a dimension", rd_bound(2))
     report("scalar, 3 bits a dimension", scalar(3))
+    z = (res - res.mean(0)) / np.maximum(res.std(0), 1e-12)
+    print(f"residual coordinates: excess kurtosis {float((z**4).mean() - 3):.3f} (0 if Gaussian)")
     print(f"{time.time() - t0:.0f} s")
 
 

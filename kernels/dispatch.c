@@ -349,8 +349,16 @@ int kern_cuda_sync(void)
     return DISPATCH(KERN_DEV_CUDA, KERN_EINVAL, kern_gpu_sync());
 }
 
-/* The GPU search pipeline's calls in a build without CUDA. */
+/* The CUDA-only calls (k-means's cluster sums, the GPU search pipeline) in a build without
+ * CUDA. */
 #ifndef TARTAN_HAVE_CUDA
+int kern_cuda_cluster_sums(const float *x, size_t n, size_t dim, const uint32_t *codes, size_t k,
+                           int64_t *sums, int64_t *counts)
+{
+    (void)x, (void)n, (void)dim, (void)codes, (void)k, (void)sums, (void)counts;
+    return no_cuda();
+}
+
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
                                   size_t dim, float *ST, uint16_t *ST16)
 {

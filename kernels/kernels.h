@@ -227,6 +227,24 @@ const char *kern_nearest_centroid_bf16_path(kern_dev dev);
 int kern_nearest_centroid_bf16_pays(kern_dev dev);
 
 /* ---------------------------------------------------------------------------------------
+ * k-means's cluster sums where the points live (CUDA only: KERN_ENODEV in a build without
+ * CUDA; every pointer device memory). For the points x [n, dim] fp32 and their clusters codes
+ * [n] (uint32, each below k):
+ *   sums[c * dim + j] = sum over the points i of cluster c of llrint(x[i, j] * 2^30),
+ *   counts[c] = how many points cluster c has,
+ * with llrint rounding to nearest, ties to even: the integers index/assign.h's idx_fixed_point
+ * holds in doubles (IDX_SUM_SCALE is 2^30). sums [k, dim] and counts [k] are int64, zeroed by
+ * the call, then added to with integer atomics: exact and independent of order, so equal bit
+ * for bit to the CPU's sums of the same integers wherever those are exact (below 2^53 in
+ * magnitude). No int64 sum overflows while |x| <= 1 (L2-normalised points) and n < 2^33. A
+ * point whose code is not below k is left out (the caller checks its codes). Queued on the
+ * default stream; a download after it waits for it. KERN_EINVAL for NULL or bad sizes
+ * (k or dim 0, dim above INT_MAX).
+ * ------------------------------------------------------------------------------------- */
+int kern_cuda_cluster_sums(const float *x, size_t n, size_t dim, const uint32_t *codes, size_t k,
+                           int64_t *sums, int64_t *counts);
+
+/* ---------------------------------------------------------------------------------------
  * PLAID documents as the index stores them: per token a centroid code (uint16 when
  * code_bytes == 2, uint32 when 4), dim * nbits / 8 bytes of packed residual (ColBERTv2's bit
  * layout, see index/codec.h) and an fp32 inverse norm of the decompressed vector. A document is

@@ -267,6 +267,113 @@ START_TEST(test_index_gpu_kmeans_resident)
 }
 END_TEST
 
+/* A coordinate that kern_cuda_cluster_sums must round exactly like idx_fixed_point: mostly
+ * ordinary values of a unit vector, but also exact ties of the rounding (odd multiples of
+ * 2^-31, which scale to half-integers; below 2^-7 in magnitude, where floats are that fine),
+ * +-1, zeros and values that round to 0 or +-1. */
+static float sum_test_value(void)
+{
+    switch (rnd_below(8)) {
+    case 0:
+    case 1:
+        /* (2a + 1) * 2^-31, a below 2^23: exact in a float (at most 24 significant bits) and
+         * a tie after scaling, half of them rounding down to even, half up. */
+        return (float)((double)(2 * rnd_below((size_t)1 << 23) + 1) * ldexp(1.0, -31) *
+                       (rnd_below(2) ? 1.0 : -1.0));
+    case 2: {
+        static const float special[] = {1.0f,      -1.0f,     0.0f,      -0.0f,    0x1p-32f,
+                                        -0x1p-32f, 0x3p-32f,  -0x3p-32f, 0x1p-31f, -0x1p-31f,
+                                        0x3p-31f,  -0x3p-31f, 1e-12f,    -1e-12f};
+        return special[rnd_below(sizeof special / sizeof special[0])];
+    }
+    default:
+        return (float)(gauss() / sqrt(128.0));
+    }
+}
+
+START_TEST(test_index_gpu_cluster_sums)
+{
+    /* The GPU's fixed-point cluster sums (kern_cuda_cluster_sums) against the same sums on the
+     * host: idx_fixed_point's integers added in int64. Bit for bit, counts equal, every slot
+     * written (poisoned first, empty clusters included); a code not below k is left out. Dims
+     * that fill the warp's lanes and dims that do not; one cluster crowded (atomics in
+     * contention), some never used. */
+    static const struct {
+        size_t n, k, dim;
+    } shapes[] = {{1, 1, 128},     {0, 7, 64},     {5000, 300, 128}, {20011, 4096, 128},
+                  {3001, 50, 100}, {777, 1000, 7}, {4000, 64, 300}};
+    /* idx_fixed_point is the integer nearest to v * 2^30, ties to even (the GPU's __double2ll_rn
+     * rounding): the claim both paths rest on, checked on ties of both parities. */
+    for (int t = 0; t < 10000; t++) {
+        float v = sum_test_value();
+        ck_assert_msg(idx_fixed_point(v) == nearbyint((double)v * IDX_SUM_SCALE), "%a", v);
+    }
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        size_t n = shapes[t].n, k = shapes[t].k, dim = shapes[t].dim;
+        float *x = xmalloc(sizeof(float) * (n ? n : 1) * dim);
+        uint32_t *codes = xmalloc(sizeof(uint32_t) * (n ? n : 1));
+        int64_t *want = xcalloc(k * dim + k, sizeof(int64_t));
+        int64_t *got = xmalloc(sizeof(int64_t) * (k * dim + k));
+        size_t ties = 0, left_out = 0;
+        for (size_t i = 0; i < n * dim; i++) {
+            x[i] = sum_test_value();
+            double sc = (double)x[i] * IDX_SUM_SCALE;
+            ties += sc - floor(sc) == 0.5;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t r = rnd_below(10);
+            if (r == 0)
+                codes[i] = 0; /* the crowded cluster */
+            else if (r == 1 && t == 2)
+                codes[i] = (uint32_t)(k + rnd_below(3)); /* no such cluster: left out */
+            else
+                codes[i] = (uint32_t)(rnd_below(k) / 3 * 3); /* two clusters in three stay empty */
+            if (codes[i] >= k) {
+                left_out++;
+                continue;
+            }
+            int64_t *w = want + (size_t)codes[i] * dim;
+            for (size_t j = 0; j < dim; j++)
+                w[j] += (int64_t)idx_fixed_point(x[i * dim + j]);
+            want[k * dim + codes[i]]++;
+        }
+        ck_assert(n * dim < 1000 || ties > n * dim / 8);
+        ck_assert(t != 2 || left_out > 0);
+        float *dx;
+        uint32_t *dc;
+        int64_t *ds;
+        ck_assert_int_eq(kern_cuda_malloc((void **)&dx, sizeof(float) * (n ? n : 1) * dim), 0);
+        ck_assert_int_eq(kern_cuda_malloc((void **)&dc, sizeof(uint32_t) * (n ? n : 1)), 0);
+        ck_assert_int_eq(kern_cuda_malloc((void **)&ds, sizeof(int64_t) * (k * dim + k)), 0);
+        ck_assert_int_eq(kern_cuda_upload(dx, x, sizeof(float) * n * dim), 0);
+        ck_assert_int_eq(kern_cuda_upload(dc, codes, sizeof(uint32_t) * n), 0);
+        memset(got, 0xab, sizeof(int64_t) * (k * dim + k));
+        ck_assert_int_eq(kern_cuda_upload(ds, got, sizeof(int64_t) * (k * dim + k)), 0);
+        ck_assert_int_eq(kern_cuda_cluster_sums(dx, n, dim, dc, k, ds, ds + k * dim), KERN_OK);
+        ck_assert_int_eq(kern_cuda_download(got, ds, sizeof(int64_t) * (k * dim + k)), 0);
+        for (size_t c = 0; c < k; c++) {
+            ck_assert_msg(got[k * dim + c] == want[k * dim + c],
+                          "shape %zu: cluster %zu has %lld points, the GPU counted %lld", t, c,
+                          (long long)want[k * dim + c], (long long)got[k * dim + c]);
+            for (size_t j = 0; j < dim; j++)
+                ck_assert_msg(got[c * dim + j] == want[c * dim + j],
+                              "shape %zu: cluster %zu dim %zu: %lld, the GPU %lld", t, c, j,
+                              (long long)want[c * dim + j], (long long)got[c * dim + j]);
+        }
+        /* Bad sizes are refused, not launched. */
+        ck_assert_int_eq(kern_cuda_cluster_sums(dx, n, dim, dc, 0, ds, ds), KERN_EINVAL);
+        ck_assert_int_eq(kern_cuda_cluster_sums(dx, n, 0, dc, k, ds, ds), KERN_EINVAL);
+        kern_cuda_free(dx);
+        kern_cuda_free(dc);
+        kern_cuda_free(ds);
+        free(x);
+        free(codes);
+        free(want);
+        free(got);
+    }
+}
+END_TEST
+
 /* The mean over the points of their best score against centroids (idx_assign on the GPU). */
 static double mean_best_score(const float *x, size_t n, const float *c, size_t k, size_t dim)
 {
@@ -514,6 +621,7 @@ int main(void)
         {"assign_matches_cpu", test_index_gpu_assign_matches_cpu, 300},
         {"kmeans_matches_cpu", test_index_gpu_kmeans_matches_cpu, 300},
         {"kmeans_resident", test_index_gpu_kmeans_resident, 0},
+        {"cluster_sums", test_index_gpu_cluster_sums, 300},
         {"kmeans_bf16", test_index_gpu_kmeans_bf16, 300},
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},

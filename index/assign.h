@@ -40,7 +40,8 @@ int idx_assign(kern_dev dev, const float *centroids, size_t k, size_t dim, const
  * of up to 2^23 (8.4M) points; beyond, they are rounded as ordinary double sums are (a cluster
  * averages max_per_centroid points, 64 in a build). The rounding, 2^-31 at most, is a sixteenth
  * of a float's spacing at a typical coordinate (1/sqrt(128)) and far below the fp16 the index
- * stores its centroids in.
+ * stores its centroids in. kernels/cluster_sums_cuda.cu, which sums on the GPU, repeats the
+ * constant (kernels/ cannot include index/); check_index_gpu's cluster_sums compares the two.
  */
 #define IDX_SUM_SCALE 1073741824.0
 
@@ -96,7 +97,10 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
  * max_per_centroid and seed must be the same on every member. On KERN_DEV_CUDA each member's
  * points stay on its GPU for all iterations when they fit (half its free memory; the
  * environment variable TARTAN_KMEANS_RESIDENT=0 uploads them at every iteration instead, the
- * same centroids, to compare the times). Errors:
+ * same centroids, to compare the times), and where they stay, the clusters' sums run there too
+ * (kern_cuda_cluster_sums: the same fixed-point integers, added exactly in int64; the
+ * environment variable TARTAN_KMEANS_SUMS=cpu sums on the host instead, the same centroids bit
+ * for bit). Errors:
  * idx_kmeans_device's on the member where they arose, TARTAN_EGROUP on the others.
  */
 int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "assign.h"
 #include "db.h"
@@ -237,6 +238,41 @@ START_TEST(test_index_gpu_kmeans_matches_cpu)
 }
 END_TEST
 
+/*
+ * idx_kmeans_device on the GPU (4 iterations, seed 42) with the environment variable var set to
+ * val (NULL: unset) for the call only, into centroids [k, dim] (poisoned first). With trace
+ * non-NULL, *trace receives the call's TARTAN_KMEANS_TRACE line (free it).
+ */
+static void kmeans_gpu_with(const char *var, const char *val, const float *x, size_t n, size_t dim,
+                            size_t k, int per, float *centroids, char **trace)
+{
+    char path[] = "/tmp/check_index_gpu_traceXXXXXX";
+    int fd = -1, save2 = -1;
+    if (trace) {
+        ck_assert_int_ge(fd = mkstemp(path), 0);
+        fflush(stderr);
+        ck_assert_int_ge(save2 = dup(2), 0);
+        ck_assert_int_ge(dup2(fd, 2), 0);
+        ck_assert_int_eq(setenv("TARTAN_KMEANS_TRACE", "1", 1), 0);
+    }
+    ck_assert_int_eq(val ? setenv(var, val, 1) : unsetenv(var), 0);
+    poison(centroids, k * dim);
+    store_msg m = {{0}};
+    int rc = idx_kmeans_device(KERN_DEV_CUDA, x, n, dim, k, 4, per, 42, centroids, &m);
+    ck_assert_int_eq(unsetenv(var), 0);
+    if (trace) {
+        ck_assert_int_eq(unsetenv("TARTAN_KMEANS_TRACE"), 0);
+        fflush(stderr);
+        dup2(save2, 2);
+        close(save2);
+        close(fd);
+        size_t len = 0;
+        *trace = (char *)fx_read_file(path, &len);
+        unlink(path);
+    }
+    ck_assert_msg(rc == 0, "%s=%s: %s", var, val ? val : "(unset)", m.text);
+}
+
 START_TEST(test_index_gpu_kmeans_resident)
 {
     /* k-means keeps its points on the GPU across iterations where they fit: the same
@@ -248,16 +284,8 @@ START_TEST(test_index_gpu_kmeans_resident)
     clustered(x, N, D, 1000);
     const int per[2] = {64, 256};
     for (int t = 0; t < 2; t++) {
-        store_msg m = {{0}};
-        poison(a, K * D);
-        poison(b, K * D);
-        ck_assert_int_eq(unsetenv("TARTAN_KMEANS_RESIDENT"), 0);
-        ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, per[t], 42, a, &m) == 0, "%s",
-                      m.text);
-        ck_assert_int_eq(setenv("TARTAN_KMEANS_RESIDENT", "0", 1), 0);
-        ck_assert_msg(idx_kmeans_device(KERN_DEV_CUDA, x, N, D, K, 4, per[t], 42, b, &m) == 0, "%s",
-                      m.text);
-        ck_assert_int_eq(unsetenv("TARTAN_KMEANS_RESIDENT"), 0);
+        kmeans_gpu_with("TARTAN_KMEANS_RESIDENT", NULL, x, N, D, K, per[t], a, NULL);
+        kmeans_gpu_with("TARTAN_KMEANS_RESIDENT", "0", x, N, D, K, per[t], b, NULL);
         ck_assert_msg(memcmp(a, b, sizeof(float) * K * D) == 0,
                       "per %d: resident points gave other centroids", per[t]);
     }
@@ -371,6 +399,44 @@ START_TEST(test_index_gpu_cluster_sums)
         free(want);
         free(got);
     }
+}
+END_TEST
+
+START_TEST(test_index_gpu_kmeans_sums_on_gpu)
+{
+    /* Where its points are resident, k-means sums its clusters on the GPU: the same centroids,
+     * byte for byte, as the host's sums (TARTAN_KMEANS_SUMS=cpu), with a subset (32 a
+     * centroid) and with every point, in bf16 (the default where the GPU has tensor cores) and
+     * in fp32; the trace says where each ran, so that the comparison is not of the host with
+     * itself. 1,000 centroids for points near 700 directions: clusters may empty, and their
+     * refill then follows the GPU's sums. */
+    enum { N = 60000, D = 128, K = 1000 };
+    float *x = xmalloc(sizeof(float) * N * D), *a = xmalloc(sizeof(float) * K * D);
+    float *b = xmalloc(sizeof(float) * K * D);
+    clustered(x, N, D, 700);
+    const int per[2] = {32, 256};
+    for (int t = 0; t < 4; t++) {
+        ck_assert_int_eq(
+            t < 2 ? unsetenv("TARTAN_KMEANS_BF16") : setenv("TARTAN_KMEANS_BF16", "0", 1), 0);
+        char *ta = NULL, *tb = NULL;
+        kmeans_gpu_with("TARTAN_KMEANS_SUMS", NULL, x, N, D, K, per[t % 2], a, &ta);
+        kmeans_gpu_with("TARTAN_KMEANS_SUMS", "cpu", x, N, D, K, per[t % 2], b, &tb);
+        ck_assert_msg(strstr(ta, "(on the GPU)") != NULL, "trace: %s", ta);
+        ck_assert_msg(strstr(tb, "(on the CPU)") != NULL, "trace: %s", tb);
+        fprintf(stderr, "kmeans_sums_on_gpu, run %d:\n  %s  %s", t, ta, tb);
+        for (size_t i = 0; i < K; i++) {
+            double nn = dot_d(a + i * D, a + i * D, D);
+            ck_assert_msg(fabs(nn - 1.0) < 1e-5, "centroid %zu: squared norm %f", i, nn);
+        }
+        ck_assert_msg(memcmp(a, b, sizeof(float) * K * D) == 0,
+                      "run %d (per %d): the GPU's sums gave other centroids", t, per[t % 2]);
+        free(ta);
+        free(tb);
+    }
+    ck_assert_int_eq(unsetenv("TARTAN_KMEANS_BF16"), 0);
+    free(x);
+    free(a);
+    free(b);
 }
 END_TEST
 
@@ -622,6 +688,7 @@ int main(void)
         {"kmeans_matches_cpu", test_index_gpu_kmeans_matches_cpu, 300},
         {"kmeans_resident", test_index_gpu_kmeans_resident, 0},
         {"cluster_sums", test_index_gpu_cluster_sums, 300},
+        {"kmeans_sums_on_gpu", test_index_gpu_kmeans_sums_on_gpu, 300},
         {"kmeans_bf16", test_index_gpu_kmeans_bf16, 300},
         {"encode_identical", test_index_gpu_encode_identical, 300},
         {"build_trains_on_gpu", test_index_gpu_build_trains_on_gpu, 300},

@@ -147,6 +147,11 @@ struct res_args {
     float *scores;
     int claim; /* pairs claimed from the counters of claim_cuda.cuh, or a grid stride */
     int one;   /* the one-query kernel's variant (one_query), or -1 */
+    /* Many queries (q_off), A fragments in registers: every query's fragments packed once
+     * (pack_afrag_kernel), fragment (mt, kt) of 32-row unit u of query qi for lane l at
+     * [((qi * af_units + u) * 2 + mt) * KT + kt] * 32 + l; NULL: a_frag from q. */
+    const uint4 *af;
+    int af_units;
 };
 
 /* The one-query kernel's options. RES_ALU: nbits-2 residuals decoded with byte permutes of the
@@ -501,6 +506,16 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                 last_q = qi;
                 if (AW) { /* the lane's own slots: no other lane reads them */
                     fill_aw<KT, ALU>(s_a, qp, lq, dim, r0, g, t4, lane);
+                } else if (a.af) { /* packed: one 16-byte load a fragment, lanes contiguous */
+                    const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int kt = 0; kt < KT; kt++) {
+                            const uint4 f = __ldg(pf + (mt * KT + kt) * 32);
+                            uint32_t(&d)[4] = af[AREG ? mt : 0][AREG ? kt : 0];
+                            d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+                        }
                 } else {
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
@@ -754,6 +769,27 @@ __global__ void residual_simple_kernel(res_args a)
         a.scores[n] = total;
 }
 
+bool afpack_on(void);
+
+/* Every query's A fragments, packed as res_args.af lays them out: one thread a lane of a
+ * fragment (mt, kt) of a 32-row unit u of query qi, from a_frag (the same values, so the
+ * same scores). Units past a query's rows are zeros, as a_frag gives them. */
+template <int KT, bool ALU>
+__global__ void pack_afrag_kernel(const float *__restrict__ q, const int64_t *__restrict__ q_off,
+                                  long long nq, int dim, int units, uint4 *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_q = (long long)units * 2 * KT * 32;
+    if (i >= nq * per_q)
+        return;
+    const long long qi = i / per_q;
+    const int r = (int)(i % per_q), lane = r & 31, kt = (r >> 5) % KT, mt = (r >> 5) / KT % 2;
+    const int u = (r >> 5) / (2 * KT);
+    const long long row0 = q_off[qi];
+    const int lq = (int)(q_off[qi + 1] - row0);
+    out[i] = a_frag(q + row0 * dim, lq, dim, 32 * u, mt, kt, lane >> 2, lane & 3, ALU);
+}
+
 template <int NB, int KT, int RNG, bool PIPE, int MINB, bool AS = false, int MODE = 0>
 int launch_residual_k(const res_args &a)
 {
@@ -765,8 +801,40 @@ int launch_residual_k(const res_args &a)
         return rc;
     res_args b = a;
     b.claim = kern_gpu_tune.residual_sched != 2;
+    /* Many queries with A in registers: a warp reloads A whenever its next pair is another
+     * query's, which in a search's exact rounds is nearly every pair (a round's pairs are a
+     * few per warp, claimed in query order by all warps at once). From q that is 128 4-byte
+     * loads a lane, each warp-wide load touching 32 sectors: at 1M documents (H200, ncu) the
+     * kernel was bound by L1 wavefronts (86%, 77% of its sectors excessive) with the SMs 10%
+     * busy. Packed once, a reload is 16 coalesced 16-byte loads. */
+    uint4 *af = NULL;
+    size_t af_bytes = 0;
+    constexpr bool AREG = !AS && !(MODE & RES_AW);
+    if (AREG && a.q_off && a.per_q > 0 && afpack_on()) {
+        const long long nq = a.nd / a.per_q; /* pairs are [nq, per_q], cross or not */
+        const int units = (a.lq + 31) / 32;
+        const long long n = nq * units * 2 * KT * 32;
+        af_bytes = (size_t)n * sizeof(uint4);
+        if (n > 0 && (rc = kern_scratch((void **)&af, af_bytes)) != KERN_OK)
+            return rc;
+        if (n > 0) {
+            pack_afrag_kernel<KT, (MODE & RES_ALU) != 0>
+                <<<(unsigned)((n + 255) / 256), 256>>>(a.q, a.q_off, nq, a.dim, units, af);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) {
+                kern_scratch_free(af, af_bytes);
+                return kern_cuda_fail(e, "launch of pack_afrag_kernel", __FILE__, __LINE__);
+            }
+            b.af = af;
+            b.af_units = units;
+        }
+    }
     residual_mma_kernel<NB, KT, RNG, PIPE, MINB, AS, MODE><<<blocks, RES_WARPS * 32, smem>>>(b);
-    KERN_CUDA_LAUNCHED("residual_mma_kernel");
+    cudaError_t e = cudaGetLastError();
+    if (af)
+        kern_scratch_free(af, af_bytes);
+    if (e != cudaSuccess)
+        return kern_cuda_fail(e, "launch of residual_mma_kernel", __FILE__, __LINE__);
     return KERN_OK;
 }
 
@@ -815,6 +883,17 @@ int residual_path(void)
         return kern_gpu_tune.residual_path;
     const char *e = getenv("TARTAN_GPU_RESIDUAL");
     return e && strcmp(e, "exact") == 0 ? 2 : 0;
+}
+
+/* Whether the many-query kernel reads packed A fragments (res_args.af):
+ * kern_gpu_tune.residual_afpack, or where that is 0, not with TARTAN_GPU_RESIDUAL=unpacked (a
+ * whole search timed against the former loads; the scores are the same bits). */
+bool afpack_on(void)
+{
+    if (kern_gpu_tune.residual_afpack)
+        return kern_gpu_tune.residual_afpack != 2;
+    const char *e = getenv("TARTAN_GPU_RESIDUAL");
+    return !(e && strcmp(e, "unpacked") == 0);
 }
 
 /* One query of <= 32 rows, nbits 2, dim 64 or 128, no variant of the general kernel asked for:
@@ -1081,6 +1160,8 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.scores = scores;
         r.claim = 0; /* set at launch */
         r.one = one_v;
+        r.af = NULL;
+        r.af_units = 0;
         rc = run_residual(r, "maxsim_residual");
     }
 out:
@@ -1200,6 +1281,8 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.scores = scores;
         r.claim = 0; /* set at launch */
         r.one = -1;
+        r.af = NULL;
+        r.af_units = 0;
         rc = run_residual(r, "exact_scores");
     }
 out:

@@ -42,6 +42,9 @@ typedef struct kern_gpu_tuning {
     int residual_path;  /* residual scoring (one query and batched): 1 the MMA kernel, an error
                            (KERN_EINVAL) where it has none for the shape (tests: that a dim
                            takes it); 2 the exact fp32 kernel (benchmarks: old against new) */
+    int residual_afpack; /* residual kernel, many queries, A in registers: 1 every query's A
+                            fragments packed once before the kernel (the default), 2 each warp
+                            builds them from q (the former kernel: tests, benchmarks) */
 } kern_gpu_tuning;
 
 extern kern_gpu_tuning kern_gpu_tune;

@@ -1124,7 +1124,7 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     snprintf(what, sizeof what, "batched dim %zu nbits %u nq %zu per_q %zu cross %d", dim, nbits,
              nq, per_q, cross);
     const int saved = kern_gpu_tune.residual_path;
-    float *got[4];
+    float *got[5];
     for (int path = 0; path < 3; path++) {
         kern_gpu_tune.residual_path = path;
         got[path] = exact_on_gpu(&x);
@@ -1134,6 +1134,10 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     x.a.q = (const float *)x.bufs[9] + 1;
     got[3] = exact_on_gpu(&x);
     x.a.q = q_aligned;
+    /* Each warp building the A fragments from q, as before they were packed once. */
+    kern_gpu_tune.residual_afpack = 2;
+    got[4] = exact_on_gpu(&x);
+    kern_gpu_tune.residual_afpack = 0;
     kern_gpu_tune.residual_path = saved;
     /* The aggregate error is an estimate from the scored pairs: with few of them (nq 3 per_q 1
      * scores at most 3) it spreads as 1/sqrt(count), so its bound widens below 16 pairs; the
@@ -1150,23 +1154,26 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
                   "%s: the automatic choice is not the MMA kernel", what);
     ck_assert_msg(memcmp(got[1], got[3], pairs * sizeof(float)) == 0,
                   "%s: other scores from unaligned queries", what);
+    ck_assert_msg(memcmp(got[1], got[4], pairs * sizeof(float)) == 0,
+                  "%s: the packed A fragments give other scores than q's", what);
     for (size_t n = 0; n < pairs; n++)
         differs |= isfinite(ref[n]) && memcmp(&got[1][n], &got[2][n], 4) != 0;
     ck_assert_msg(differs || !scored, "%s: the exact kernel gave the MMA kernel's bits", what);
     fprintf(stderr, "%s: relative error %.3g\n", what, e);
-    for (int path = 0; path < 4; path++)
+    for (int path = 0; path < 5; path++)
         free(got[path]);
     exact_free(&x);
     free(ref), free(mag), free(docs), free(qoff);
     plaid_free(&p);
 }
 
-/* The batched layout (q_off: GPU search's exact stage, calibration) at the dims past 256 and,
- * for contrast, at 128 (the query's fragments in registers), every nbits: few documents with
- * long ones among them, and many short ones (warps walk several pairs, and several queries). */
+/* The batched layout (q_off: GPU search's exact stage, calibration) at the dims past 256 and
+ * at 64, 128 and 256 (the query's fragments in registers, packed once for all warps), every
+ * nbits: few documents with long ones among them, and many short ones (warps walk several
+ * pairs, and several queries). */
 START_TEST(test_kernels_gpu_residual_batched)
 {
-    static const size_t dims[] = {128, 320, 384, 512, 768};
+    static const size_t dims[] = {64, 128, 256, 320, 384, 512, 768};
     static const unsigned nbits[] = {1, 2, 4, 8};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         if (!big_dim_checked(dims[di]))

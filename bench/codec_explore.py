@@ -19,7 +19,7 @@ decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prin
 This is a simulation for choosing a codec (issue 19), not tartan's code path: the scalar row
 should land near what bench/bench_fidelity measures on the real index.
 
-    python3 bench/codec_explore.py CORPUS DUMPDIR [--queries N] [--pq-iters N] [--seed S]
+    python3 bench/codec_explore.py CORPUS DUMPDIR [--queries N] [--pq-iters N] [--seed S] [--no-pq]
 """
 import argparse
 import os
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--pq-iters", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-pq", action="store_true", help="skip product quantisation (slowest)")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     emb, lens, starts, q, qstart, cent, codes = load_corpus_dump(a.corpus, a.dump,
@@ -113,7 +114,8 @@ def main():
           f"{nq} queries")
     report("centroids alone", np.zeros_like(res))
     report("scalar, 2 bits a dimension (tartan's)", scalar(2))
-    report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))
+    if not a.no_pq:
+        report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))
     report("rate-distortion bound, 2 bits a dimension", rd_bound(2))
     report("scalar, 3 bits a dimension", scalar(3))
     z = (res - res.mean(0)) / np.maximum(res.std(0), 1e-12)

@@ -36,14 +36,14 @@ static void encoded_free(encoded *e)
     memset(e, 0, sizeof *e);
 }
 
-/* Codes (nearest centroid by inner product, on dev), packed residuals and inverse norms (on
- * the CPU's OpenMP threads: the code decides them, so they are the same whichever device
- * assigned). */
 /* Seconds an add spent in each phase, for the trace (TARTAN_KMEANS_TRACE). */
 typedef struct add_times {
     double load, assign, compress, fn, write;
 } add_times;
 
+/* Codes (nearest centroid by inner product, on dev), packed residuals and inverse norms (on
+ * the CPU's OpenMP threads: the code decides them, so they are the same whichever device
+ * assigned); their seconds added to t. */
 static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encoded *e, add_times *t,
                   store_msg *m)
 {
@@ -258,17 +258,6 @@ typedef struct add_ctx {
     double fn_s; /* seconds in add_fn, the trace's */
 } add_ctx;
 
-static int add_fn_body(add_ctx *c, store_txn *txn, store_msg *m);
-
-static int add_fn(store_txn *txn, void *vctx, store_msg *m)
-{
-    add_ctx *c = vctx;
-    const double t0 = idx_now();
-    int rc = add_fn_body(c, txn, m);
-    c->fn_s += idx_now() - t0;
-    return rc;
-}
-
 static int add_fn_body(add_ctx *c, store_txn *txn, store_msg *m)
 {
     const idx_batch *b = c->b;
@@ -352,6 +341,16 @@ static int add_fn_body(add_ctx *c, store_txn *txn, store_msg *m)
     free(pd);
     if (!rc)
         rc = store_header_put(txn, &h, m);
+    return rc;
+}
+
+/* store_write's function: add_fn_body, timed for the trace. */
+static int add_fn(store_txn *txn, void *vctx, store_msg *m)
+{
+    add_ctx *c = vctx;
+    const double t0 = idx_now();
+    int rc = add_fn_body(c, txn, m);
+    c->fn_s += idx_now() - t0;
     return rc;
 }
 

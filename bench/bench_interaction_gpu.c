@@ -104,11 +104,15 @@ static int run_shape(const shape *sh, int reps)
     for (size_t q = 0; q < nq; q++)
         counts[q] = (int64_t)cnt[q];
 
-    /* The same table rounded to fp16, for the h16 variant. */
+    /* The same table rounded to fp16 and as int8, for the h16 and i8 variants. */
     uint16_t *ST16 = malloc(st_n * sizeof *ST16);
-    for (size_t i = 0; i < st_n; i++)
+    int8_t *ST8 = malloc(st_n);
+    for (size_t i = 0; i < st_n; i++) {
         ST16[i] = kern_f32_to_f16(ST[i]);
+        ST8[i] = kern_f32_to_i8(ST[i]);
+    }
     uint16_t *dST16 = dev_copy(ST16, st_n * 2);
+    int8_t *dST8 = dev_copy(ST8, st_n);
     float *dST = dev_copy(ST, st_n * 4);
     int64_t *dq_off = dev_copy(q_off, (nq + 1) * 8), *ddoc_off = dev_copy(doc_off, (N + 1) * 8);
     uint32_t *dcodes = dev_copy(codes, ntok * 4), *ddocs = dev_copy(docs, nq * width * 4);
@@ -121,9 +125,9 @@ static int run_shape(const shape *sh, int reps)
             uint32_t d = docs[q * width + i];
             kept_tokens += (size_t)(doc_off[d + 1] - doc_off[d]);
         }
-    const char *variants[3] = {"warp", "group", "h16"};
-    const int nvar = sh->lq % 8 == 0 ? 3 : 2;
-    float *out[3] = {NULL, NULL, NULL};
+    const char *variants[4] = {"warp", "group", "h16", "i8"};
+    const int nvar = sh->lq % 8 == 0 ? 4 : 2;
+    float *out[4] = {NULL, NULL, NULL, NULL};
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -133,7 +137,12 @@ static int run_shape(const shape *sh, int reps)
         KK(kern_cuda_memset(dapprox, 0x55, nq * width * 4)); /* poisoned */
         for (int r = -1; r < reps; r++) {
             cudaEventRecord(e0, 0);
-            if (v == 2)
+            if (v == 3)
+                KK(kern_cuda_interaction_i8(dST, dST8, K, T, dq_off, q_off, nq, ddoc_off, dcodes,
+                                            ddocs, width, sh->prune, sh->prune ? dcounts : NULL,
+                                            sh->prune ? (int64_t)(sh->cand / 2) : 0, 0.95f,
+                                            dapprox));
+            else if (v == 2)
                 KK(kern_cuda_interaction_h16(dST, dST16, K, T, dq_off, q_off, nq, ddoc_off, dcodes,
                                              ddocs, width, sh->prune, sh->prune ? dcounts : NULL,
                                              sh->prune ? (int64_t)(sh->cand / 2) : 0, 0.95f,
@@ -154,8 +163,12 @@ static int run_shape(const shape *sh, int reps)
         printf("%-28s %-6s %9.3f ms a call %8.2f us a query  %7.1f GB/s of rows (%zu queries x "
                "%zu tokens, %zu candidates a query, %.1f tokens a candidate)\n",
                sh->name, variants[v], med, med * 1e3 / (double)nq,
-               (double)kept_tokens * (double)sh->lq * (v == 2 ? 2 : 4) / (med * 1e-3) / 1e9, nq,
-               sh->lq,
+               (double)kept_tokens * (double)sh->lq *
+                   (v == 3   ? 1
+                    : v == 2 ? 2
+                             : 4) /
+                   (med * 1e-3) / 1e9,
+               nq, sh->lq,
                kept_tokens
                    ? (size_t)((double)(kept_tokens) / (double)nq / ((double)ntok / (double)N))
                    : 0,
@@ -170,15 +183,15 @@ static int run_shape(const shape *sh, int reps)
         diff += a != b;
     }
     printf("%-28s outputs differing in bits: %zu of %zu\n", sh->name, diff, nq * width);
-    if (nvar == 3) {
-        /* h16 sums the rounded rows: its difference from the fp32 sums, largest. */
+    /* h16 and i8 sum the rounded rows: their largest differences from the fp32 sums. */
+    for (int v = 2; v < nvar; v++) {
         double worst = 0;
         for (size_t i = 0; i < nq * width; i++) {
-            double e = fabs((double)out[2][i] - (double)out[1][i]);
+            double e = fabs((double)out[v][i] - (double)out[1][i]);
             if (out[1][i] == out[1][i] && !(e <= worst))
                 worst = e;
         }
-        printf("%-28s h16: largest difference from group %.3g\n", sh->name, worst);
+        printf("%-28s %s: largest difference from group %.3g\n", sh->name, variants[v], worst);
     }
     kern_cuda_free(dST);
     kern_cuda_free(dq_off);
@@ -190,8 +203,11 @@ static int run_shape(const shape *sh, int reps)
     free(out[0]);
     free(out[1]);
     free(out[2]);
+    free(out[3]);
     kern_cuda_free(dST16);
+    kern_cuda_free(dST8);
     free(ST16);
+    free(ST8);
     free(times);
     free(doc_off);
     free(codes);

@@ -81,6 +81,13 @@ struct eng_gpu {
     unsigned nbits;
     dbuf centroids, weights, doc_off, codes, residuals, norms, live, alive, ivf_off, ivf_docs,
         ivf_scratch;
+    /* Each document's distinct codes (udoc_off [next_docno + 1], ucodes [n_utok]), in the
+     * order they first occur: the centroid interaction takes each query token's best over a
+     * document's codes, which its distinct codes give with fewer rows read (a document of
+     * `tartan gen` repeats most of its codes: 0.28-0.41 distinct a token at 340 tokens a
+     * centroid). */
+    dbuf udoc_off, ucodes;
+    size_t n_utok;
     /* The centroids as fp16 numbers, when every value is one (an index's centroids are stored
      * in fp16; a format-1 index's may not be): the score table then takes the fp16 kernel. */
     dbuf c16;
@@ -90,11 +97,16 @@ struct eng_gpu {
     size_t h_live_words;
     int64_t *h_doc_off; /* [next_docno + 1] */
     size_t h_doc_cap;
+    int64_t *h_udoc_off; /* [next_docno + 1] */
+    size_t h_udoc_cap;
+    uint32_t *seen; /* [K]: the last document that staged each code's row */
     /* Host staging while loading. */
     uint32_t *s_codes;
     uint8_t *s_res;
     float *s_norms;
     size_t s_n;
+    uint32_t *s_ucodes;
+    size_t s_un;
     /* Search workspace. */
     dbuf q, q_off, ST, ST16, probes, colm, bits, counts, docs1, approx1, sel, docs2, approx2, docs3,
         scores, docs4, vals, allowed, list, done, next, exact_all;
@@ -162,16 +174,16 @@ static int dbuf_need(dbuf *b, size_t bytes, int keep, store_msg *m)
 
 static void mirror_reset(eng_gpu *g)
 {
-    dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off,     &g->codes,
-                   &g->residuals, &g->norms,    &g->live,        &g->alive,
-                   &g->ivf_off,   &g->ivf_docs, &g->ivf_scratch, &g->c16};
+    dbuf *all[] = {&g->centroids,   &g->weights, &g->doc_off,  &g->codes,   &g->residuals,
+                   &g->norms,       &g->live,    &g->alive,    &g->ivf_off, &g->ivf_docs,
+                   &g->ivf_scratch, &g->c16,     &g->udoc_off, &g->ucodes};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dbuf_free(all[i]);
     g->valid = 0;
     g->c16_ok = 0;
     g->K = g->next_docno = 0;
     g->n_docs = 0;
-    g->n_tok = g->dead_tok = g->n_alive = 0;
+    g->n_tok = g->dead_tok = g->n_alive = g->n_utok = 0;
 }
 
 void eng_gpu_free_held(eng_gpu *g)
@@ -190,7 +202,10 @@ void eng_gpu_free_held(eng_gpu *g)
     kern_cuda_host_free(g->xs[1].pin);
     free(g->h_live);
     free(g->h_doc_off);
+    free(g->h_udoc_off);
+    free(g->seen);
     free(g->s_codes);
+    free(g->s_ucodes);
     free(g->s_res);
     free(g->s_norms);
     free(g);
@@ -214,9 +229,9 @@ void eng_gpu_set_slice(eng_gpu *g, size_t docs)
 
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes)
 {
-    const dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off, &g->codes,
-                         &g->residuals, &g->norms,    &g->live,    &g->alive,
-                         &g->ivf_off,   &g->ivf_docs, &g->c16};
+    const dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off, &g->codes,   &g->residuals,
+                         &g->norms,     &g->live,     &g->alive,   &g->ivf_off, &g->ivf_docs,
+                         &g->c16,       &g->udoc_off, &g->ucodes};
     size_t b = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         b += all[i]->cap;
@@ -231,10 +246,19 @@ void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_by
 /* Copies the staged tokens to the end of the device arrays. */
 static int flush_stage(eng_gpu *g, store_msg *m)
 {
+    int rc;
+    if (g->s_un) {
+        size_t u = g->n_utok + g->s_un;
+        if ((rc = dbuf_need(&g->ucodes, u * 4, 1, m)))
+            return rc;
+        KTRY(kern_cuda_upload((uint32_t *)g->ucodes.p + g->n_utok, g->s_ucodes, g->s_un * 4),
+             "upload");
+        g->n_utok = u;
+        g->s_un = 0;
+    }
     if (!g->s_n)
         return 0;
     size_t n = g->n_tok + g->s_n;
-    int rc;
     if ((rc = dbuf_need(&g->codes, n * 4, 1, m)))
         return rc;
     KTRY(kern_cuda_upload((uint32_t *)g->codes.p + g->n_tok, g->s_codes, g->s_n * 4), "upload");
@@ -256,13 +280,17 @@ static int flush_stage(eng_gpu *g, store_msg *m)
 static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const kern_pdoc *d,
                       store_msg *m)
 {
-    if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)docno + 2, sizeof(int64_t)))
+    if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)docno + 2, sizeof(int64_t)) ||
+        eng_grow((void **)&g->h_udoc_off, &g->h_udoc_cap, (size_t)docno + 2, sizeof(int64_t)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
-    for (uint32_t x = g->next_docno; x < docno; x++)
+    for (uint32_t x = g->next_docno; x < docno; x++) {
         g->h_doc_off[x + 1] = g->h_doc_off[x];
+        g->h_udoc_off[x + 1] = g->h_udoc_off[x];
+    }
     int64_t start = (int64_t)(g->n_tok + g->s_n);
     g->h_doc_off[docno] = start;
     g->h_doc_off[docno + 1] = start + d->ntok;
+    g->h_udoc_off[docno] = (int64_t)(g->n_utok + g->s_un);
     g->next_docno = docno + 1;
     g->h_live[docno >> 5] |= 1u << (docno & 31);
     g->n_docs++;
@@ -284,6 +312,12 @@ static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const ker
                                   "document %u: token %u has code %u, past %u centroids", docno,
                                   t + i, c, g->K);
             g->s_codes[g->s_n + i] = c;
+            /* The code's first occurrence in this document: staged for the distinct list
+             * too (flushed with the tokens: never more of them). */
+            if (g->seen[c] != docno) {
+                g->seen[c] = docno;
+                g->s_ucodes[g->s_un++] = c;
+            }
         }
         if (g->mode == TARTAN_GPU_RESIDENT) {
             memcpy(g->s_res + g->s_n * g->rbytes, d->residuals + (size_t)t * g->rbytes,
@@ -293,26 +327,39 @@ static int append_doc(eng_gpu *g, const idx_reader *r, uint32_t docno, const ker
         g->s_n += take;
         t += take;
     }
+    g->h_udoc_off[docno + 1] = (int64_t)(g->n_utok + g->s_un);
     return 0;
 }
 
+/* A token's code, residual, norm and inverted-list entry, and at most one distinct code; a
+ * document's two offsets; a centroid in fp32 and fp16. */
 size_t eng_gpu_resident_bytes(const idx_reader *r)
 {
     const store_header *h = &r->h;
-    return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4) +
-           (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 16;
+    return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4 + 4) +
+           (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 24;
 }
 
 /*
  * The score table's kernels, by TARTAN_GPU_TABLE (a benchmark's comparison): "f32", the fp32
  * table (3xTF32) and the fp32 interaction; "f16", the fp16 table kernel and the fp32
- * interaction; else (the default) the fp16 table kernel writing an fp16 copy too, which the
- * centroid interaction reads where it can.
+ * interaction; "i8", the fp16 table kernel writing an int8 copy too, which the centroid
+ * interaction reads where it can; else (the default) the same with an fp16 copy. The int8
+ * copy reads half the bytes a row but moves approximate scores by up to 0.004 a query token;
+ * measured against the fp16 copy it was faster on one corpus and slower on another
+ * (engine/SEARCH.md), so it stays a choice.
  */
+enum { TABLE_F32, TABLE_F16, TABLE_H16, TABLE_I8 };
+
 static int table_choice(void)
 {
     const char *e = getenv("TARTAN_GPU_TABLE");
-    return e && !strcmp(e, "f32") ? 0 : e && !strcmp(e, "f16") ? 1 : 2;
+    if (!e)
+        return TABLE_H16;
+    return !strcmp(e, "f32")   ? TABLE_F32
+           : !strcmp(e, "f16") ? TABLE_F16
+           : !strcmp(e, "i8")  ? TABLE_I8
+                               : TABLE_H16;
 }
 
 /* The fp16 copy of the centroids, kept when every value survives fp16 exactly and the
@@ -320,7 +367,7 @@ static int table_choice(void)
 static int upload_c16(eng_gpu *g, const float *centroids, store_msg *m)
 {
     g->c16_ok = 0;
-    if (g->dim % 16 || table_choice() == 0)
+    if (g->dim % 16 || table_choice() == TABLE_F32)
         return 0;
     size_t n = (size_t)g->K * g->dim;
     uint16_t *h = malloc((n ? n : 1) * sizeof *h);
@@ -381,9 +428,14 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         KTRY(kern_cuda_upload(g->weights.p, r->codec.weights, sizeof r->codec.weights), "upload");
         if ((rc = upload_c16(g, r->centroids, m)))
             return rc;
-        if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)))
+        free(g->seen);
+        g->seen = malloc(((size_t)g->K ? g->K : 1) * sizeof *g->seen);
+        if (!g->seen || eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)) ||
+            eng_grow((void **)&g->h_udoc_off, &g->h_udoc_cap, 1, sizeof(int64_t)))
             return store_fail(m, ENOMEM, "GPU search: out of memory");
+        memset(g->seen, 0xff, (size_t)g->K * sizeof *g->seen);
         g->h_doc_off[0] = 0;
+        g->h_udoc_off[0] = 0;
     }
     g->valid = 0; /* until the end: a failure leaves a mirror that reloads */
     size_t words = ((size_t)h->next_docno + 31) / 32;
@@ -396,12 +448,13 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         g->h_live[from >> 5] &= (1u << (from & 31)) - 1;
     if (!g->s_codes) {
         g->s_codes = malloc(STAGE_TOKENS * 4);
+        g->s_ucodes = malloc(STAGE_TOKENS * 4);
         g->s_res = malloc(STAGE_TOKENS * (g->rbytes ? g->rbytes : 1));
         g->s_norms = malloc(STAGE_TOKENS * 4);
-        if (!g->s_codes || !g->s_res || !g->s_norms)
+        if (!g->s_codes || !g->s_ucodes || !g->s_res || !g->s_norms)
             return store_fail(m, ENOMEM, "GPU search: out of memory for staging");
     }
-    g->s_n = 0;
+    g->s_n = g->s_un = 0;
     int verify = r->verify;
     if (full) {
         /* Every document, in number order, checksums verified once here. */
@@ -432,10 +485,14 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         return rc;
     /* Numbers past the last live document still get their (empty) runs. */
     if (eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, (size_t)h->next_docno + 1,
-                  sizeof(int64_t)))
+                 sizeof(int64_t)) ||
+        eng_grow((void **)&g->h_udoc_off, &g->h_udoc_cap, (size_t)h->next_docno + 1,
+                 sizeof(int64_t)))
         return store_fail(m, ENOMEM, "GPU search: out of memory");
-    for (uint32_t x = g->next_docno; x < h->next_docno; x++)
+    for (uint32_t x = g->next_docno; x < h->next_docno; x++) {
         g->h_doc_off[x + 1] = g->h_doc_off[x];
+        g->h_udoc_off[x + 1] = g->h_udoc_off[x];
+    }
     g->next_docno = h->next_docno;
     if ((rc = flush_stage(g, m)))
         return rc;
@@ -478,9 +535,11 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
     /* Offsets, live bits, the live list, then the inverted lists from them. */
     size_t nd = g->next_docno;
     if ((rc = dbuf_need(&g->doc_off, (nd + 1) * 8, 0, m)) ||
+        (rc = dbuf_need(&g->udoc_off, (nd + 1) * 8, 0, m)) ||
         (rc = dbuf_need(&g->live, (words ? words : 1) * 4, 0, m)))
         return rc;
     KTRY(kern_cuda_upload(g->doc_off.p, g->h_doc_off, (nd + 1) * 8), "upload");
+    KTRY(kern_cuda_upload(g->udoc_off.p, g->h_udoc_off, (nd + 1) * 8), "upload");
     if (words)
         KTRY(kern_cuda_upload(g->live.p, g->h_live, words * 4), "upload");
     uint32_t *alive = malloc((g->n_docs ? g->n_docs : 1) * sizeof *alive);
@@ -624,21 +683,37 @@ typedef struct chunk {
     size_t qa, nq;     /* queries [qa, qa + nq) */
     int64_t *h_off;    /* [nq + 1] token offsets within the chunk */
     size_t T;          /* tokens */
-    int half;          /* ST16 holds the table rounded to fp16, for the interaction */
+    int narrow;        /* ST16 holds a copy of the table for the interaction: TABLE_H16 (fp16),
+                        * TABLE_I8 (int8), or 0: none */
 } chunk;
 
-/* The centroid interaction of docs [nq, width] into approx: from the fp16 copy of the table
- * where the chunk has one, else from ST. */
+/* Whether the centroid interaction reads each document's distinct codes (the default) or
+ * all of them (TARTAN_GPU_CODES=all, a benchmark's comparison): the same sums. */
+static int distinct_codes(void)
+{
+    const char *e = getenv("TARTAN_GPU_CODES");
+    return !(e && !strcmp(e, "all"));
+}
+
+/* The centroid interaction of docs [nq, width] into approx: from the narrow copy of the table
+ * where the chunk has one, else from ST; over each document's distinct codes. */
 static int interaction(eng_gpu *g, const chunk *c, const uint32_t *docs, size_t width, int prune,
                        const int64_t *counts, int64_t prune_over, float threshold, float *approx,
                        store_msg *m)
 {
-    KTRY(c->half ? kern_cuda_interaction_h16(g->ST.p, g->ST16.p, g->K, c->T, g->q_off.p, c->h_off,
-                                             c->nq, g->doc_off.p, g->codes.p, docs, width, prune,
-                                             counts, prune_over, threshold, approx)
-                 : kern_cuda_interaction(g->ST.p, g->K, c->T, g->q_off.p, c->h_off, c->nq,
-                                         g->doc_off.p, g->codes.p, docs, width, prune, counts,
-                                         prune_over, threshold, approx),
+    const int u = distinct_codes() && g->ucodes.p;
+    const int64_t *off = u ? g->udoc_off.p : g->doc_off.p;
+    const uint32_t *codes = u ? g->ucodes.p : g->codes.p;
+    KTRY(c->narrow == TABLE_I8
+             ? kern_cuda_interaction_i8(g->ST.p, g->ST16.p, g->K, c->T, g->q_off.p, c->h_off, c->nq,
+                                        off, codes, docs, width, prune, counts, prune_over,
+                                        threshold, approx)
+         : c->narrow == TABLE_H16
+             ? kern_cuda_interaction_h16(g->ST.p, g->ST16.p, g->K, c->T, g->q_off.p, c->h_off,
+                                         c->nq, off, codes, docs, width, prune, counts, prune_over,
+                                         threshold, approx)
+             : kern_cuda_interaction(g->ST.p, g->K, c->T, g->q_off.p, c->h_off, c->nq, off, codes,
+                                     docs, width, prune, counts, prune_over, threshold, approx),
          "centroid interaction");
     return 0;
 }
@@ -979,20 +1054,26 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         return rc;
     KTRY(kern_cuda_upload(g->q.p, q->emb + q->off[c->qa] * g->dim, c->T * g->dim * 4), "upload");
     KTRY(kern_cuda_upload(g->q_off.p, c->h_off, (nq + 1) * 8), "upload");
-    /* The fp16 copy for the interaction: where the table kernel can write it, the search is
+    /* The narrow copy for the interaction: where the table kernel can write it, the search is
      * adaptive (its interaction reads tens of thousands of candidates' rows a query; the fixed
      * stages read too few to pay for writing the copy: 16,807 queries/s without it, 15,528
      * with, at 1M documents on an H200), and every query's columns start at a multiple of 8. */
-    c->half = g->c16_ok && table_choice() == 2 && !exhaustive && !s->subset_exact && s->adaptive &&
-              c->T % 8 == 0;
-    for (size_t i = 0; c->half && i <= nq; i++)
-        c->half = c->h_off[i] % 8 == 0;
-    if (c->half && (rc = dbuf_need(&g->ST16, (K * c->T + KERN_CUDA_ST_SLACK) * 2, 0, m)))
+    const int choice = table_choice();
+    int narrow = g->c16_ok && choice >= TABLE_H16 && !exhaustive && !s->subset_exact &&
+                 s->adaptive && c->T % 8 == 0;
+    for (size_t i = 0; narrow && i <= nq; i++)
+        narrow = c->h_off[i] % 8 == 0;
+    c->narrow = narrow ? choice : 0;
+    const size_t elem = c->narrow == TABLE_I8 ? 1 : 2;
+    if (c->narrow && (rc = dbuf_need(&g->ST16, (K * c->T + KERN_CUDA_ST_SLACK) * elem, 0, m)))
         return rc;
-    KTRY(g->c16_ok ? kern_cuda_centroid_scores_f16(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
-                                                   c->half ? g->ST16.p : NULL)
-                   : kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim,
-                                          g->ST.p),
+    KTRY(!g->c16_ok
+             ? kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim, g->ST.p)
+         : c->narrow == TABLE_I8
+             ? kern_cuda_centroid_scores_f16_i8(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
+                                                g->ST16.p)
+             : kern_cuda_centroid_scores_f16(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
+                                             c->narrow ? g->ST16.p : NULL),
          "centroid scores");
 
     const uint32_t *list = NULL;

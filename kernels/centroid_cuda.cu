@@ -101,13 +101,21 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* A score as the int8 copy holds it: round(127 s), s clamped to [-1, 1] (NaN: -127); the same
+ * numbers as kern_f32_to_i8. */
+__device__ __forceinline__ signed char to_i8(float v)
+{
+    return (signed char)__float2int_rn(fminf(fmaxf(v * 127.f, -127.f), 127.f));
+}
+
 /* A warp's 64 x 32 block of S [rows, cols] from its m16n8 accumulator fragments (lane (g,
  * t4) holds rows g and g + 8 at columns 2 t4 and 2 t4 + 1 of each tile), from (m0, n0); pairs
  * of columns as one 8-byte store where the row layout allows. S16 (NULL: none) gets the same
- * values rounded to fp16. */
+ * values rounded to fp16, S8 (NULL: none) as int8 (to_i8). */
 __device__ __forceinline__ void store_tile(const float (&acc)[4][4][4], float *__restrict__ S,
-                                           __half *__restrict__ S16, long long m0, long long n0,
-                                           long long rows, long long cols, int g, int t4)
+                                           __half *__restrict__ S16, signed char *__restrict__ S8,
+                                           long long m0, long long n0, long long rows,
+                                           long long cols, int g, int t4)
 {
     const bool pairs = cols % 2 == 0 && (uintptr_t)S % 8 == 0;
 #pragma unroll
@@ -126,17 +134,24 @@ __device__ __forceinline__ void store_tile(const float (&acc)[4][4][4], float *_
                     if (S16)
                         *reinterpret_cast<__half2 *>(S16 + m * cols + n) =
                             __floats2half2_rn(v0, v1);
+                    if (S8)
+                        *reinterpret_cast<char2 *>(S8 + m * cols + n) =
+                            make_char2(to_i8(v0), to_i8(v1));
                     continue;
                 }
                 if (n < cols) {
                     S[m * cols + n] = v0;
                     if (S16)
                         S16[m * cols + n] = __float2half_rn(v0);
+                    if (S8)
+                        S8[m * cols + n] = to_i8(v0);
                 }
                 if (n + 1 < cols) {
                     S[m * cols + n + 1] = v1;
                     if (S16)
                         S16[m * cols + n + 1] = __float2half_rn(v1);
+                    if (S8)
+                        S8[m * cols + n + 1] = to_i8(v1);
                 }
             }
 }
@@ -194,7 +209,8 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-    store_tile(acc, S, (__half *)NULL, m0 + wm * 64, n0 + wn * 32, lq, nc, g, t4);
+    store_tile(acc, S, (__half *)NULL, (signed char *)NULL, m0 + wm * 64, n0 + wn * 32, lq, nc, g,
+               t4);
 }
 
 /*
@@ -230,7 +246,7 @@ __device__ __forceinline__ uint32_t pack_h2(__half_raw a, __half_raw b)
 __global__ void __launch_bounds__(256, 2)
     centroid_scores_f16x2_kernel(const uint16_t *__restrict__ C, const float *__restrict__ Q,
                                  long long nc, long long nq, long long dim, float *__restrict__ S,
-                                 __half *__restrict__ S16)
+                                 __half *__restrict__ S16, signed char *__restrict__ S8)
 {
     __shared__ __align__(16) uint16_t sa[HM * HLD];
     __shared__ __align__(16) uint16_t sh[HN * HLD];
@@ -300,18 +316,17 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads();
     }
-    store_tile(acc, S, S16, m0 + wm * 64, n0 + wn * 32, nc, nq, g, t4);
+    store_tile(acc, S, S16, S8, m0 + wm * 64, n0 + wn * 32, nc, nq, g, t4);
 }
 
 } // namespace
 
-extern "C" int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t n_centroids,
-                                             const float *q, size_t nq, size_t dim, float *S,
-                                             uint16_t *S16)
+static int scores_f16(const uint16_t *c16, size_t n_centroids, const float *q, size_t nq,
+                      size_t dim, float *S, uint16_t *S16, int8_t *S8)
 {
     cudaGetLastError();
     if (!c16 || !q || !S || !dim || dim % 16 || (uintptr_t)c16 % 16 || (uintptr_t)q % 16 ||
-        (uintptr_t)S16 % 4) {
+        (uintptr_t)S16 % 4 || (uintptr_t)S8 % 2) {
         kern_set_error("centroid_scores_f16 (cuda): NULL argument, dim %zu not a multiple of 16, "
                        "or unaligned operands",
                        dim);
@@ -325,9 +340,24 @@ extern "C" int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t n_centr
     }
     dim3 grid((unsigned)((nq + HN - 1) / HN), (unsigned)((n_centroids + HM - 1) / HM));
     centroid_scores_f16x2_kernel<<<grid, 256>>>(c16, q, (long long)n_centroids, (long long)nq,
-                                                (long long)dim, S, reinterpret_cast<__half *>(S16));
+                                                (long long)dim, S, reinterpret_cast<__half *>(S16),
+                                                reinterpret_cast<signed char *>(S8));
     KERN_CUDA_LAUNCHED("centroid_scores_f16x2_kernel");
     return KERN_OK;
+}
+
+extern "C" int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t n_centroids,
+                                             const float *q, size_t nq, size_t dim, float *S,
+                                             uint16_t *S16)
+{
+    return scores_f16(c16, n_centroids, q, nq, dim, S, S16, NULL);
+}
+
+extern "C" int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t n_centroids,
+                                                const float *q, size_t nq, size_t dim, float *S,
+                                                int8_t *S8)
+{
+    return scores_f16(c16, n_centroids, q, nq, dim, S, NULL, S8);
 }
 
 extern "C" int kern_gpu_centroid_scores(const float *q, size_t lq, const float *centroids,

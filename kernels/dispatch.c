@@ -378,6 +378,25 @@ int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_ce
     return no_cuda();
 }
 
+int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
+                                     size_t dim, float *ST, int8_t *ST8)
+{
+    (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST8;
+    return no_cuda();
+}
+
+int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centroids, size_t ld,
+                             const int64_t *q_off, const int64_t *h_q_off, size_t nq,
+                             const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
+                             size_t width, int prune, const int64_t *counts, int64_t prune_over,
+                             float threshold, float *approx)
+{
+    (void)ST, (void)ST8, (void)n_centroids, (void)ld, (void)q_off, (void)h_q_off, (void)nq;
+    (void)doc_off, (void)codes, (void)docs, (void)width, (void)prune, (void)counts;
+    (void)prune_over, (void)threshold, (void)approx;
+    return no_cuda();
+}
+
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
                     const float *col_margin, int32_t *probes)
 {

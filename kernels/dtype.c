@@ -46,6 +46,16 @@ uint16_t kern_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+int8_t kern_f32_to_i8(float f)
+{
+    float x = f * 127.f;
+    if (!(x >= -127.f))
+        x = -127.f;
+    if (x > 127.f)
+        x = 127.f;
+    return (int8_t)nearbyintf(x);
+}
+
 float kern_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

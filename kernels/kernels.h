@@ -65,6 +65,9 @@ float kern_f16_to_f32(uint16_t h);
 uint16_t kern_f32_to_f16(float f);
 float kern_bf16_to_f32(uint16_t h);
 uint16_t kern_f32_to_bf16(float f);
+/* A score in the GPU interaction's int8 table: round(127 f) (ties to even), f clamped to
+ * [-1, 1], NaN to -127; the score it stands for is the result / 127. */
+int8_t kern_f32_to_i8(float f);
 /* ... and e4m3: round to nearest, ties to even; beyond +-448 saturates to +-448 (the
  * conversion the FP8 tensor-core kernels' users want: no value becomes NaN); NaN -> 0x7f. */
 float kern_e4m3_to_f32(uint8_t x);
@@ -365,6 +368,10 @@ float kern_topk_threshold(const kern_topk *t);
  * aligned; KERN_EINVAL otherwise (use kern_centroid_scores). */
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
                                   size_t dim, float *ST, uint16_t *ST16);
+/* The same, with ST8 (device, 2-byte aligned; NULL: none) receiving the scores as int8
+ * (kern_f32_to_i8) instead of fp16. */
+int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
+                                     size_t dim, float *ST, int8_t *ST8);
 
 /* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
  * nt = ld columns of ST [K, ld]; of those, only the ones whose score is within margin of the
@@ -414,6 +421,18 @@ int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_ce
                               const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
                               size_t width, int prune, const int64_t *counts, int64_t prune_over,
                               float threshold, float *approx);
+
+/* The same sums read from ST8, the table as int8 (kern_cuda_centroid_scores_f16_i8's ST8): each
+ * query token's best of the document's int8 scores, summed exactly as integers and divided by
+ * 127; kern_cuda_interaction over a table holding the values kern_f32_to_i8(v) / 127 gives
+ * the same, up to its fp32 sum's rounding. A row of a query's 32 scores is 32 bytes, a
+ * quarter of the fp32 table's, one L2 sector. Needs ld, every h_q_off[q] a multiple of 8 and
+ * ST8 8-byte aligned; KERN_EINVAL otherwise. */
+int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centroids, size_t ld,
+                             const int64_t *q_off, const int64_t *h_q_off, size_t nq,
+                             const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
+                             size_t width, int prune, const int64_t *counts, int64_t prune_over,
+                             float threshold, float *approx);
 
 /*
  * The adaptive exact stage (engine/SEARCH.md) runs in rounds. Per query q its candidates are

@@ -697,112 +697,224 @@ __global__ void __launch_bounds__(IX_WARPS * 32)
 }
 
 /*
- * The same sums over the table rounded to fp16 (ST16, the layout of ST): a row of a query's 32
- * scores is 64 bytes, so four lanes hold a document (eight query tokens a lane, one 16-byte
- * load a row) and eight documents run side by side in a warp. Why: at 1M documents the rows
- * are read from L2 and DRAM more than once a query (a query's fp32 rows are 16.8 MB at K
- * 131,072, and the L2 hit rate was a third), so half the bytes and half the load instructions
- * a row go straight to the time. The max is taken in half2 (exact: the rows are fp16 numbers)
- * and the sum in fp32. Needs ld and every query's first column a multiple of 8.
+ * The same sums over a narrower copy of the table (the layout of ST): the fp16 copy (a row of
+ * a query's 32 scores is 64 bytes) or the int8 one (32 bytes, one L2 sector). Four lanes hold
+ * a document (eight query tokens a lane, one 16- or 8-byte load a row), eight groups of four a
+ * warp (the kernel below). Why: at 1M documents the rows are read from L2 and DRAM more than
+ * once a query (a query's fp32 rows are 16.8 MB at K 131,072, and the L2 hit rate was a
+ * third), so fewer bytes and load instructions a row go straight to the time. The max is
+ * taken in the copy's own numbers (half2, or four int8 at once), exact; the sum in fp32 (fp16)
+ * or in integers (int8, divided by 127 at the end). Needs ld and every query's first column
+ * a multiple of 8.
  */
 constexpr int HX_LANES = 4;
-constexpr int HX_DOCS = 32 / HX_LANES;
 constexpr int HX_WARPS = 8;
 constexpr int HX_STEP = 8; /* document tokens a group folds per step: two codes a lane */
 
+/* A lane's eight query tokens of one row, as the fp16 copy holds them. */
+struct row_h16 {
+    typedef __half elem;
+    typedef uint4 row;
+    struct acc {
+        __half2 m[4];
+    };
+    static __device__ __forceinline__ acc init()
+    {
+        const __half2 ninf = __half2half2(__ushort_as_half((unsigned short)0xfc00u));
+        return acc{{ninf, ninf, ninf, ninf}};
+    }
+    static __device__ __forceinline__ void fold(acc &a, const uint4 &x)
+    {
+        a.m[0] = __hmax2(a.m[0], *reinterpret_cast<const __half2 *>(&x.x));
+        a.m[1] = __hmax2(a.m[1], *reinterpret_cast<const __half2 *>(&x.y));
+        a.m[2] = __hmax2(a.m[2], *reinterpret_cast<const __half2 *>(&x.z));
+        a.m[3] = __hmax2(a.m[3], *reinterpret_cast<const __half2 *>(&x.w));
+    }
+    /* The sum of the first `valid` of the lane's eight maxima. */
+    typedef float total;
+    static __device__ __forceinline__ float sum(const acc &a, int valid)
+    {
+        float t = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(a.m[e]);
+            if (2 * e < valid)
+                t += f.x;
+            if (2 * e + 1 < valid)
+                t += f.y;
+        }
+        return t;
+    }
+    static __device__ __forceinline__ float score(float t)
+    {
+        return t;
+    }
+};
+
+/* ... as the int8 copy holds them: four scores a word, the max with __vmaxs4. */
+struct row_i8 {
+    typedef signed char elem;
+    typedef uint2 row;
+    struct acc {
+        unsigned m[2];
+    };
+    static __device__ __forceinline__ acc init()
+    {
+        return acc{{0x80808080u, 0x80808080u}};
+    }
+    static __device__ __forceinline__ void fold(acc &a, const uint2 &x)
+    {
+        a.m[0] = __vmaxs4(a.m[0], x.x);
+        a.m[1] = __vmaxs4(a.m[1], x.y);
+    }
+    typedef int total;
+    static __device__ __forceinline__ int sum(const acc &a, int valid)
+    {
+        int t = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < valid)
+                t += (int)(signed char)(a.m[e >> 2] >> (8 * (e & 3)));
+        return t;
+    }
+    static __device__ __forceinline__ float score(int t)
+    {
+        return (float)t * (1.f / 127.f);
+    }
+};
+
+/*
+ * The kernel. A warp takes a run of CH consecutive slots and its eight groups of four lanes
+ * take documents from the run one at a time, each group its next one as soon as it finishes
+ * its last: documents' lengths vary (a lognormal around 70 tokens in `tartan gen`, a heavier
+ * tail in real corpora), and when each group held one document of eight side by side the warp
+ * ran as long as the longest, about half its lanes idle. Slots without work (KERN_NO_DOC,
+ * which fills each query's row past its count, a query or document without tokens) are
+ * answered as they are handed out. The runs of all warps move through the slots in order, so
+ * the rows read at any time are those of a few queries, which stay in L2.
+ */
+template <class R, int CH>
 __global__ void __launch_bounds__(HX_WARPS * 32)
-    interaction_h16_kernel(const __half *__restrict__ ST16, long long ld,
-                           const int64_t *__restrict__ q_off, const int64_t *__restrict__ doc_off,
-                           const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
-                           long long width, long long n, int prune,
-                           const int64_t *__restrict__ counts, long long prune_over,
-                           const uint32_t *__restrict__ keep, long long kw,
-                           float *__restrict__ approx)
+    interaction_narrow_kernel(const typename R::elem *__restrict__ STn, long long ld,
+                              const int64_t *__restrict__ q_off,
+                              const int64_t *__restrict__ doc_off,
+                              const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
+                              long long width, long long n, int prune,
+                              const int64_t *__restrict__ counts, long long prune_over,
+                              const uint32_t *__restrict__ keep, long long kw,
+                              float *__restrict__ approx)
 {
+    typedef typename R::row row;
+    const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x & 31, sub = lane / HX_LANES, l = lane % HX_LANES;
+    const unsigned below = (1u << (sub * HX_LANES)) - 1; /* the lanes of the groups before */
     const long long warps = (long long)gridDim.x * HX_WARPS;
-    for (long long base = ((long long)blockIdx.x * HX_WARPS + (threadIdx.x >> 5)) * HX_DOCS;
-         base < n; base += warps * HX_DOCS) {
-        const long long it = base + sub;
-        const ix_doc x = ix_doc_at(it, n, width, docs, q_off, doc_off, prune, counts, prune_over);
-        const bool valid = it < n, live = x.live, pr = x.pr;
-        const long long qi = x.qi, col0 = x.col0, t0 = x.t0;
-        const int lq = x.lq, ntok = x.ntok;
-        const int lq_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)lq);
-        const int ntok_max = (int)__reduce_max_sync(0xffffffffu, (unsigned)ntok);
-        const __half *S = ST16 + col0;
-        const uint32_t *kq = keep + qi * kw;
-        float tot = 0.f;
+    for (long long c0 = ((long long)blockIdx.x * HX_WARPS + (threadIdx.x >> 5)) * CH; c0 < n;
+         c0 += warps * CH) {
+        const long long end = c0 + CH < n ? c0 + CH : n;
+        long long next = c0; /* the run's next slot to hand out (the same in every lane) */
+        long long it = 0;    /* this group's slot */
+        ix_doc x = {false, false, 0, 0, 0, 0, 0};
+        bool need = true; /* this group has no document */
+        int tb = 0, g0 = 0;
+        typename R::acc m = R::init();
+        typename R::total tot = 0;
         bool any = false;
-        for (int g0 = 0; g0 < lq_max; g0 += 32) {
-            const int j = g0 + 8 * l; /* this lane's first query token */
-            const __half2 ninf = __half2half2(__ushort_as_half((unsigned short)0xfc00u));
-            __half2 m[4] = {ninf, ninf, ninf, ninf};
-            /* The next step's codes are loaded before this step's rows: one memory latency
-             * a step instead of two (codes, then the rows they name). */
-            uint32_t ahead[2];
+        uint32_t ahead[2] = {0, 0}; /* the codes of this group's next step */
+        for (;;) {
+            /* Documents to the groups without one, in group order. */
+            for (unsigned ask = __ballot_sync(full, need && l == 0); ask && next < end;
+                 ask = __ballot_sync(full, need && l == 0)) {
+                if (need) {
+                    it = next + __popc(ask & below);
+                    if (it < end) {
+                        x = ix_doc_at(it, n, width, docs, q_off, doc_off, prune, counts,
+                                      prune_over);
+                        if (!x.live || x.lq == 0 || x.ntok == 0) {
+                            if (l == 0)
+                                approx[it] =
+                                    !x.live ? __int_as_float(0x7fc00000) : KERN_EMPTY_SCORE;
+                        } else {
+                            need = false;
+                            tb = 0, g0 = 0, tot = 0, any = false;
+                            m = R::init();
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                ahead[h] = h * HX_LANES + l < ntok ? __ldg(codes + t0 + h * HX_LANES + l) : 0;
-            for (int tb = 0; tb < ntok_max; tb += HX_STEP) {
-                uint32_t code[2] = {ahead[0], ahead[1]};
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int t = tb + HX_STEP + h * HX_LANES + l;
-                    ahead[h] = t < ntok ? __ldg(codes + t0 + t) : 0;
-                }
-                unsigned left = 0;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int t = tb + h * HX_LANES + l;
-                    const bool in = t < ntok;
-                    const bool kept =
-                        in && (!pr || ((__ldg(kq + (code[h] >> 5)) >> (code[h] & 31)) & 1));
-                    left |= ((__ballot_sync(0xffffffffu, kept) >> (sub * HX_LANES)) &
-                             ((1u << HX_LANES) - 1))
-                            << (h * HX_LANES);
-                }
-                const bool some = left != 0;
-                any |= some;
-                uint32_t cs[HX_STEP];
-#pragma unroll
-                for (int u = 0; u < HX_STEP; u++) {
-                    const int t = left ? __ffs(left) - 1 : -1;
-                    left &= left - 1;
-                    const int tt = t < 0 ? 0 : t;
-                    const uint32_t c = __shfl_sync(0xffffffffu, tt >= HX_LANES ? code[1] : code[0],
-                                                   sub * HX_LANES + (tt & (HX_LANES - 1)));
-                    cs[u] = t < 0 ? cs[0] : c;
-                }
-                if (some && j < lq) {
-                    uint4 x[HX_STEP];
-#pragma unroll
-                    for (int u = 0; u < HX_STEP; u++)
-                        x[u] =
-                            __ldg(reinterpret_cast<const uint4 *>(S + (long long)cs[u] * ld + j));
-#pragma unroll
-                    for (int u = 0; u < HX_STEP; u++) {
-                        m[0] = __hmax2(m[0], *reinterpret_cast<const __half2 *>(&x[u].x));
-                        m[1] = __hmax2(m[1], *reinterpret_cast<const __half2 *>(&x[u].y));
-                        m[2] = __hmax2(m[2], *reinterpret_cast<const __half2 *>(&x[u].z));
-                        m[3] = __hmax2(m[3], *reinterpret_cast<const __half2 *>(&x[u].w));
+                            for (int h = 0; h < 2; h++)
+                                ahead[h] = h * HX_LANES + l < x.ntok
+                                               ? __ldg(codes + x.t0 + h * HX_LANES + l)
+                                               : 0;
+                        }
                     }
                 }
+                next += __popc(ask);
             }
+            if (!__any_sync(full, !need))
+                break;
+            const bool work = !need;
+            const int j = g0 + 8 * l; /* this lane's first query token */
+            uint32_t code[2] = {ahead[0], ahead[1]};
+            /* The next step's codes are loaded before this step's rows: one memory latency a
+             * step instead of two (codes, then the rows they name). */
+            const bool more = work && tb + HX_STEP < x.ntok;
+            const int ntb = more ? tb + HX_STEP : 0;
+            const bool cont = work && (more || g0 + 32 < x.lq);
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float2 f = __half22float2(m[e]);
-                if (j + 2 * e < lq)
-                    tot += f.x;
-                if (j + 2 * e + 1 < lq)
-                    tot += f.y;
+            for (int h = 0; h < 2; h++) {
+                const int t = ntb + h * HX_LANES + l;
+                ahead[h] = cont && t < x.ntok ? __ldg(codes + x.t0 + t) : 0;
+            }
+            const uint32_t *kq = keep + x.qi * kw;
+            unsigned left = 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int t = tb + h * HX_LANES + l;
+                const bool kept = work && t < x.ntok &&
+                                  (!x.pr || ((__ldg(kq + (code[h] >> 5)) >> (code[h] & 31)) & 1));
+                left |= ((__ballot_sync(full, kept) >> (sub * HX_LANES)) & ((1u << HX_LANES) - 1))
+                        << (h * HX_LANES);
+            }
+            const bool some = left != 0;
+            any |= some;
+            uint32_t cs[HX_STEP];
+#pragma unroll
+            for (int u = 0; u < HX_STEP; u++) {
+                const int t = left ? __ffs(left) - 1 : -1;
+                left &= left - 1;
+                const int tt = t < 0 ? 0 : t;
+                const uint32_t c = __shfl_sync(full, tt >= HX_LANES ? code[1] : code[0],
+                                               sub * HX_LANES + (tt & (HX_LANES - 1)));
+                cs[u] = t < 0 ? cs[0] : c;
+            }
+            if (some && j < x.lq) {
+                const typename R::elem *S = STn + x.col0;
+                row xr[HX_STEP];
+#pragma unroll
+                for (int u = 0; u < HX_STEP; u++)
+                    xr[u] = __ldg(reinterpret_cast<const row *>(S + (long long)cs[u] * ld + j));
+#pragma unroll
+                for (int u = 0; u < HX_STEP; u++)
+                    R::fold(m, xr[u]);
+            }
+            /* The end of the document's tokens: this block of 32 query tokens is summed, and
+             * the document is done or starts over for the next block. */
+            bool done = false;
+            if (work && !more) {
+                tot += R::sum(m, x.lq - j);
+                m = R::init();
+                g0 += 32;
+                done = g0 >= x.lq;
+            }
+            tb = ntb;
+            if (__ballot_sync(full, done)) {
+                typename R::total t = tot;
+#pragma unroll
+                for (int o = HX_LANES / 2; o > 0; o >>= 1)
+                    t += __shfl_xor_sync(full, t, o);
+                if (done && l == 0)
+                    approx[it] = any ? R::score(t) : KERN_EMPTY_SCORE;
+                need |= done;
             }
         }
-#pragma unroll
-        for (int o = HX_LANES / 2; o > 0; o >>= 1)
-            tot += __shfl_xor_sync(0xffffffffu, tot, o);
-        if (valid && l == 0)
-            approx[it] = !live ? __int_as_float(0x7fc00000) : any ? tot : KERN_EMPTY_SCORE;
     }
 }
 
@@ -1107,7 +1219,57 @@ extern "C" int kern_cuda_candidates_take(uint32_t *bits, size_t nq, size_t words
     return KERN_OK;
 }
 
-static int interaction(const float *ST, const uint16_t *ST16, size_t n_centroids, size_t ld,
+/* A narrow copy of the table for the interaction to read: none, fp16 or int8. */
+enum narrow { NARROW_NONE, NARROW_H16, NARROW_I8 };
+
+/* Slots a warp takes at a time (interaction_narrow_kernel): TARTAN_IX_RUN 8, 16, 32 (the
+ * default), 64 or 128, a benchmark's comparison. */
+static int narrow_run(void)
+{
+    const char *e = getenv("TARTAN_IX_RUN");
+    const int v = e ? atoi(e) : 32;
+    return v == 8 || v == 16 || v == 64 || v == 128 ? v : 32;
+}
+
+template <class R, int CH>
+static int launch_run(const void *STn, long long ld, const int64_t *q_off, const int64_t *doc_off,
+                      const uint32_t *codes, const uint32_t *docs, long long width, long long n,
+                      int prune, const int64_t *counts, long long prune_over, const uint32_t *keep,
+                      long long kw, float *approx)
+{
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid((const void *)interaction_narrow_kernel<R, CH>, HX_WARPS * 32, 0,
+                                   (n + HX_WARPS * CH - 1) / (HX_WARPS * CH), &blocks)) != KERN_OK)
+        return rc;
+    interaction_narrow_kernel<R, CH><<<blocks, HX_WARPS * 32>>>(
+        static_cast<const typename R::elem *>(STn), ld, q_off, doc_off, codes, docs, width, n,
+        prune, counts, prune_over, keep, kw, approx);
+    return KERN_OK;
+}
+
+template <class R>
+static int launch_narrow(const void *STn, long long ld, const int64_t *q_off,
+                         const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
+                         long long width, long long n_slots, int prune, const int64_t *counts,
+                         long long prune_over, const uint32_t *keep, long long kw, float *approx)
+{
+    switch (narrow_run()) {
+#define RUN(n)                                                                                     \
+    case n:                                                                                        \
+        return launch_run<R, n>(STn, ld, q_off, doc_off, codes, docs, width, n_slots, prune,       \
+                                counts, prune_over, keep, kw, approx)
+        RUN(8);
+        RUN(16);
+        RUN(64);
+        RUN(128);
+#undef RUN
+    default:
+        return launch_run<R, 32>(STn, ld, q_off, doc_off, codes, docs, width, n_slots, prune,
+                                 counts, prune_over, keep, kw, approx);
+    }
+}
+
+static int interaction(const float *ST, const void *STn, narrow kind, size_t n_centroids, size_t ld,
                        const int64_t *q_off, const int64_t *h_q_off, size_t nq,
                        const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
                        size_t width, int prune, const int64_t *counts, int64_t prune_over,
@@ -1117,6 +1279,20 @@ static int interaction(const float *ST, const uint16_t *ST16, size_t n_centroids
     if (!ST || !q_off || !doc_off || !codes || !docs || !approx) {
         kern_set_error("interaction (cuda): NULL argument");
         return KERN_EINVAL;
+    }
+    if (kind != NARROW_NONE) {
+        /* ld and every query's first column a multiple of 8, the copy aligned for its rows'
+         * loads (16 and 8 bytes). */
+        bool ok =
+            STn && h_q_off && ld % 8 == 0 && (uintptr_t)STn % (kind == NARROW_H16 ? 16 : 8) == 0;
+        for (size_t i = 0; ok && i <= nq; i++)
+            ok = h_q_off[i] % 8 == 0;
+        if (!ok) {
+            kern_set_error("interaction_%s (cuda): no %s table, or ld or a query's first column "
+                           "not a multiple of 8",
+                           kind == NARROW_H16 ? "h16" : "i8", kind == NARROW_H16 ? "fp16" : "int8");
+            return KERN_EINVAL;
+        }
     }
     const long long n = (long long)(nq * width);
     if (n == 0)
@@ -1137,17 +1313,17 @@ static int interaction(const float *ST, const uint16_t *ST16, size_t n_centroids
                                    kw, keep);
     }
     const char *var = getenv("TARTAN_INTERACTION");
-    if (ST16) {
-        int hblocks = 0;
-        if ((rc = kern_persistent_grid((const void *)interaction_h16_kernel, HX_WARPS * 32, 0,
-                                       (n + HX_WARPS * HX_DOCS - 1) / (HX_WARPS * HX_DOCS),
-                                       &hblocks)) != KERN_OK) {
+    if (kind != NARROW_NONE) {
+        rc = kind == NARROW_H16 ? launch_narrow<row_h16>(STn, (long long)ld, q_off, doc_off, codes,
+                                                         docs, (long long)width, n, prune, counts,
+                                                         (long long)prune_over, keep, kw, approx)
+                                : launch_narrow<row_i8>(STn, (long long)ld, q_off, doc_off, codes,
+                                                        docs, (long long)width, n, prune, counts,
+                                                        (long long)prune_over, keep, kw, approx);
+        if (rc != KERN_OK) {
             kern_scratch_free(keep, keep_bytes);
             return rc;
         }
-        interaction_h16_kernel<<<hblocks, HX_WARPS * 32>>>(
-            reinterpret_cast<const __half *>(ST16), (long long)ld, q_off, doc_off, codes, docs,
-            (long long)width, n, prune, counts, (long long)prune_over, keep, kw, approx);
     } else if (var && !strcmp(var, "warp")) {
         interaction_batch_kernel<<<blocks, INT_WARPS * 32>>>(
             ST, (long long)ld, q_off, doc_off, codes, docs, (long long)width, n, prune, counts,
@@ -1189,8 +1365,8 @@ extern "C" int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t
                                      const int64_t *counts, int64_t prune_over, float threshold,
                                      float *approx)
 {
-    return interaction(ST, NULL, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes, docs, width,
-                       prune, counts, prune_over, threshold, approx);
+    return interaction(ST, NULL, NARROW_NONE, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes,
+                       docs, width, prune, counts, prune_over, threshold, approx);
 }
 
 extern "C" int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_centroids,
@@ -1200,16 +1376,19 @@ extern "C" int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, 
                                          const int64_t *counts, int64_t prune_over, float threshold,
                                          float *approx)
 {
-    bool ok = ST16 && h_q_off && ld % 8 == 0 && (uintptr_t)ST16 % 16 == 0;
-    for (size_t i = 0; ok && i <= nq; i++)
-        ok = h_q_off[i] % 8 == 0;
-    if (!ok) {
-        kern_set_error("interaction_h16 (cuda): no fp16 table, or ld or a query's first column "
-                       "not a multiple of 8");
-        return KERN_EINVAL;
-    }
-    return interaction(ST, ST16, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes, docs, width,
-                       prune, counts, prune_over, threshold, approx);
+    return interaction(ST, ST16, NARROW_H16, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes,
+                       docs, width, prune, counts, prune_over, threshold, approx);
+}
+
+extern "C" int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centroids,
+                                        size_t ld, const int64_t *q_off, const int64_t *h_q_off,
+                                        size_t nq, const int64_t *doc_off, const uint32_t *codes,
+                                        const uint32_t *docs, size_t width, int prune,
+                                        const int64_t *counts, int64_t prune_over, float threshold,
+                                        float *approx)
+{
+    return interaction(ST, ST8, NARROW_I8, n_centroids, ld, q_off, h_q_off, nq, doc_off, codes,
+                       docs, width, prune, counts, prune_over, threshold, approx);
 }
 
 extern "C" int kern_cuda_gather_docs(const uint32_t *in, size_t width, const int64_t *sel,

@@ -639,15 +639,25 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
             float *qd = dev_put(q, nt * dim * 4), *cd = dev_put(c, nc * dim * 4);
             uint16_t *c16d = dev_put(c16, nc * dim * 2);
             float *sd = dev_poisoned(nc * nt), *s32 = dev_poisoned(nc * nt);
-            /* Half the cases ask for the fp16 copy too, into NaN halves. */
+            /* A third of the cases ask for the fp16 copy too, into NaN halves, and a third for
+             * the int8 copy, into -128 (which no score becomes). */
+            const int copy = (int)((rep + di) % 3);
             uint16_t *s16 = NULL;
-            if (rep || di % 2) {
-                uint16_t *poison = malloc(nc * nt * 2);
-                memset(poison, 0xff, nc * nt * 2);
-                s16 = dev_put(poison, nc * nt * 2);
+            int8_t *s8 = NULL;
+            if (copy) {
+                const size_t bytes = nc * nt * (copy == 1 ? 2 : 1);
+                uint8_t *poison = malloc(bytes);
+                memset(poison, copy == 1 ? 0xff : 0x80, bytes);
+                if (copy == 1)
+                    s16 = dev_put(poison, bytes);
+                else
+                    s8 = dev_put(poison, bytes);
                 free(poison);
             }
-            expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16));
+            if (copy == 2)
+                expect_ok(kern_cuda_centroid_scores_f16_i8(c16d, nc, qd, nt, dim, sd, s8));
+            else
+                expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16));
             expect_ok(kern_centroid_scores(KERN_DEV_CUDA, cd, nc, qd, nt, dim, s32));
             float *got = dev_get_floats(sd, nc * nt), *g32 = dev_get_floats(s32, nc * nt);
             double *ref, *mag;
@@ -663,6 +673,20 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
                                   kern_f32_to_f16(got[i]), got[i]);
                 free(h16);
                 kern_gpu_free(s16);
+            }
+            if (s8) {
+                /* The int8 copy: each fp32 score as kern_f32_to_i8 maps it, within half a
+                 * step of the double product. */
+                int8_t *h8 = malloc(nc * nt);
+                ck_assert_int_eq(kern_gpu_copy(h8, s8, nc * nt, 0), KERN_OK);
+                for (size_t i = 0; i < nc * nt; i++) {
+                    ck_assert_msg(h8[i] == kern_f32_to_i8(got[i]),
+                                  "int8 copy [%zu]: %d, want %d (of %.9g)", i, h8[i],
+                                  kern_f32_to_i8(got[i]), got[i]);
+                    ck_assert(fabs(h8[i] / 127.0 - fmax(-1, fmin(1, ref[i]))) <= 0.5 / 127 + 1e-5);
+                }
+                free(h8);
+                kern_gpu_free(s8);
             }
             compare_cpu("centroid_scores_f16 vs fp32", got, g32, mag, nc * nt, 8e-6, 2e-7);
             kern_gpu_free(qd), kern_gpu_free(cd), kern_gpu_free(c16d);
@@ -1650,11 +1674,15 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
     const size_t ld = (size_t)q_off[nq] + ld_pad;
     const size_t st_n = K * ld + KERN_CUDA_ST_SLACK;
     float *ST = xmalloc(st_n * 4), *STr = xmalloc(st_n * 4);
+    float *STq = xmalloc(st_n * 4);
     uint16_t *ST16 = xmalloc(st_n * 2);
+    int8_t *ST8 = xmalloc(st_n);
     for (size_t i = 0; i < st_n; i++) {
-        ST[i] = (float)(unif() * 2 - 1);
+        ST[i] = (float)(unif() * 2.2 - 1.1); /* a few beyond [-1, 1], which int8 clamps */
         ST16[i] = kern_f32_to_f16(ST[i]);
         STr[i] = kern_f16_to_f32(ST16[i]);
+        ST8[i] = kern_f32_to_i8(ST[i]);
+        STq[i] = (float)(ST8[i] / 127.0);
     }
     int h16 = ld % 8 == 0;
     for (size_t q = 0; q <= nq; q++)
@@ -1679,12 +1707,13 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
     const int64_t prune_over = (int64_t)(width / 3);
     float *dST = dev_put(ST, st_n * 4);
     uint16_t *dST16 = dev_put(ST16, st_n * 2);
+    int8_t *dST8 = dev_put(ST8, st_n);
     int64_t *dq = dev_put(q_off, (nq + 1) * 8), *ddo = dev_put(doc_off, (n_docs + 1) * 8);
     uint32_t *dc = dev_put(codes, (ntok ? ntok : 1) * 4), *dd = dev_put(docs, nq * width * 4);
     int64_t *dcnt = dev_put(counts, nq * 8);
-    float *got[3] = {NULL, NULL, NULL};
+    float *got[4] = {NULL, NULL, NULL, NULL};
     const char *variant[2] = {"warp", NULL};
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         if (v < 2 && variant[v])
             setenv("TARTAN_INTERACTION", variant[v], 1);
         else
@@ -1693,51 +1722,89 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
         if (v < 2)
             expect_ok(kern_cuda_interaction(dST, K, ld, dq, q_off, nq, ddo, dc, dd, width, prune,
                                             prune ? dcnt : NULL, prune_over, threshold, da));
-        else
+        else if (v == 2)
             ck_assert_int_eq(kern_cuda_interaction_h16(dST, dST16, K, ld, dq, q_off, nq, ddo, dc,
                                                        dd, width, prune, prune ? dcnt : NULL,
                                                        prune_over, threshold, da),
+                             h16 ? KERN_OK : KERN_EINVAL);
+        else
+            ck_assert_int_eq(kern_cuda_interaction_i8(dST, dST8, K, ld, dq, q_off, nq, ddo, dc, dd,
+                                                      width, prune, prune ? dcnt : NULL, prune_over,
+                                                      threshold, da),
                              h16 ? KERN_OK : KERN_EINVAL);
         got[v] = dev_get_floats(da, nq * width);
         kern_gpu_free(da);
     }
     unsetenv("TARTAN_INTERACTION");
     ck_assert_int_eq(memcmp(got[0], got[1], nq * width * 4), 0);
+    /* The narrow kernels' runs of slots a warp takes at a time decide the order documents are
+     * taken in, not their sums: the same bits at every run length. */
+    for (int run = 8; h16 && run <= 128; run *= 2) {
+        char val[8];
+        snprintf(val, sizeof val, "%d", run);
+        setenv("TARTAN_IX_RUN", val, 1);
+        for (int v = 2; v < 4; v++) {
+            float *da = dev_poisoned(nq * width);
+            if (v == 2)
+                expect_ok(kern_cuda_interaction_h16(dST, dST16, K, ld, dq, q_off, nq, ddo, dc, dd,
+                                                    width, prune, prune ? dcnt : NULL, prune_over,
+                                                    threshold, da));
+            else
+                expect_ok(kern_cuda_interaction_i8(dST, dST8, K, ld, dq, q_off, nq, ddo, dc, dd,
+                                                   width, prune, prune ? dcnt : NULL, prune_over,
+                                                   threshold, da));
+            float *o = dev_get_floats(da, nq * width);
+            ck_assert_msg(memcmp(o, got[v], nq * width * 4) == 0, "%s: run %d differs",
+                          v == 2 ? "h16" : "i8", run);
+            free(o);
+            kern_gpu_free(da);
+        }
+    }
+    unsetenv("TARTAN_IX_RUN");
     for (size_t q = 0; q < nq; q++) {
         const int64_t c0 = q_off[q], lq = q_off[q + 1] - c0;
         const int pr = prune && counts[q] > prune_over;
         for (size_t i = 0; i < width; i++) {
             const uint32_t d = docs[q * width + i];
-            for (int v = 1; v < (h16 ? 3 : 2); v++) {
+            for (int v = 1; v < (h16 ? 4 : 2); v++) {
                 const float g = got[v][q * width + i];
                 if (d == KERN_NO_DOC) {
                     ck_assert(isnan(g));
                     continue;
                 }
-                const double total = ref_interaction(ST, v == 2 ? STr : ST, ld, c0, lq, doc_off,
-                                                     codes, d, pr, threshold);
+                const double total = ref_interaction(ST,
+                                                     v == 3   ? STq
+                                                     : v == 2 ? STr
+                                                              : ST,
+                                                     ld, c0, lq, doc_off, codes, d, pr, threshold);
                 if (total == -INFINITY) {
                     ck_assert(g == KERN_EMPTY_SCORE);
                     continue;
                 }
                 ck_assert_msg(fabs(g - total) <= 1e-5 * (1 + fabs(total)),
-                              "%s: query %zu slot %zu: %.9g against %.9g", v == 2 ? "h16" : "group",
+                              "%s: query %zu slot %zu: %.9g against %.9g",
+                              v == 3   ? "i8"
+                              : v == 2 ? "h16"
+                                       : "group",
                               q, i, (double)g, total);
             }
         }
     }
     kern_gpu_free(dST);
     kern_gpu_free(dST16);
+    kern_gpu_free(dST8);
     kern_gpu_free(dq);
     kern_gpu_free(ddo);
     kern_gpu_free(dc);
     kern_gpu_free(dd);
     kern_gpu_free(dcnt);
-    for (int v = 0; v < 3; v++)
+    for (int v = 0; v < 4; v++)
         free(got[v]);
     free(ST);
     free(STr);
+    free(STq);
     free(ST16);
+    free(ST8);
     free(q_off);
     free(doc_off);
     free(codes);
@@ -1755,11 +1822,13 @@ START_TEST(test_kernels_gpu_batch_interaction)
     /* Long documents, pruned queries beside unpruned ones, both row forms. */
     run_batch_interaction(1000, 7, 32, 1, 0, 300, 150, 100, 1);
     run_batch_interaction(64, 5, 37, 0, 1, 50, 9, 60, 1);
-    /* The fp16 kernel: queries of 0 to 96 tokens in eights (partial passes of 32), pruned and
-     * not, ld padded by 8; and a pad of 4 that it must refuse. */
+    /* The fp16 and int8 kernels: queries of 0 to 96 tokens in eights (partial passes of 32),
+     * pruned and not, ld padded by 8; and a pad of 4 that they must refuse. */
     run_batch_interaction(700, 11, 96, 2, 8, 400, 30, 150, 0);
     run_batch_interaction(900, 8, 64, 2, 0, 300, 90, 100, 1);
     run_batch_interaction(300, 4, 32, 1, 4, 100, 10, 50, 0);
+    /* Many documents of 1 to 300 tokens: a warp's groups take their next documents unevenly. */
+    run_batch_interaction(2000, 9, 32, 1, 0, 3000, 300, 1500, 0);
 }
 END_TEST
 

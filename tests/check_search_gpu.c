@@ -413,21 +413,6 @@ START_TEST(test_gpu_exhaustive_matches_bruteforce)
 END_TEST
 
 /* Adds and deletes after the mirror was loaded show in the next GPU search. */
-/* a and b the same hits: ids, and scores bit for bit. */
-static void expect_identical(const tartan_results *a, const tartan_results *b, const char *what)
-{
-    ck_assert_uint_eq(a->n_queries, b->n_queries);
-    for (size_t i = 0; i <= a->n_queries; i++)
-        ck_assert_uint_eq(a->offsets[i], b->offsets[i]);
-    for (size_t h = 0; h < a->offsets[a->n_queries]; h++) {
-        ck_assert_msg(!strcmp(a->hits[h].id, b->hits[h].id), "%s: hit %zu: %s against %s", what, h,
-                      a->hits[h].id, b->hits[h].id);
-        ck_assert_msg(memcmp(&a->hits[h].score, &b->hits[h].score, sizeof a->hits[h].score) == 0,
-                      "%s: hit %zu: score %.9g against %.9g", what, h, (double)a->hits[h].score,
-                      (double)b->hits[h].score);
-    }
-}
-
 /* The GPU's interaction reads each document's distinct codes; over all of them
  * (TARTAN_GPU_CODES=all) it must find the same: K 128 over ~30-token documents repeats most
  * codes. Both the default search and fixed settings, as the mirror follows adds and deletes. */
@@ -441,7 +426,7 @@ static void expect_codes_alike(tartan_db *db, const corpus *c, tartan_search_par
         tartan_results *all = search(db, c, ps[i], TARTAN_DEVICE_CUDA);
         unsetenv("TARTAN_GPU_CODES");
         tartan_results *dist = search(db, c, ps[i], TARTAN_DEVICE_CUDA);
-        expect_identical(all, dist, i ? "fixed settings" : "default search");
+        fx_expect_identical(all, dist, i ? "fixed settings" : "default search");
         tartan_results_free(all);
         tartan_results_free(dist);
     }

@@ -536,6 +536,23 @@ void fx_expect_same(const tartan_results *a, size_t qa, const tartan_results *b,
     }
 }
 
+void fx_expect_identical(const tartan_results *a, const tartan_results *b, const char *what)
+{
+    ck_assert_msg(a->n_queries == b->n_queries, "%s: %zu queries against %zu", what, a->n_queries,
+                  b->n_queries);
+    for (size_t q = 0; q < a->n_queries; q++) {
+        ck_assert_msg(a->counts[q] == b->counts[q], "%s: query %zu: %zu hits against %zu", what, q,
+                      a->counts[q], b->counts[q]);
+        for (size_t j = 0; j < a->counts[q]; j++) {
+            const tartan_hit *x = &a->hits[a->offsets[q] + j], *y = &b->hits[b->offsets[q] + j];
+            ck_assert_msg(!strcmp(x->id, y->id) &&
+                              memcmp(&x->score, &y->score, sizeof x->score) == 0,
+                          "%s: query %zu rank %zu: %s %.9g against %s %.9g", what, q, j, x->id,
+                          (double)x->score, y->id, (double)y->score);
+        }
+    }
+}
+
 int fx_has_id(const tartan_results *r, size_t qi, const char *id)
 {
     for (size_t j = 0; j < r->counts[qi]; j++)

@@ -197,6 +197,10 @@ void fx_expect_exact(const tartan_results *r, size_t qi, const fx_ref_hit *ref, 
  * 1e-6) may swap two documents. */
 void fx_expect_same(const tartan_results *a, size_t qa, const tartan_results *b, size_t qb);
 
+/* Two whole results identical: the same queries, counts and ids in the same order, and the
+ * scores bit for bit; what names the comparison in a failure's message. */
+void fx_expect_identical(const tartan_results *a, const tartan_results *b, const char *what);
+
 /* Whether id is among query qi's hits. */
 int fx_has_id(const tartan_results *r, size_t qi, const char *id);
 

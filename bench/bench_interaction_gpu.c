@@ -248,7 +248,7 @@ static void run_table(const char *name, size_t K, size_t T, size_t dim, int reps
             if (v == 0)
                 KK(kern_centroid_scores(KERN_DEV_CUDA, dC, K, dQ, T, dim, dS[0]));
             else
-                KK(kern_cuda_centroid_scores_f16(dC16, K, dQ, T, dim, dS[1], NULL));
+                KK(kern_cuda_centroid_scores_f16(dC16, K, dQ, T, dim, dS[1], NULL, NULL));
             cudaEventRecord(e1, 0);
             KK(kern_cuda_sync());
             if (r >= 0)

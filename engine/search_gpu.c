@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,14 +109,15 @@ struct eng_gpu {
     uint32_t *s_ucodes;
     size_t s_un;
     /* Search workspace. */
-    dbuf q, q_off, ST, ST16, probes, colm, bits, counts, docs1, approx1, sel, docs2, approx2, docs3,
-        scores, docs4, vals, allowed, list, done, next, exact_all;
+    dbuf q, q_off, ST, ST16, colbest, probes, colm, bits, counts, docs1, approx1, sel, docs2,
+        approx2, docs3, scores, docs4, vals, allowed, list, done, next, exact_all, poff, pair_q;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
     xslot xs[2];
     kern_cuda_copier *copier;
     size_t slice_docs;
+    size_t mem_total; /* the device's memory, once known (0: not yet) */
 };
 
 static int gpu_fail(int krc, store_msg *m, const char *what)
@@ -194,7 +196,8 @@ void eng_gpu_free_held(eng_gpu *g)
     dbuf *ws[] = {&g->q,         &g->q_off,     &g->ST,      &g->probes, &g->colm,      &g->bits,
                   &g->counts,    &g->docs1,     &g->approx1, &g->sel,    &g->docs2,     &g->approx2,
                   &g->docs3,     &g->scores,    &g->docs4,   &g->vals,   &g->allowed,   &g->list,
-                  &g->xs[0].dev, &g->xs[1].dev, &g->done,    &g->next,   &g->exact_all, &g->ST16};
+                  &g->xs[0].dev, &g->xs[1].dev, &g->done,    &g->next,   &g->exact_all, &g->ST16,
+                  &g->poff,      &g->pair_q,    &g->colbest};
     kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
@@ -351,6 +354,53 @@ size_t eng_gpu_resident_bytes(const idx_reader *r)
  */
 enum { TABLE_F32, TABLE_F16, TABLE_H16, TABLE_I8 };
 
+/* TARTAN_GPU_TRACE=1: a line a chunk on stderr (its stages' wall time, each ended by a
+ * download that waits for the GPU, and its exact rounds); 2: a line a round as well. For
+ * finding where a batch's time goes without a profiler. */
+static int trace_level(void)
+{
+    const char *e = getenv("TARTAN_GPU_TRACE");
+    return e ? atoi(e) : 0;
+}
+
+/* TARTAN_GPU_ROUNDS=columns: the exact rounds over [nq, widest] with holes (the former
+ * layout), for comparison; the default lists each round's pairs. */
+static int rounds_by_columns(void)
+{
+    const char *e = getenv("TARTAN_GPU_ROUNDS");
+    return e && !strcmp(e, "columns");
+}
+
+/* The exact rounds' first size and growth (ENG_GPU_FIRST_BATCH, ENG_GPU_BATCH_GROWTH), or
+ * the environment's name's value within [lo, hi], for comparison. */
+static double round_knob(const char *name, double def, double lo, double hi)
+{
+    const char *e = getenv(name);
+    double v = e ? strtod(e, NULL) : def;
+    return v >= lo && v <= hi ? v : def;
+}
+
+/* The score table's budget: a 64th of the device's memory, from ST_BUDGET up to twice that
+ * (TARTAN_GPU_TABLE_MB, 64 to 16384, for comparison); the candidate matrices' budget keeps its
+ * ratio to it. Why: a chunk's exact rounds end when its last query stops, so a chunk of more
+ * queries takes fewer rounds and fills the GPU better in each. At 1M documents (K 131,072) on
+ * an H200, 64 queries a chunk (1 GiB) gave 8,506-9,223 queries/s and 128 (2 GiB) 8,893-9,515
+ * in the same calls; 4 and 8 GiB no more (8,746, 8,616). */
+static size_t table_budget(eng_gpu *g)
+{
+    const char *e = getenv("TARTAN_GPU_TABLE_MB");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    if (v >= 64 && v <= 16384)
+        return (size_t)v << 20;
+    if (!g->mem_total) {
+        size_t fr = 0;
+        if (kern_cuda_mem_info(&fr, &g->mem_total))
+            g->mem_total = 1; /* unknown: the smallest budget */
+    }
+    size_t b = g->mem_total / 64;
+    return b < ST_BUDGET ? ST_BUDGET : b > 2 * ST_BUDGET ? 2 * ST_BUDGET : b;
+}
+
 static int table_choice(void)
 {
     const char *e = getenv("TARTAN_GPU_TABLE");
@@ -446,14 +496,18 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
            (words - (from >> 5) - ((from & 31) ? 1 : 0)) * sizeof(uint32_t));
     if (from & 31)
         g->h_live[from >> 5] &= (1u << (from & 31)) - 1;
-    if (!g->s_codes) {
+    /* Each staging buffer on its own: after a failed allocation of one, the next load
+     * allocates what is missing (testing the first alone had left the others NULL). */
+    if (!g->s_codes)
         g->s_codes = malloc(STAGE_TOKENS * 4);
+    if (!g->s_ucodes)
         g->s_ucodes = malloc(STAGE_TOKENS * 4);
+    if (!g->s_res)
         g->s_res = malloc(STAGE_TOKENS * (g->rbytes ? g->rbytes : 1));
+    if (!g->s_norms)
         g->s_norms = malloc(STAGE_TOKENS * 4);
-        if (!g->s_codes || !g->s_ucodes || !g->s_res || !g->s_norms)
-            return store_fail(m, ENOMEM, "GPU search: out of memory for staging");
-    }
+    if (!g->s_codes || !g->s_ucodes || !g->s_res || !g->s_norms)
+        return store_fail(m, ENOMEM, "GPU search: out of memory for staging");
     g->s_n = g->s_un = 0;
     int verify = r->verify;
     if (full) {
@@ -685,6 +739,7 @@ typedef struct chunk {
     size_t T;          /* tokens */
     int narrow;        /* ST16 holds a copy of the table for the interaction: TABLE_H16 (fp16),
                         * TABLE_I8 (int8), or 0: none */
+    int colbest;       /* the table kernel wrote each column's best into g->colbest */
 } chunk;
 
 /* Whether the centroid interaction reads each document's distinct codes (the default) or
@@ -721,7 +776,8 @@ static int interaction(eng_gpu *g, const chunk *c, const uint32_t *docs, size_t 
 /* The exact stage over docs [nq, per_q] (or the one list with cross) of the mirror, or in
  * streaming mode of documents copied over for it. */
 static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t *docs,
-                       size_t per_q, int cross, const xslot *staged, float *scores, store_msg *m)
+                       size_t per_q, int cross, const uint32_t *pair_q, const xslot *staged,
+                       float *scores, store_msg *m)
 {
     kern_cuda_exact a = {
         .dim = g->dim,
@@ -741,12 +797,13 @@ static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t
         .docs = docs,
         .per_q = per_q,
         .cross = cross,
+        .pair_q = pair_q,
     };
     if (staged) {
         slot_args(staged, &a);
     } else if (g->mode == TARTAN_GPU_STREAMING) {
         /* The documents of this stage, read now (one round trip for their numbers). */
-        size_t n = cross ? per_q : c->nq * per_q;
+        size_t n = cross || pair_q ? per_q : c->nq * per_q;
         uint32_t *h = malloc((n ? n : 1) * 4);
         if (!h)
             return store_fail(m, ENOMEM, "GPU search: out of memory");
@@ -863,7 +920,7 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
             rc = gpu_fail(krc, m, "copy");
             break;
         }
-        if ((rc = exact_stage(g, r, c, list + s0, n, 1, &g->xs[slot], g->scores.p, m)) ||
+        if ((rc = exact_stage(g, r, c, list + s0, n, 1, NULL, &g->xs[slot], g->scores.p, m)) ||
             (rc = final_topk(g, c, g->scores.p, n, list + s0, 1, kk, m)))
             break;
         if ((krc = kern_cuda_copier_release(g->copier, slot))) {
@@ -902,12 +959,15 @@ static int exhaustive_slices(eng_gpu *g, idx_reader *r, const eng_search *s, con
  * documents go to docs4 / vals (*k lowered to what fits). *n_exact: exact scores counted.
  */
 static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const chunk *c,
-                           size_t width, size_t *n_exact, size_t *k, eng_stage_stats *st,
-                           double *t0, store_msg *m)
+                           size_t width, const int64_t *counts, size_t *n_exact, size_t *k,
+                           eng_stage_stats *st, double *t0, store_msg *m)
 {
+    const int trace = trace_level();
     const size_t nq = c->nq;
     const size_t cap = s->depth_cap < width ? s->depth_cap : width;
-    const size_t first = 2 * s->k > ENG_GPU_FIRST_BATCH ? 2 * s->k : ENG_GPU_FIRST_BATCH;
+    const size_t first0 = round_knob("TARTAN_GPU_FIRST", ENG_GPU_FIRST_BATCH, 16, 4096);
+    const double growth = round_knob("TARTAN_GPU_GROWTH", ENG_GPU_BATCH_GROWTH, 1.2, 10.0);
+    const size_t first = 2 * s->k > first0 ? 2 * s->k : first0;
     int rc, krc = 0;
     if ((rc = dbuf_need(&g->done, nq * 8, 0, m)) || (rc = dbuf_need(&g->next, nq * 8, 0, m)) ||
         (rc = dbuf_need(&g->exact_all, nq * cap * 4, 0, m)) ||
@@ -915,22 +975,26 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         (rc = dbuf_need(&g->approx2, nq * cap * 4, 0, m)) ||
         (rc = dbuf_need(&g->docs2, nq * cap * 4, 0, m)) ||
         (rc = dbuf_need(&g->docs3, nq * cap * 4, 0, m)) ||
-        (rc = dbuf_need(&g->scores, nq * cap * 4, 0, m)))
+        (rc = dbuf_need(&g->scores, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->pair_q, nq * cap * 4, 0, m)) ||
+        (rc = dbuf_need(&g->poff, (nq + 1) * 8, 0, m)))
         return rc;
     if ((rc = interaction(g, c, g->docs1.p, width, s->prune, NULL, 0, s->threshold, g->approx1.p,
                           m)))
         return rc;
-    double t1 = eng_now();
-    st->prune += t1 - *t0;
-    *t0 = t1;
-    int64_t *h = malloc(nq * 3 * 8);
+    int64_t *h = malloc((nq * 3 + 1) * 8);
     if (!h)
         return store_fail(m, ENOMEM, "GPU search: out of memory");
-    int64_t *cnt = h, *done = h + nq, *next = h + 2 * nq;
-    if ((krc = kern_cuda_download(cnt, g->counts.p, nq * 8)))
+    int64_t *done = h, *next = h + nq, *poff = h + 2 * nq;
+    const int columns = rounds_by_columns();
+    if (trace && (krc = kern_cuda_sync()))
         goto dev_fail;
+    double t1 = eng_now();
+    const double t_ix = t1 - *t0;
+    st->prune += t1 - *t0; /* the launch alone, unless traced: the kernels run on */
+    *t0 = t1;
     for (size_t q = 0; q < nq; q++) {
-        size_t v = (size_t)cnt[q] < cap ? (size_t)cnt[q] : cap;
+        size_t v = (size_t)counts[q] < cap ? (size_t)counts[q] : cap;
         done[q] = 0;
         next[q] = (int64_t)(first < v ? first : v);
     }
@@ -949,27 +1013,58 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
         (krc = kern_cuda_gather_docs(g->docs1.p, width, g->sel.p, nq, cap, g->docs2.p)))
         goto dev_fail;
     size_t D = 0; /* columns scored as far as any query went */
+    int rounds = 0;
+    size_t pairs = 0;
     for (;;) {
-        size_t dn = 0, dmin = SIZE_MAX;
+        /* The round: query q's columns [done[q], next[q]). */
+        size_t dn = 0, dmin = SIZE_MAX, np = 0, act = 0;
+        poff[0] = 0;
         for (size_t q = 0; q < nq; q++) {
             dn = (size_t)next[q] > dn ? (size_t)next[q] : dn;
-            if (next[q] > done[q] && (size_t)done[q] < dmin)
+            const size_t w = next[q] > done[q] ? (size_t)(next[q] - done[q]) : 0;
+            if (w && (size_t)done[q] < dmin)
                 dmin = (size_t)done[q];
+            np += w;
+            act += w > 0;
+            poff[q + 1] = (int64_t)np;
         }
-        if (dmin == SIZE_MAX)
+        if (np == 0)
             break; /* every query has stopped */
-        if ((krc = kern_cuda_take_columns(g->docs2.p, cap, dmin, dn, g->done.p, g->next.p, nq,
-                                          g->docs3.p)))
-            goto dev_fail;
-        D = dn;
-        if ((rc = exact_stage(g, r, c, g->docs3.p, dn - dmin, 0, NULL, g->scores.p, m)))
-            goto fail;
-        if ((krc = kern_cuda_scatter_columns(g->scores.p, dn - dmin, dmin, g->done.p, g->next.p, nq,
-                                             g->exact_all.p, cap)) ||
-            (krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
+        if (trace > 1)
+            fprintf(stderr,
+                    "tartan trace: round %d: columns %zu-%zu, %zu queries, %zu pairs, "
+                    "%.3f ms\n",
+                    rounds, dmin, dn, act, np, 1e3 * (eng_now() - t1));
+        pairs += np;
+        rounds++;
+        D = dn > D ? dn : D;
+        if (columns) {
+            /* The former layout, for comparison: [nq, dn - dmin] with holes. */
+            if ((krc = kern_cuda_take_columns(g->docs2.p, cap, dmin, dn, g->done.p, g->next.p, nq,
+                                              g->docs3.p)))
+                goto dev_fail;
+            if ((rc = exact_stage(g, r, c, g->docs3.p, dn - dmin, 0, NULL, NULL, g->scores.p, m)))
+                goto fail;
+            if ((krc = kern_cuda_scatter_columns(g->scores.p, dn - dmin, dmin, g->done.p, g->next.p,
+                                                 nq, g->exact_all.p, cap)))
+                goto dev_fail;
+        } else {
+            /* The round's pairs as one list: a round where a few queries go on is a few pairs,
+             * not nq rows as wide as the widest (which the exact kernel claimed one by one). */
+            if ((krc = kern_cuda_upload(g->poff.p, poff, (nq + 1) * 8)) ||
+                (krc = kern_cuda_round_pairs(g->docs2.p, cap, g->done.p, g->poff.p, nq, np,
+                                             g->docs3.p, g->pair_q.p)))
+                goto dev_fail;
+            if ((rc = exact_stage(g, r, c, g->docs3.p, np, 0, g->pair_q.p, NULL, g->scores.p, m)))
+                goto fail;
+            if ((krc = kern_cuda_round_scatter(g->scores.p, g->pair_q.p, np, g->done.p, g->poff.p,
+                                               g->exact_all.p, cap)))
+                goto dev_fail;
+        }
+        if ((krc = kern_cuda_copy_d2d(g->done.p, g->next.p, nq * 8)) ||
             (krc = kern_cuda_adaptive_next(g->exact_all.p, cap, g->approx2.p, cap, g->done.p,
-                                           g->counts.p, g->approx1.p, width, nq, s->k, s->z,
-                                           s->tail_eps, ENG_GPU_BATCH_GROWTH, cap, g->next.p)))
+                                           g->counts.p, nq, s->k, s->z, s->tail_eps, growth, cap,
+                                           g->next.p)))
             goto dev_fail;
         memcpy(done, next, nq * 8);
         if ((krc = kern_cuda_download(next, g->next.p, nq * 8)))
@@ -978,6 +1073,11 @@ static int adaptive_stages(eng_gpu *g, idx_reader *r, const eng_search *s, const
     *n_exact = 0;
     for (size_t q = 0; q < nq; q++)
         *n_exact += (size_t)done[q];
+    if (trace)
+        fprintf(stderr,
+                "tartan trace: chunk %zu queries, %zu candidate columns: interaction %.3f ms, "
+                "%d exact rounds %.3f ms (%zu pairs scored, %zu columns of work)\n",
+                nq, width, 1e3 * t_ix, rounds, 1e3 * (eng_now() - t1), pairs, nq * D);
     free(h);
     h = NULL;
     if (D == 0) {
@@ -1032,7 +1132,8 @@ static int probe_and_mark(eng_gpu *g, const eng_search *s, const chunk *c, enum 
             return gpu_fail(krc, m, "upload");
         colm = g->colm.p;
     }
-    int krc = kern_cuda_probe(g->ST.p, g->K, c->T, s->ncells, margin, colm, g->probes.p);
+    int krc = kern_cuda_probe(g->ST.p, g->K, c->T, s->ncells, margin, colm,
+                              c->colbest ? g->colbest.p : NULL, g->probes.p);
     if (!krc)
         krc = kern_cuda_candidates_mark(
             g->probes.p, s->ncells, g->q_off.p, c->h_off, c->nq, g->ivf_off.p, g->ivf_docs.p,
@@ -1067,13 +1168,22 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
     const size_t elem = c->narrow == TABLE_I8 ? 1 : 2;
     if (c->narrow && (rc = dbuf_need(&g->ST16, (K * c->T + KERN_CUDA_ST_SLACK) * elem, 0, m)))
         return rc;
+    /* Each column's best, for the probe's margin, found as the table is written (the probe
+     * would read the table once more for it); TARTAN_GPU_COLBEST=probe: by the probe, for
+     * comparison. */
+    const char *cb = getenv("TARTAN_GPU_COLBEST");
+    c->colbest = g->c16_ok && !exhaustive && !s->subset_exact && s->margin < INFINITY &&
+                 !(cb && !strcmp(cb, "probe"));
+    if (c->colbest && (rc = dbuf_need(&g->colbest, c->T * sizeof(unsigned), 0, m)))
+        return rc;
+    unsigned *colbest = c->colbest ? g->colbest.p : NULL;
     KTRY(!g->c16_ok
              ? kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim, g->ST.p)
          : c->narrow == TABLE_I8
              ? kern_cuda_centroid_scores_f16_i8(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
-                                                g->ST16.p)
+                                                g->ST16.p, colbest)
              : kern_cuda_centroid_scores_f16(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
-                                             c->narrow ? g->ST16.p : NULL),
+                                             c->narrow ? g->ST16.p : NULL, colbest),
          "centroid scores");
 
     const uint32_t *list = NULL;
@@ -1095,7 +1205,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         /* Every listed document against every query of the chunk. */
         if ((rc = dbuf_need(&g->scores, nq * n_list * 4, 0, m)))
             return rc;
-        if ((rc = exact_stage(g, r, c, list, n_list, 1, NULL, g->scores.p, m)))
+        if ((rc = exact_stage(g, r, c, list, n_list, 1, NULL, NULL, g->scores.p, m)))
             return rc;
         size_t kk = k < n_list ? k : n_list;
         if ((rc = final_topk(g, c, g->scores.p, n_list, list, 1, kk, m)))
@@ -1166,13 +1276,18 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
                     n3sum += (size_t)cnt[i] < n3 ? (size_t)cnt[i] : n3;
             }
         }
-        free(cnt);
-        if (krc)
+        if (krc) {
+            free(cnt);
             return gpu_fail(krc, m, "download");
+        }
         double t1 = eng_now();
         st->cand += t1 - t0;
+        if (trace_level())
+            fprintf(stderr, "tartan trace: chunk %zu queries, %zu tokens: candidates %.3f ms\n", nq,
+                    c->T, 1e3 * (t1 - t0));
         t0 = t1;
         if (width == 0) {
+            free(cnt);
             /* No candidates: the bitmaps are still all zero. */
             g->bits_dirty = 0;
             for (size_t i = 0; i < nq; i++)
@@ -1186,12 +1301,18 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             (rc = dbuf_need(&g->approx2, nq * n2 * 4, 0, m)) ||
             (rc = dbuf_need(&g->vals, nq * n2 * 4, 0, m)) ||
             (rc = dbuf_need(&g->docs3, nq * n3 * 4, 0, m)) ||
-            (rc = dbuf_need(&g->scores, nq * n3 * 4, 0, m)))
+            (rc = dbuf_need(&g->scores, nq * n3 * 4, 0, m))) {
+            free(cnt);
             return rc;
-        KTRY(kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width), "candidates");
+        }
+        if ((krc = kern_cuda_candidates_take(g->bits.p, nq, words, g->docs1.p, width))) {
+            free(cnt);
+            return gpu_fail(krc, m, "candidates");
+        }
         g->bits_dirty = 0;
         if (s->adaptive) {
-            rc = adaptive_stages(g, r, s, c, width, &n3sum, &k, st, &t0, m);
+            rc = adaptive_stages(g, r, s, c, width, cnt, &n3sum, &k, st, &t0, m);
+            free(cnt);
             if (rc)
                 return rc;
             st->n_exact += n3sum;
@@ -1203,6 +1324,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
             }
             goto hits;
         }
+        free(cnt);
         /* Stage 2: pruned, except for queries with few enough candidates to score them all. */
         if ((rc = interaction(g, c, g->docs1.p, width, 1, g->counts.p, (int64_t)s->ndocs_exact,
                               s->threshold, g->approx1.p, m)))
@@ -1220,7 +1342,7 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         st->prune += t1 - t0;
         t0 = t1;
         /* Stage 4. */
-        if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, NULL, g->scores.p, m)))
+        if ((rc = exact_stage(g, r, c, g->docs3.p, n3, 0, NULL, NULL, g->scores.p, m)))
             return rc;
         size_t kk = k < n3 ? k : n3;
         if ((rc = final_topk(g, c, g->scores.p, n3, g->docs3.p, 0, kk, m)))
@@ -1274,13 +1396,14 @@ static int run_search(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaus
         if (s->n_allowed)
             KTRY(kern_cuda_upload(g->list.p, s->allowed_list, s->n_allowed * 4), "upload");
     }
-    /* Chunks: the score table within ST_BUDGET; the candidate or score matrices within
-     * MATRIX_BUDGET at their largest (every document a candidate). */
-    size_t t_budget = ST_BUDGET / ((size_t)g->K * 4);
+    /* Chunks: the score table within its budget; the candidate or score matrices within
+     * twice that at their largest (every document a candidate). */
+    const size_t budget = table_budget(g);
+    size_t t_budget = budget / ((size_t)g->K * 4);
     size_t per_query = exhaustive || s->subset_exact
                            ? (s->allowed ? s->n_allowed : g->n_alive) * 4
                            : ((size_t)g->next_docno + 1) * 12;
-    size_t q_budget = MATRIX_BUDGET / (per_query ? per_query : 1);
+    size_t q_budget = budget * (MATRIX_BUDGET / ST_BUDGET) / (per_query ? per_query : 1);
     if (q_budget < 1)
         q_budget = 1;
     if (q_budget > 65535)

@@ -360,9 +360,9 @@ int kern_cuda_cluster_sums(const float *x, size_t n, size_t dim, const uint32_t 
 }
 
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                  size_t dim, float *ST, uint16_t *ST16)
+                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest)
 {
-    (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST16;
+    (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST16, (void)colbest;
     return no_cuda();
 }
 
@@ -379,9 +379,9 @@ int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_ce
 }
 
 int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                     size_t dim, float *ST, int8_t *ST8)
+                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest)
 {
-    (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST8;
+    (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST8, (void)colbest;
     return no_cuda();
 }
 
@@ -398,9 +398,24 @@ int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centro
 }
 
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    const float *col_margin, int32_t *probes)
+                    const float *col_margin, const unsigned *colbest, int32_t *probes)
 {
-    (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)col_margin, (void)probes;
+    (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)col_margin, (void)colbest;
+    (void)probes;
+    return no_cuda();
+}
+
+int kern_cuda_round_pairs(const uint32_t *in, size_t width, const int64_t *lo, const int64_t *poff,
+                          size_t nq, size_t n_pairs, uint32_t *docs, uint32_t *pair_q)
+{
+    (void)in, (void)width, (void)lo, (void)poff, (void)nq, (void)n_pairs, (void)docs, (void)pair_q;
+    return no_cuda();
+}
+
+int kern_cuda_round_scatter(const float *scores, const uint32_t *pair_q, size_t n_pairs,
+                            const int64_t *lo, const int64_t *poff, float *E, size_t ldE)
+{
+    (void)scores, (void)pair_q, (void)n_pairs, (void)lo, (void)poff, (void)E, (void)ldE;
     return no_cuda();
 }
 
@@ -419,12 +434,11 @@ int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_
 }
 
 int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
-                            const int64_t *done, const int64_t *counts, const float *approx,
-                            size_t width, size_t nq, size_t k, float z, double eps, double growth,
-                            size_t cap, int64_t *next)
+                            const int64_t *done, const int64_t *counts, size_t nq, size_t k,
+                            float z, double eps, double growth, size_t cap, int64_t *next)
 {
-    (void)E, (void)ldE, (void)sorted, (void)lds, (void)done, (void)counts, (void)approx;
-    (void)width, (void)nq, (void)k, (void)z, (void)eps, (void)growth, (void)cap, (void)next;
+    (void)E, (void)ldE, (void)sorted, (void)lds, (void)done, (void)counts, (void)nq, (void)k;
+    (void)z, (void)eps, (void)growth, (void)cap, (void)next;
     return no_cuda();
 }
 

@@ -258,6 +258,7 @@ typedef struct kern_pdoc {
     const uint8_t *residuals; /* [ntok, dim * nbits / 8] */
     const float *inv_norms;   /* [ntok] */
     uint32_t ntok;
+    uint32_t q; /* the pair's query, where the GPU's exact stage takes a list of pairs */
 } kern_pdoc;
 
 typedef struct kern_residual {
@@ -367,19 +368,24 @@ float kern_topk_threshold(const kern_topk *t);
  * the same scores rounded to fp16 (nearest even). dim % 16 == 0, c16 and tokens 16-byte
  * aligned; KERN_EINVAL otherwise (use kern_centroid_scores). */
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                  size_t dim, float *ST, uint16_t *ST16);
+                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest);
 /* The same, with ST8 (device, 2-byte aligned; NULL: none) receiving the scores as int8
- * (kern_f32_to_i8) instead of fp16. */
+ * (kern_f32_to_i8) instead of fp16. Both: colbest (device, [nt]; NULL: none) receives each
+ * column's best score (NaN left out) as an order key (kern_cuda_probe), 0 for a column with
+ * none above -inf: what kern_cuda_probe would find first, found as the table is written. */
 int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                     size_t dim, float *ST, int8_t *ST8);
+                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest);
 
 /* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
  * nt = ld columns of ST [K, ld]; of those, only the ones whose score is within margin of the
  * token's best (margin >= 0; INFINITY: all), the others -1. col_margin (device, [ld], or NULL)
  * gives each column its own margin instead, margin then being the largest of them (INFINITY
- * when any is); a column whose margin is negative probes nothing (all -1). */
+ * when any is); a column whose margin is negative probes nothing (all -1). colbest (device,
+ * [ld], or NULL): each column's best score as an order key (the float's bits, all of them
+ * flipped where negative, the top bit set where not; 0: none), as the table kernels give it;
+ * NULL: found here with a finite margin (a pass over ST). */
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    const float *col_margin, int32_t *probes);
+                    const float *col_margin, const unsigned *colbest, int32_t *probes);
 
 /*
  * Candidates, counted: for each query q, the union of the inverted lists (CSR: ivf_off [K + 1]
@@ -443,6 +449,17 @@ int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centro
  * column lies outside [lo[q], hi[q]) (lo, hi: int64 [nq] on the device, or NULL: no bound).
  * scatter_columns: E[q, c0 + j] = in[q, j] (in [nq, w]) where lo[q] <= c0 + j < hi[q].
  */
+/*
+ * The pairs of a round as one list, no holes: query q's poff[q + 1] - poff[q] columns of in
+ * [nq, width] from lo[q] on, in turn, its first at poff[q] (poff [nq + 1]: exclusive sums of
+ * the queries' counts, on the device; n_pairs = poff[nq]): docs[i] = in[q, lo[q] + i -
+ * poff[q]], pair_q[i] = q.
+ * round_scatter: E[q, lo[q] + i - poff[q]] = scores[i] for every pair i of pair_q.
+ */
+int kern_cuda_round_pairs(const uint32_t *in, size_t width, const int64_t *lo, const int64_t *poff,
+                          size_t nq, size_t n_pairs, uint32_t *docs, uint32_t *pair_q);
+int kern_cuda_round_scatter(const float *scores, const uint32_t *pair_q, size_t n_pairs,
+                            const int64_t *lo, const int64_t *poff, float *E, size_t ldE);
 int kern_cuda_take_columns(const uint32_t *in, size_t width, size_t c0, size_t c1,
                            const int64_t *lo, const int64_t *hi, size_t nq, uint32_t *out);
 int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_t *lo,
@@ -451,9 +468,10 @@ int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_
 /*
  * The stopping rule, per query q with n = done[q] candidates scored: with mu and sd the mean
  * and standard deviation of E - sorted over its first n columns (sorted [nq, lds]: the
- * candidates' approximate scores in descending order) and theta the k-th best of those exact
- * scores, the candidates whose approximate score (approx [nq, width], every candidate, NaN
- * past counts[q]) reaches theta - mu - z sd number c, and m is eng_tail_need's bound over
+ * candidates' approximate scores in descending order, at least min(counts[q], cap) of them: the
+ * best of every candidate's) and theta the k-th best of those exact scores, the candidates
+ * whose approximate score reaches theta - mu - z sd number c (sorted holds all of them that
+ * count: c is only ever taken up to min(counts[q], cap)), and m is eng_tail_need's bound over
  * sorted's first min(counts[q], cap) columns (the smallest m >= n whose remaining candidates'
  * chances to beat theta sum to at most eps), taken up to the growth limit; next[q] =
  * min(max(c, m), ceil(n * growth), min(counts[q], cap)), or n when that is not more than n,
@@ -461,9 +479,8 @@ int kern_cuda_scatter_columns(const float *in, size_t w, size_t c0, const int64_
  * device, int64 where integer.
  */
 int kern_cuda_adaptive_next(const float *E, size_t ldE, const float *sorted, size_t lds,
-                            const int64_t *done, const int64_t *counts, const float *approx,
-                            size_t width, size_t nq, size_t k, float z, double eps, double growth,
-                            size_t cap, int64_t *next);
+                            const int64_t *done, const int64_t *counts, size_t nq, size_t k,
+                            float z, double eps, double growth, size_t cap, int64_t *next);
 
 /* out[q, j] = in[q, sel[q, j]] (KERN_NO_DOC where sel is negative), for j < k of sel [nq, k]
  * and in [nq, width]; width 0: in is one list for every query, out[q, j] = in[sel[q, j]]. */
@@ -498,6 +515,9 @@ typedef struct kern_cuda_exact {
     const uint32_t *docs;
     size_t per_q;
     int cross;
+    /* A list of pairs instead of [nq, per_q]: pair i (i < per_q) is docs[i] against query
+     * pair_q[i] (< nq), its score scores[i]. Not with cross. */
+    const uint32_t *pair_q;
 } kern_cuda_exact;
 
 int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores);

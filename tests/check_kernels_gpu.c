@@ -35,6 +35,16 @@ static void *dev_put(const void *src, size_t bytes)
     return p;
 }
 
+/* x as kern_cuda_probe's order key (0: no value above -inf). */
+static unsigned float_key(float x)
+{
+    if (!(x > -INFINITY))
+        return 0;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 /* A device buffer of n floats filled with NaN. */
 static float *dev_poisoned(size_t n)
 {
@@ -654,15 +664,38 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
                     s8 = dev_put(poison, bytes);
                 free(poison);
             }
+            /* Two cases in three ask for each column's best as well, into poison. */
+            unsigned *cb = NULL;
+            if ((rep + di) % 3 != 1) {
+                unsigned *poison = malloc(nt * sizeof *poison);
+                for (size_t j = 0; j < nt; j++)
+                    poison[j] = 0x5a5a5a5au;
+                cb = dev_put(poison, nt * sizeof *poison);
+                free(poison);
+            }
             if (copy == 2)
-                expect_ok(kern_cuda_centroid_scores_f16_i8(c16d, nc, qd, nt, dim, sd, s8));
+                expect_ok(kern_cuda_centroid_scores_f16_i8(c16d, nc, qd, nt, dim, sd, s8, cb));
             else
-                expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16));
+                expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16, cb));
             expect_ok(kern_centroid_scores(KERN_DEV_CUDA, cd, nc, qd, nt, dim, s32));
             float *got = dev_get_floats(sd, nc * nt), *g32 = dev_get_floats(s32, nc * nt);
             double *ref, *mag;
             ref_products(c, nc, q, nt, dim, &ref, &mag);
             compare("centroid_scores_f16", got, ref, mag, nc * nt, 4e-6, 1e-7, 2e-6);
+            if (cb) {
+                /* Each column's best: the key of the largest of its nc scores as written. */
+                unsigned *hb = malloc(nt * sizeof *hb);
+                ck_assert_int_eq(kern_gpu_copy(hb, cb, nt * sizeof *hb, 0), KERN_OK);
+                for (size_t j = 0; j < nt; j++) {
+                    float best = -INFINITY;
+                    for (size_t r = 0; r < nc; r++)
+                        best = fmaxf(best, got[r * nt + j]);
+                    ck_assert_msg(hb[j] == float_key(best), "column %zu's best: %08x, want %08x", j,
+                                  hb[j], float_key(best));
+                }
+                free(hb);
+                kern_gpu_free(cb);
+            }
             if (s16) {
                 /* The fp16 copy: each fp32 score rounded to nearest even. */
                 uint16_t *h16 = malloc(nc * nt * 2);
@@ -697,10 +730,12 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
     /* What it cannot take: a dim not a multiple of 16, unaligned tokens, NULL. */
     float *qd = dev_poisoned(64), *sd = dev_poisoned(64);
     uint16_t *cd = dev_put((uint16_t[64]){0}, 128);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 24, sd, NULL), KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd + 1, 1, 16, sd, NULL), KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(NULL, 2, qd, 2, 16, sd, NULL), KERN_EINVAL);
-    expect_ok(kern_cuda_centroid_scores_f16(cd, 0, qd, 2, 16, sd, NULL));
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 24, sd, NULL, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd + 1, 1, 16, sd, NULL, NULL),
+                     KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(NULL, 2, qd, 2, 16, sd, NULL, NULL),
+                     KERN_EINVAL);
+    expect_ok(kern_cuda_centroid_scores_f16(cd, 0, qd, 2, 16, sd, NULL, NULL));
     kern_gpu_free(qd), kern_gpu_free(sd), kern_gpu_free(cd);
 }
 END_TEST
@@ -1163,6 +1198,44 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     got[4] = exact_on_gpu(&x);
     kern_gpu_tune.residual_afpack = 0;
     kern_gpu_tune.residual_path = saved;
+    if (!cross) {
+        /* A list of pairs (pair_q: the exact rounds of GPU search), about 70% of them in
+         * order: each scores what the same pair scored in the [nq, per_q] layout, bit for bit,
+         * on each path. */
+        uint32_t *ld = malloc(pairs * 4 + 4), *lq = malloc(pairs * 4 + 4);
+        size_t *from = malloc(pairs * sizeof *from + 8), np = 0;
+        for (size_t n = 0; n < pairs; n++)
+            if (rnd() % 10 < 7) {
+                ld[np] = docs[n];
+                lq[np] = (uint32_t)(n / per_q);
+                from[np++] = n;
+            }
+        if (np) {
+            exact_set y = x;
+            y.a.docs = dev_put(ld, np * 4);
+            y.a.pair_q = dev_put(lq, np * 4);
+            y.a.per_q = np;
+            y.pairs = np;
+            for (int path = 0; path < 4; path++) {
+                kern_gpu_tune.residual_path = path < 3 ? path : 1;
+                kern_gpu_tune.residual_afpack = path < 3 ? 0 : 2;
+                float *gl = exact_on_gpu(&y);
+                for (size_t i = 0; i < np; i++)
+                    ck_assert_msg(memcmp(&gl[i], &got[path < 3 ? path : 4][from[i]], 4) == 0,
+                                  "%s: pair list, path %d, pair %zu: %g against %g", what, path,
+                                  from[i], gl[i], got[path < 3 ? path : 4][from[i]]);
+                free(gl);
+            }
+            kern_gpu_tune.residual_afpack = 0;
+            kern_gpu_tune.residual_path = saved;
+            y.a.cross = 1; /* a list is not crossed */
+            float *sd = dev_poisoned(np);
+            ck_assert_int_eq(kern_cuda_exact_scores(&y.a, sd), KERN_EINVAL);
+            kern_gpu_free(sd);
+            kern_gpu_free((void *)y.a.docs), kern_gpu_free((void *)y.a.pair_q);
+        }
+        free(ld), free(lq), free(from);
+    }
     /* The aggregate error is an estimate from the scored pairs: with few of them (nq 3 per_q 1
      * scores at most 3) it spreads as 1/sqrt(count), so its bound widens below 16 pairs; the
      * per-pair bound stays. */
@@ -1342,6 +1415,9 @@ START_TEST(test_kernels_gpu_topk_matches_reference)
     /* The multi-kernel path over many rows (the scan's four rows a block, the last partial). */
     run_topk(37, 70000, 300, 0);
     run_topk(9, 100000, 2000, 1);
+    run_topk(5, 70000, 4096, 1);  /* the sort's largest rows (the adaptive search's depth cap) */
+    run_topk(3, 90000, 3000, 0);  /* padded to 4,096 */
+    run_topk(2, 200000, 6000, 0); /* beyond the sort: counted ranks */
     run_topk(4, 5000, 1, 0);
     run_topk(2, 50, 80, 0);    /* fewer qualify than k */
     run_topk(32, 3000, 64, 1); /* a query's tokens x centroids: top ncells */
@@ -1375,8 +1451,27 @@ static void run_probe_how(size_t K, size_t ld, size_t n, float margin, int cols)
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, NULL, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
+    {
+        /* The columns' best given (as the table kernel writes them): the same probes. */
+        unsigned *cb = malloc(ld * sizeof *cb);
+        int32_t *h2 = malloc(ld * n * sizeof *h2);
+        for (size_t j = 0; j < ld; j++) {
+            float best = -INFINITY;
+            for (size_t r = 0; r < K; r++)
+                best = fmaxf(best, st[r * ld + j]);
+            cb[j] = float_key(best);
+        }
+        unsigned *d_cb = dev_put(cb, ld * sizeof *cb);
+        int32_t *d_pr2 = dev_put(h, ld * n * sizeof *h);
+        ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_cb, d_pr2), KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(h2, d_pr2, ld * n * sizeof *h2, 0), KERN_OK);
+        ck_assert_msg(memcmp(h, h2, ld * n * sizeof *h) == 0,
+                      "K %zu: other probes with the columns' best given", K);
+        kern_gpu_free(d_cb), kern_gpu_free(d_pr2);
+        free(cb), free(h2);
+    }
     for (size_t j = 0; j < ld; j++) {
         const float mj = cols ? cm[j] : margin;
         if (mj < 0.f) {
@@ -1427,7 +1522,7 @@ static void run_probe_equal(size_t K, size_t ld, size_t n)
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, NULL, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, NULL, NULL, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
     for (size_t j = 0; j < ld; j++)
         for (size_t t = 0; t < n; t++)
@@ -1464,7 +1559,10 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         size_t v = kind == 0 ? urnd(0, (int)k) : urnd(1, (int)width);
         cnt[q] = (int64_t)v;
         size_t lim = v < ldE ? v : ldE;
-        done[q] = kind == 1 ? (int64_t)lim : (int64_t)(int)urnd(0, (int)lim);
+        /* tail_matters 2: done at least 9,000 where it can be, so that a round reaches past the
+         * 4,096 chances the kernel keeps in shared memory. */
+        const int lo = tail_matters == 2 && lim > 9000 ? 9000 : 0;
+        done[q] = kind == 1 ? (int64_t)lim : (int64_t)(int)urnd(lo, (int)lim);
         /* tail_matters: scores close together against the error's spread, so that many
          * candidates sit within a few sd of the z rule's bound (with the spread ones a call
          * left the tail nothing to decide in a third of the runs, simulated). */
@@ -1489,8 +1587,8 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
     for (size_t i = 0; i < nq; i++)
         next[i] = -9;
     int64_t *d_next = dev_put(next, nq * 8);
-    ck_assert_int_eq(kern_cuda_adaptive_next(d_E, ldE, d_so, width, d_done, d_cnt, d_ap, width, nq,
-                                             k, z, eps, 1.5, cap, d_next),
+    ck_assert_int_eq(kern_cuda_adaptive_next(d_E, ldE, d_so, width, d_done, d_cnt, nq, k, z, eps,
+                                             1.5, cap, d_next),
                      KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(next, d_next, nq * 8, 0), KERN_OK);
     for (size_t q = 0; q < nq; q++) {
@@ -1545,9 +1643,9 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         ck_assert_msg(next[q] == want, "query %zu (done %zu, candidates %zu): next %lld, want %lld",
                       q, n, (size_t)cnt[q], (long long)next[q], (long long)want);
     }
-    if (tail_matters)
+    if (tail_matters == 1)
         ck_assert_msg(by_tail > 0, "the tail bound decided no query");
-    else
+    else if (!tail_matters)
         ck_assert_uint_eq(by_tail, 0);
     /* take_columns and scatter_columns over [lo, hi) = [done, next). */
     uint32_t *docs = malloc(nq * width * 4), *cols = malloc(nq * width * 4);
@@ -1589,6 +1687,53 @@ static void run_next(size_t nq, size_t width, size_t ldE, size_t k, float z, siz
         kern_gpu_free(d_src);
         free(src), free(got);
     }
+    /* round_pairs and round_scatter: the same [done, next) of every query as one list. */
+    if (ldE <= width) {
+        int64_t *poff = malloc((nq + 1) * 8);
+        poff[0] = 0;
+        for (size_t q = 0; q < nq; q++) {
+            int64_t lo = done[q] < (int64_t)ldE ? done[q] : (int64_t)ldE;
+            int64_t hi = next[q] < (int64_t)ldE ? next[q] : (int64_t)ldE;
+            poff[q + 1] = poff[q] + (hi > lo ? hi - lo : 0);
+        }
+        size_t np = (size_t)poff[nq];
+        int64_t *d_poff = dev_put(poff, (nq + 1) * 8);
+        uint32_t *pd = malloc((np + 1) * 4), *pq = malloc((np + 1) * 4);
+        for (size_t i = 0; i <= np; i++)
+            pd[i] = pq[i] = 0x5a5a5a5au;
+        uint32_t *d_pd = dev_put(pd, (np + 1) * 4), *d_pq = dev_put(pq, (np + 1) * 4);
+        ck_assert_int_eq(kern_cuda_round_pairs(d_docs, width, d_done, d_poff, nq, np, d_pd, d_pq),
+                         KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(pd, d_pd, (np + 1) * 4, 0), KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(pq, d_pq, (np + 1) * 4, 0), KERN_OK);
+        size_t i = 0;
+        for (size_t q = 0; q < nq; q++)
+            for (int64_t j = 0; j < poff[q + 1] - poff[q]; j++, i++) {
+                ck_assert_uint_eq(pq[i], q);
+                ck_assert_uint_eq(pd[i], docs[q * width + (size_t)(done[q] + j)]);
+            }
+        ck_assert_uint_eq(pd[np], 0x5a5a5a5au); /* nothing past the list */
+        float *sc = malloc((np + 1) * 4), *got = malloc(nq * ldE * 4);
+        for (size_t j = 0; j < np; j++)
+            sc[j] = 1000.f + (float)j;
+        float *d_sc = dev_put(sc, (np + 1) * 4);
+        ck_assert_int_eq(kern_gpu_copy(d_E, E, nq * ldE * 4, 1), KERN_OK);
+        ck_assert_int_eq(kern_cuda_round_scatter(d_sc, d_pq, np, d_done, d_poff, d_E, ldE),
+                         KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(got, d_E, nq * ldE * 4, 0), KERN_OK);
+        for (size_t q = 0; q < nq; q++)
+            for (size_t c = 0; c < ldE; c++) {
+                int64_t j = (int64_t)c - done[q];
+                int in = j >= 0 && j < poff[q + 1] - poff[q];
+                float want = in ? sc[poff[q] + j] : E[q * ldE + c];
+                ck_assert_msg((isnan(want) && isnan(got[q * ldE + c])) || got[q * ldE + c] == want,
+                              "round_scatter q %zu c %zu", q, c);
+            }
+        ck_assert_int_eq(kern_cuda_round_pairs(d_docs, width, d_done, NULL, nq, np, d_pd, d_pq),
+                         KERN_EINVAL);
+        kern_gpu_free(d_poff), kern_gpu_free(d_pd), kern_gpu_free(d_pq), kern_gpu_free(d_sc);
+        free(poff), free(pd), free(pq), free(sc), free(got);
+    }
     kern_gpu_free(d_ap), kern_gpu_free(d_so), kern_gpu_free(d_E), kern_gpu_free(d_done);
     kern_gpu_free(d_cnt), kern_gpu_free(d_next), kern_gpu_free(d_docs);
     free(ap), free(sorted), free(E), free(done), free(cnt), free(next), free(docs), free(cols);
@@ -1620,11 +1765,15 @@ START_TEST(test_kernels_gpu_adaptive_stages)
     run_next(60, 300, 300, 10, 1.f, 300, 0.25, 1);
     run_next(40, 1000, 1000, 100, 0.5f, 640, 2.5, 1);
     run_next(40, 5000, 4096, 10, 1.f, 4096, 0.05, 1);
+    /* A round wider than the kernel keeps in shared memory (4,096 chances): the tail's
+     * binary search computes them as it goes (whether the tail decides depends on the draw:
+     * not asserted). */
+    run_next(8, 24000, 24000, 10, 1.f, 24000, 0.05, 2);
     /* Bad arguments come back as codes. */
-    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL), KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, NULL, 1, 1, 1, 3.f, 1.0,
-                                             1.5, 1, NULL),
-                     KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL, NULL), KERN_EINVAL);
+    ck_assert_int_eq(
+        kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, 1, 1, 3.f, 1.0, 1.5, 1, NULL),
+        KERN_EINVAL);
 }
 END_TEST
 

@@ -428,6 +428,15 @@ static void expect_codes_alike(tartan_db *db, const corpus *c, tartan_search_par
         tartan_results *dist = search(db, c, ps[i], TARTAN_DEVICE_CUDA);
         fx_expect_identical(all, dist, i ? "fixed settings" : "default search");
         tartan_results_free(all);
+        if (i == 0) {
+            /* The exact rounds as lists of pairs (the default) and over the former [nq,
+             * widest] layout: the same documents scored, the same bits. */
+            setenv("TARTAN_GPU_ROUNDS", "columns", 1);
+            tartan_results *cols = search(db, c, ps[i], TARTAN_DEVICE_CUDA);
+            unsetenv("TARTAN_GPU_ROUNDS");
+            fx_expect_identical(cols, dist, "default search, rounds by columns");
+            tartan_results_free(cols);
+        }
         tartan_results_free(dist);
     }
 }

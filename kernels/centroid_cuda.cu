@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cuda_check.cuh"
+#include "order_key_cuda.cuh"
 
 namespace
 {
@@ -112,13 +113,6 @@ __device__ __forceinline__ signed char to_i8(float v)
  * t4) holds rows g and g + 8 at columns 2 t4 and 2 t4 + 1 of each tile), from (m0, n0); pairs
  * of columns as one 8-byte store where the row layout allows. S16 (NULL: none) gets the same
  * values rounded to fp16, S8 (NULL: none) as int8 (to_i8). */
-/* x as an unsigned key in the same order (kern_cuda_probe's colbest). */
-__device__ __forceinline__ unsigned best_key(float x)
-{
-    const unsigned u = __float_as_uint(x);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 __device__ __forceinline__ void store_tile(const float (&acc)[4][4][4], float *__restrict__ S,
                                            __half *__restrict__ S16, signed char *__restrict__ S8,
                                            long long m0, long long n0, long long rows,
@@ -348,7 +342,7 @@ __global__ void __launch_bounds__(256, 2)
                 for (int o = 4; o < 32; o <<= 1)
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
                 if (g == 0 && mx > -INFINITY)
-                    atomicMax(&best[wn * 32 + nt * 8 + 2 * t4 + e], best_key(mx));
+                    atomicMax(&best[wn * 32 + nt * 8 + 2 * t4 + e], order_key(mx));
             }
         __syncthreads();
         if (tid < HN && n0 + tid < nq && best[tid])

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_check.cuh"
+#include "order_key_cuda.cuh"
 
 namespace
 {
@@ -53,18 +54,8 @@ __device__ __forceinline__ void keep_best(float (&v)[NC], int (&ix)[NC], int n, 
     ix[p] = r;
 }
 
-/* Floats as unsigned keys in the same order (NaN excluded by the callers: keep_best drops it,
- * fmaxf skips it). */
-__device__ __forceinline__ unsigned order_key(float x)
-{
-    const unsigned u = __float_as_uint(x);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ float key_value(unsigned k)
-{
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
+/* order_key / key_value (order_key_cuda.cuh): NaN is excluded here by the callers (keep_best
+ * drops it, fmaxf skips it). */
 
 /* Phase 0 (with a finite margin): each column's best value, as an order key in colkey[j]
  * (zeroed by the caller: below every value's key). Why: the merge keeps only rows within margin

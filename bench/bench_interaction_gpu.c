@@ -111,8 +111,15 @@ static int run_shape(const shape *sh, int reps)
         ST16[i] = kern_f32_to_f16(ST[i]);
         ST8[i] = kern_f32_to_i8(ST[i]);
     }
-    uint16_t *dST16 = dev_copy(ST16, st_n * 2);
-    int8_t *dST8 = dev_copy(ST8, st_n);
+    /* ... in blocks of the queries' columns, as the table kernel writes them. */
+    uint16_t *B16 = malloc(st_n * sizeof *B16);
+    int8_t *B8 = malloc(st_n);
+    memset(B16, 0, st_n * sizeof *B16), memset(B8, 0, st_n);
+    kern_table_blocks(ST16, 2, K, T, q_off, nq, B16);
+    kern_table_blocks(ST8, 1, K, T, q_off, nq, B8);
+    uint16_t *dST16 = dev_copy(B16, st_n * 2);
+    int8_t *dST8 = dev_copy(B8, st_n);
+    free(B16), free(B8);
     float *dST = dev_copy(ST, st_n * 4);
     int64_t *dq_off = dev_copy(q_off, (nq + 1) * 8), *ddoc_off = dev_copy(doc_off, (N + 1) * 8);
     uint32_t *dcodes = dev_copy(codes, ntok * 4), *ddocs = dev_copy(docs, nq * width * 4);
@@ -248,7 +255,8 @@ static void run_table(const char *name, size_t K, size_t T, size_t dim, int reps
             if (v == 0)
                 KK(kern_centroid_scores(KERN_DEV_CUDA, dC, K, dQ, T, dim, dS[0]));
             else
-                KK(kern_cuda_centroid_scores_f16(dC16, K, dQ, T, dim, dS[1], NULL, NULL));
+                KK(kern_cuda_centroid_scores_f16(dC16, K, dQ, T, dim, dS[1], NULL, NULL, NULL,
+                                                 NULL));
             cudaEventRecord(e1, 0);
             KK(kern_cuda_sync());
             if (r >= 0)

@@ -278,8 +278,8 @@ static void run_residual(const inputs *in, int reps)
     }
     for (size_t n = 0; n < nd; n++) {
         size_t f = (size_t)in->off[n];
-        docs[n] = (kern_pdoc){codes + f, res + f * tb, inv + f,
-                              (uint32_t)(in->off[n + 1] - in->off[n]), 0};
+        docs[n] =
+            (kern_pdoc){codes + f, res + f * tb, inv + f, (uint32_t)(in->off[n + 1] - in->off[n])};
     }
     kern_centroid_scores(KERN_DEV_CPU, in->q32, LQ, C, K, DIM, qc);
     kern_residual a = {DIM, nbits, 2, in->q32, LQ, qc, K, w, docs, nd, NULL, 0};

@@ -109,8 +109,9 @@ struct eng_gpu {
     uint32_t *s_ucodes;
     size_t s_un;
     /* Search workspace. */
-    dbuf q, q_off, ST, ST16, colbest, probes, colm, bits, counts, docs1, approx1, sel, docs2,
-        approx2, docs3, scores, docs4, vals, allowed, list, done, next, exact_all, poff, pair_q;
+    dbuf q, q_off, ST, ST16, blk, colbest, tilekey, probes, colm, bits, counts, docs1, approx1, sel,
+        docs2, approx2, docs3, scores, docs4, vals, allowed, list, done, next, exact_all, poff,
+        pair_q;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
@@ -197,7 +198,7 @@ void eng_gpu_free_held(eng_gpu *g)
                   &g->counts,    &g->docs1,     &g->approx1, &g->sel,    &g->docs2,     &g->approx2,
                   &g->docs3,     &g->scores,    &g->docs4,   &g->vals,   &g->allowed,   &g->list,
                   &g->xs[0].dev, &g->xs[1].dev, &g->done,    &g->next,   &g->exact_all, &g->ST16,
-                  &g->poff,      &g->pair_q,    &g->colbest};
+                  &g->poff,      &g->pair_q,    &g->colbest, &g->blk,    &g->tilekey};
     kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
@@ -740,6 +741,7 @@ typedef struct chunk {
     int narrow;        /* ST16 holds a copy of the table for the interaction: TABLE_H16 (fp16),
                         * TABLE_I8 (int8), or 0: none */
     int colbest;       /* the table kernel wrote each column's best into g->colbest */
+    int tiles;         /* ... and each tile's into g->tilekey, for the probe */
 } chunk;
 
 /* Whether the centroid interaction reads each document's distinct codes (the default) or
@@ -1133,7 +1135,8 @@ static int probe_and_mark(eng_gpu *g, const eng_search *s, const chunk *c, enum 
         colm = g->colm.p;
     }
     int krc = kern_cuda_probe(g->ST.p, g->K, c->T, s->ncells, margin, colm,
-                              c->colbest ? g->colbest.p : NULL, g->probes.p);
+                              c->colbest ? g->colbest.p : NULL,
+                              c->colbest && c->tiles ? g->tilekey.p : NULL, g->probes.p);
     if (!krc)
         krc = kern_cuda_candidates_mark(
             g->probes.p, s->ncells, g->q_off.p, c->h_off, c->nq, g->ivf_off.p, g->ivf_docs.p,
@@ -1168,22 +1171,37 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
     const size_t elem = c->narrow == TABLE_I8 ? 1 : 2;
     if (c->narrow && (rc = dbuf_need(&g->ST16, (K * c->T + KERN_CUDA_ST_SLACK) * elem, 0, m)))
         return rc;
+    /* The copy in blocks of the queries' columns (kernels.h), each column's block found on
+     * the device (a copy from the host would wait for it); one query's block is the whole
+     * table, which is the layout without blocks. */
+    const int blocks = c->narrow && nq > 1;
+    if (blocks && (rc = dbuf_need(&g->blk, c->T * 2 * sizeof(int32_t), 0, m)))
+        return rc;
+    if (blocks)
+        KTRY(kern_cuda_table_blk(g->q_off.p, nq, c->T, g->blk.p), "table blocks");
     /* Each column's best, for the probe's margin, found as the table is written (the probe
      * would read the table once more for it); TARTAN_GPU_COLBEST=probe: by the probe, for
-     * comparison. */
-    const char *cb = getenv("TARTAN_GPU_COLBEST");
+     * comparison. With them, each tile's best of each column, so that the probe reads only the
+     * tiles where it may keep a row (TARTAN_GPU_TILES=off: every row, for comparison). */
+    const char *cb = getenv("TARTAN_GPU_COLBEST"), *tl = getenv("TARTAN_GPU_TILES");
     c->colbest = g->c16_ok && !exhaustive && !s->subset_exact && s->margin < INFINITY &&
                  !(cb && !strcmp(cb, "probe"));
+    c->tiles = c->colbest && !(tl && !strcmp(tl, "off"));
     if (c->colbest && (rc = dbuf_need(&g->colbest, c->T * sizeof(unsigned), 0, m)))
         return rc;
+    const size_t tile_rows = (K + KERN_CUDA_TILE_ROWS - 1) / KERN_CUDA_TILE_ROWS;
+    if (c->tiles && (rc = dbuf_need(&g->tilekey, tile_rows * c->T * sizeof(unsigned), 0, m)))
+        return rc;
     unsigned *colbest = c->colbest ? g->colbest.p : NULL;
+    unsigned *tilekey = c->tiles ? g->tilekey.p : NULL;
+    const int32_t *blkp = blocks ? g->blk.p : NULL;
     KTRY(!g->c16_ok
              ? kern_centroid_scores(KERN_DEV_CUDA, g->centroids.p, K, g->q.p, c->T, g->dim, g->ST.p)
          : c->narrow == TABLE_I8
              ? kern_cuda_centroid_scores_f16_i8(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
-                                                g->ST16.p, colbest)
+                                                g->ST16.p, colbest, blkp, tilekey)
              : kern_cuda_centroid_scores_f16(g->c16.p, K, g->q.p, c->T, g->dim, g->ST.p,
-                                             c->narrow ? g->ST16.p : NULL, colbest),
+                                             c->narrow ? g->ST16.p : NULL, colbest, blkp, tilekey),
          "centroid scores");
 
     const uint32_t *list = NULL;

@@ -360,9 +360,17 @@ int kern_cuda_cluster_sums(const float *x, size_t n, size_t dim, const uint32_t 
 }
 
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest)
+                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest,
+                                  const int32_t *blk, unsigned *tilekey)
 {
     (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST16, (void)colbest;
+    (void)blk, (void)tilekey;
+    return no_cuda();
+}
+
+int kern_cuda_table_blk(const int64_t *q_off, size_t nq, size_t nt, int32_t *blk)
+{
+    (void)q_off, (void)nq, (void)nt, (void)blk;
     return no_cuda();
 }
 
@@ -379,9 +387,11 @@ int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_ce
 }
 
 int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest)
+                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest,
+                                     const int32_t *blk, unsigned *tilekey)
 {
     (void)c16, (void)K, (void)tokens, (void)nt, (void)dim, (void)ST, (void)ST8, (void)colbest;
+    (void)blk, (void)tilekey;
     return no_cuda();
 }
 
@@ -398,10 +408,11 @@ int kern_cuda_interaction_i8(const float *ST, const int8_t *ST8, size_t n_centro
 }
 
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    const float *col_margin, const unsigned *colbest, int32_t *probes)
+                    const float *col_margin, const unsigned *colbest, const unsigned *tilekey,
+                    int32_t *probes)
 {
     (void)ST, (void)K, (void)ld, (void)ncells, (void)margin, (void)col_margin, (void)colbest;
-    (void)probes;
+    (void)tilekey, (void)probes;
     return no_cuda();
 }
 

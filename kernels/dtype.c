@@ -155,3 +155,26 @@ uint8_t kern_f32_to_e4m3(float f)
         return (uint8_t)(sign | 0x7e); /* rounded past 448 */
     return (uint8_t)(sign | (e << 3) | m);
 }
+
+/* The narrow table copies' layout (kernels.h, kern_cuda_centroid_scores_f16): block q holds
+ * the columns [q_off[q], q_off[q + 1]) of every row, [K, width], the blocks one after another. */
+void kern_table_blocks(const void *src, size_t elem, size_t K, size_t ld, const int64_t *q_off,
+                       size_t nq, void *dst)
+{
+    const char *s = src;
+    char *d = dst;
+    for (size_t q = 0; q < nq; q++) {
+        const size_t b = (size_t)q_off[q], w = (size_t)(q_off[q + 1] - q_off[q]);
+        for (size_t c = 0; c < K && w; c++)
+            memcpy(d + (b * K + c * w) * elem, s + (c * ld + b) * elem, w * elem);
+    }
+}
+
+void kern_table_blk(const int64_t *q_off, size_t nq, int32_t *blk)
+{
+    for (size_t q = 0; q < nq; q++)
+        for (int64_t n = q_off[q]; n < q_off[q + 1]; n++) {
+            blk[2 * n] = (int32_t)q_off[q];
+            blk[2 * n + 1] = (int32_t)(q_off[q + 1] - q_off[q]);
+        }
+}

@@ -258,7 +258,6 @@ typedef struct kern_pdoc {
     const uint8_t *residuals; /* [ntok, dim * nbits / 8] */
     const float *inv_norms;   /* [ntok] */
     uint32_t ntok;
-    uint32_t q; /* the pair's query, where the GPU's exact stage takes a list of pairs */
 } kern_pdoc;
 
 typedef struct kern_residual {
@@ -365,16 +364,41 @@ float kern_topk_threshold(const kern_topk *t);
  * every value is a binary16 number, given as those numbers (c16 [K, dim], device): fp16
  * tensor-core products with each token split in two fp16 parts, as accurate as the fp32 call
  * to a few units of fp32 rounding and about 3x faster on sm_90. ST16 (NULL: none) receives
- * the same scores rounded to fp16 (nearest even). dim % 16 == 0, c16 and tokens 16-byte
- * aligned; KERN_EINVAL otherwise (use kern_centroid_scores). */
+ * the same scores rounded to fp16 (nearest even), in blocks (below). dim % 16 == 0, c16 and
+ * tokens 16-byte aligned; KERN_EINVAL otherwise (use kern_centroid_scores).
+ *
+ * The copy's blocks: blk (device, int32 [2 nt], or NULL) gives each column n the first column
+ * b = blk[2n] and the width w = blk[2n + 1] of its block (a query's columns), and the copy
+ * holds score (c, n) at b * K + c * w + (n - b): a block is [K, w], row-major, the blocks one
+ * after the other. Why: the centroid interaction reads a query's row of each code of its
+ * candidates; in [K, nt] a query's row shares its 128-byte L2 line with other queries' rows,
+ * so a query's table took twice (fp16) or four times (int8) its bytes of L2, and at 1M
+ * documents most of those reads went to DRAM. NULL: one block, [K, nt].
+ *
+ * tilekey (device, [ceil(K / KERN_CUDA_TILE_ROWS), nt], or NULL): for each run of
+ * KERN_CUDA_TILE_ROWS rows and each column, the best score of those rows as an order key
+ * (kern_cuda_probe), 0 where none is above -inf: the probe skips the runs whose best is below
+ * what it keeps. Only with colbest. */
+#define KERN_CUDA_TILE_ROWS 128
 int kern_cuda_centroid_scores_f16(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest);
+                                  size_t dim, float *ST, uint16_t *ST16, unsigned *colbest,
+                                  const int32_t *blk, unsigned *tilekey);
 /* The same, with ST8 (device, 2-byte aligned; NULL: none) receiving the scores as int8
  * (kern_f32_to_i8) instead of fp16. Both: colbest (device, [nt]; NULL: none) receives each
  * column's best score (NaN left out) as an order key (kern_cuda_probe), 0 for a column with
  * none above -inf: what kern_cuda_probe would find first, found as the table is written. */
 int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float *tokens, size_t nt,
-                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest);
+                                     size_t dim, float *ST, int8_t *ST8, unsigned *colbest,
+                                     const int32_t *blk, unsigned *tilekey);
+/* On the host: the blocks of a table src [K, ld] of elem-byte values for queries at columns
+ * q_off [nq + 1] (as above, block q = the query's columns) into dst (q_off[nq] * K values);
+ * and blk [2 * q_off[nq]] for them. */
+void kern_table_blocks(const void *src, size_t elem, size_t K, size_t ld, const int64_t *q_off,
+                       size_t nq, void *dst);
+void kern_table_blk(const int64_t *q_off, size_t nq, int32_t *blk);
+/* The same blk on the device from the device's q_off [nq + 1] (nq >= 1; columns [0, nt) with
+ * nt <= q_off[nq]), without a copy from the host. */
+int kern_cuda_table_blk(const int64_t *q_off, size_t nq, size_t nt, int32_t *blk);
 
 /* Each token's best ncells centroids (ties to the lower number): probes [nt, ncells] for the
  * nt = ld columns of ST [K, ld]; of those, only the ones whose score is within margin of the
@@ -383,9 +407,13 @@ int kern_cuda_centroid_scores_f16_i8(const uint16_t *c16, size_t K, const float 
  * when any is); a column whose margin is negative probes nothing (all -1). colbest (device,
  * [ld], or NULL): each column's best score as an order key (the float's bits, all of them
  * flipped where negative, the top bit set where not; 0: none), as the table kernels give it;
- * NULL: found here with a finite margin (a pass over ST). */
+ * NULL: found here with a finite margin (a pass over ST). tilekey (device, or NULL; only with
+ * colbest): the best of each run of KERN_CUDA_TILE_ROWS rows as the table kernels give it; a
+ * run whose best is below a column's best less its margin is not read for that column (at
+ * K 131,072 and margins of a few hundredths, most of the table). The same probes. */
 int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                    const float *col_margin, const unsigned *colbest, int32_t *probes);
+                    const float *col_margin, const unsigned *colbest, const unsigned *tilekey,
+                    int32_t *probes);
 
 /*
  * Candidates, counted: for each query q, the union of the inverted lists (CSR: ivf_off [K + 1]
@@ -418,17 +446,18 @@ int kern_cuda_interaction(const float *ST, size_t n_centroids, size_t ld, const 
                          float *approx);
 
 /* The same sums read from ST16, the table rounded to fp16 (kern_cuda_centroid_scores_f16's
- * ST16): equal to kern_cuda_interaction over an fp32 table holding the rounded values, up to
- * the order of the fp32 sum (four lanes a document, half the bytes a row); the threshold's
- * verdict still reads ST. Needs ld, every h_q_off[q] a multiple of 8 and ST16 16-byte
- * aligned; KERN_EINVAL otherwise. */
+ * ST16, in blocks of the queries' columns h_q_off): equal to kern_cuda_interaction over an fp32
+ * table holding the rounded values, up to the order of the fp32 sum (four lanes a document, half
+ * the bytes a row); the threshold's verdict still reads ST. Needs ld, every h_q_off[q] a multiple
+ * of 8 and ST16 16-byte aligned; KERN_EINVAL otherwise. */
 int kern_cuda_interaction_h16(const float *ST, const uint16_t *ST16, size_t n_centroids, size_t ld,
                               const int64_t *q_off, const int64_t *h_q_off, size_t nq,
                               const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
                               size_t width, int prune, const int64_t *counts, int64_t prune_over,
                               float threshold, float *approx);
 
-/* The same sums read from ST8, the table as int8 (kern_cuda_centroid_scores_f16_i8's ST8): each
+/* The same sums read from ST8, the table as int8 (kern_cuda_centroid_scores_f16_i8's ST8, in
+ * blocks of the queries' columns): each
  * query token's best of the document's int8 scores, summed exactly as integers and divided by
  * 127; kern_cuda_interaction over a table holding the values kern_f32_to_i8(v) / 127 gives
  * the same, up to its fp32 sum's rounding. A row of a query's 32 scores is 32 bytes, a

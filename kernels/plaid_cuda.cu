@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(PROBE_THREADS)
 template <int NC>
 __global__ void __launch_bounds__(PROBE_THREADS)
     probe_segment_kernel(const float *__restrict__ ST, long long K, long long ld, int n,
-                         long long seg_rows, const unsigned *__restrict__ colkey, float margin,
+                         long long seg_rows, const unsigned *__restrict__ colkey,
+                         const unsigned *__restrict__ tilekey, float margin,
                          const float *__restrict__ col_margin, float *__restrict__ pv,
                          int *__restrict__ pi)
 {
@@ -125,21 +126,37 @@ __global__ void __launch_bounds__(PROBE_THREADS)
         thr = k ? key_value(k) - margin : INFINITY;
     }
     /* PROBE_BATCH loads in flight before they are kept: one at a time, each row waited for
-     * its load (a latency chain of seg_rows loads). Rows past r1 read as -INFINITY, never
-     * kept. */
-    for (long long r = r0; r < r1; r += PROBE_BATCH) {
-        float x[PROBE_BATCH];
-#pragma unroll
-        for (int u = 0; u < PROBE_BATCH; u++)
-            x[u] = r + u < r1 ? __ldg(ST + (r + u) * ld + j) : -INFINITY;
-            /* The list's last value in a register: most rows fall below it and cost no read of
-             * the (local-memory) list. */
-#pragma unroll
-        for (int u = 0; u < PROBE_BATCH; u++)
-            if (x[u] > last && x[u] >= thr) {
-                keep_best<NC>(v, ix, n, x[u], (int)(r + u));
-                last = v[n - 1];
+     * its load (a latency chain of seg_rows loads). Rows past the run's end read as -INFINITY,
+     * never kept. With tilekey, rows go in the table kernel's runs of KERN_CUDA_TILE_ROWS, and
+     * a run whose best is below thr (or that has no value above -inf) is not read: no row of
+     * it could be kept. At K 131,072 this pass read the whole fp32 table (0.78 ms of a
+     * 128-query chunk at 1M documents, H200) to keep a few rows a column. */
+    for (long long r = r0; r < r1;) {
+        long long rend = r1;
+        if (tilekey) {
+            const long long t = r / KERN_CUDA_TILE_ROWS;
+            rend = (t + 1) * KERN_CUDA_TILE_ROWS < r1 ? (t + 1) * KERN_CUDA_TILE_ROWS : r1;
+            const unsigned tk = tilekey[t * ld + j];
+            if (!tk || key_value(tk) < thr) {
+                r = rend;
+                continue;
             }
+        }
+        for (; r < rend; r += PROBE_BATCH) {
+            float x[PROBE_BATCH];
+#pragma unroll
+            for (int u = 0; u < PROBE_BATCH; u++)
+                x[u] = r + u < rend ? __ldg(ST + (r + u) * ld + j) : -INFINITY;
+                /* The list's last value in a register: most rows fall below it and cost no read
+                 * of the (local-memory) list. */
+#pragma unroll
+            for (int u = 0; u < PROBE_BATCH; u++)
+                if (x[u] > last && x[u] >= thr) {
+                    keep_best<NC>(v, ix, n, x[u], (int)(r + u));
+                    last = v[n - 1];
+                }
+        }
+        r = rend;
     }
     const long long o = ((long long)blockIdx.y * ld + j) * n;
     for (int i = 0; i < n; i++) {
@@ -319,7 +336,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
 
 template <int NC>
 int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, const float *col_margin,
-                 const unsigned *colbest, int32_t *probes)
+                 const unsigned *colbest, const unsigned *tilekey, int32_t *probes)
 {
     /* Enough segments to fill the GPU when there are few columns; each at least
      * PROBE_SEG_ROWS rows, and at most PROBE_MERGE_ENTRIES / n of them: the merge's block
@@ -358,7 +375,8 @@ int launch_probe(const float *ST, size_t K, size_t ld, int n, float margin, cons
     }
     probe_segment_kernel<NC><<<dim3(cols, (unsigned)segs), PROBE_THREADS>>>(
         ST, (long long)K, (long long)ld, n, seg_rows,
-        margin < INFINITY && colbest ? colbest : colkey, margin, col_margin, pv, pi);
+        margin < INFINITY && colbest ? colbest : colkey,
+        margin < INFINITY && colbest ? tilekey : NULL, margin, col_margin, pv, pi);
     probe_merge_kernel<NC><<<(unsigned)ld, MERGE_THREADS>>>(pv, pi, (int)segs, (long long)ld, n,
                                                             margin, col_margin, probes);
     cudaError_t e = cudaGetLastError();
@@ -689,8 +707,10 @@ __global__ void __launch_bounds__(IX_WARPS * 32)
 }
 
 /*
- * The same sums over a narrower copy of the table (the layout of ST): the fp16 copy (a row of
- * a query's 32 scores is 64 bytes) or the int8 one (32 bytes, one L2 sector). Four lanes hold
+ * The same sums over a narrower copy of the table, in blocks of the queries' columns
+ * (kernels.h: a query's rows are its own, [K, lq], not the lines they shared with other
+ * queries' rows in [K, ld]): the fp16 copy (a row of a query's 32 scores is 64 bytes) or the
+ * int8 one (32 bytes, one L2 sector). Four lanes hold
  * a document (eight query tokens a lane, one 16- or 8-byte load a row), eight groups of four a
  * warp (the kernel below). Why: at 1M documents the rows are read from L2 and DRAM more than
  * once a query (a query's fp32 rows are 16.8 MB at K 131,072, and the L2 hit rate was a
@@ -787,7 +807,7 @@ struct row_i8 {
  */
 template <class R, int CH>
 __global__ void __launch_bounds__(HX_WARPS * 32)
-    interaction_narrow_kernel(const typename R::elem *__restrict__ STn, long long ld,
+    interaction_narrow_kernel(const typename R::elem *__restrict__ STn, long long K,
                               const int64_t *__restrict__ q_off,
                               const int64_t *__restrict__ doc_off,
                               const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
@@ -878,11 +898,12 @@ __global__ void __launch_bounds__(HX_WARPS * 32)
                 cs[u] = t < 0 ? cs[0] : c;
             }
             if (some && j < x.lq) {
-                const typename R::elem *S = STn + x.col0;
+                /* The query's block of the copy: [K, lq] (kernels.h). */
+                const typename R::elem *S = STn + x.col0 * K;
                 row xr[HX_STEP];
 #pragma unroll
                 for (int u = 0; u < HX_STEP; u++)
-                    xr[u] = __ldg(reinterpret_cast<const row *>(S + (long long)cs[u] * ld + j));
+                    xr[u] = __ldg(reinterpret_cast<const row *>(S + (long long)cs[u] * x.lq + j));
 #pragma unroll
                 for (int u = 0; u < HX_STEP; u++)
                     R::fold(m, xr[u]);
@@ -1228,31 +1249,34 @@ __global__ void __launch_bounds__(1024)
 } // namespace
 
 extern "C" int kern_cuda_probe(const float *ST, size_t K, size_t ld, size_t ncells, float margin,
-                               const float *col_margin, const unsigned *colbest, int32_t *probes)
+                               const float *col_margin, const unsigned *colbest,
+                               const unsigned *tilekey, int32_t *probes)
 {
     cudaGetLastError();
     if (!ST || !probes || K == 0 || ncells == 0 || ncells > KERN_CUDA_MAX_NCELLS ||
-        !(margin >= 0.f) || K > 0x7fffffff || ld > 0x7fffffffu) {
-        kern_set_error("probe (cuda): bad arguments (K %zu, ncells %zu, columns %zu)", K, ncells,
-                       ld);
+        !(margin >= 0.f) || K > 0x7fffffff || ld > 0x7fffffffu || (tilekey && !colbest)) {
+        kern_set_error("probe (cuda): bad arguments (K %zu, ncells %zu, columns %zu, or tile keys "
+                       "without column bests)",
+                       K, ncells, ld);
         return KERN_EINVAL;
     }
     if (ld == 0)
         return KERN_OK;
     const int n = (int)ncells;
     if (n <= 1)
-        return launch_probe<1>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<1>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
     if (n <= 2)
-        return launch_probe<2>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<2>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
     if (n <= 4)
-        return launch_probe<4>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<4>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
     if (n <= 8)
-        return launch_probe<8>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<8>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
     if (n <= 16)
-        return launch_probe<16>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<16>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
     if (n <= 32)
-        return launch_probe<32>(ST, K, ld, n, margin, col_margin, colbest, probes);
-    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, margin, col_margin, colbest, probes);
+        return launch_probe<32>(ST, K, ld, n, margin, col_margin, colbest, tilekey, probes);
+    return launch_probe<KERN_CUDA_MAX_NCELLS>(ST, K, ld, n, margin, col_margin, colbest, tilekey,
+                                              probes);
 }
 
 extern "C" int kern_cuda_candidates_mark(const int32_t *probes, size_t ncells,
@@ -1310,7 +1334,7 @@ static int narrow_run(void)
 }
 
 template <class R, int CH>
-static int launch_run(const void *STn, long long ld, const int64_t *q_off, const int64_t *doc_off,
+static int launch_run(const void *STn, long long K, const int64_t *q_off, const int64_t *doc_off,
                       const uint32_t *codes, const uint32_t *docs, long long width, long long n,
                       int prune, const int64_t *counts, long long prune_over, const uint32_t *keep,
                       long long kw, float *approx)
@@ -1320,21 +1344,21 @@ static int launch_run(const void *STn, long long ld, const int64_t *q_off, const
                                    (n + HX_WARPS * CH - 1) / (HX_WARPS * CH), &blocks)) != KERN_OK)
         return rc;
     interaction_narrow_kernel<R, CH><<<blocks, HX_WARPS * 32>>>(
-        static_cast<const typename R::elem *>(STn), ld, q_off, doc_off, codes, docs, width, n,
-        prune, counts, prune_over, keep, kw, approx);
+        static_cast<const typename R::elem *>(STn), K, q_off, doc_off, codes, docs, width, n, prune,
+        counts, prune_over, keep, kw, approx);
     return KERN_OK;
 }
 
 template <class R>
-static int launch_narrow(const void *STn, long long ld, const int64_t *q_off,
-                         const int64_t *doc_off, const uint32_t *codes, const uint32_t *docs,
-                         long long width, long long n_slots, int prune, const int64_t *counts,
-                         long long prune_over, const uint32_t *keep, long long kw, float *approx)
+static int launch_narrow(const void *STn, long long K, const int64_t *q_off, const int64_t *doc_off,
+                         const uint32_t *codes, const uint32_t *docs, long long width,
+                         long long n_slots, int prune, const int64_t *counts, long long prune_over,
+                         const uint32_t *keep, long long kw, float *approx)
 {
     switch (narrow_run()) {
 #define RUN(n)                                                                                     \
     case n:                                                                                        \
-        return launch_run<R, n>(STn, ld, q_off, doc_off, codes, docs, width, n_slots, prune,       \
+        return launch_run<R, n>(STn, K, q_off, doc_off, codes, docs, width, n_slots, prune,        \
                                 counts, prune_over, keep, kw, approx)
         RUN(8);
         RUN(16);
@@ -1342,8 +1366,8 @@ static int launch_narrow(const void *STn, long long ld, const int64_t *q_off,
         RUN(128);
 #undef RUN
     default:
-        return launch_run<R, 32>(STn, ld, q_off, doc_off, codes, docs, width, n_slots, prune,
-                                 counts, prune_over, keep, kw, approx);
+        return launch_run<R, 32>(STn, K, q_off, doc_off, codes, docs, width, n_slots, prune, counts,
+                                 prune_over, keep, kw, approx);
     }
 }
 
@@ -1392,12 +1416,12 @@ static int interaction(const float *ST, const void *STn, narrow kind, size_t n_c
     }
     const char *var = getenv("TARTAN_INTERACTION");
     if (kind != NARROW_NONE) {
-        rc = kind == NARROW_H16 ? launch_narrow<row_h16>(STn, (long long)ld, q_off, doc_off, codes,
-                                                         docs, (long long)width, n, prune, counts,
-                                                         (long long)prune_over, keep, kw, approx)
-                                : launch_narrow<row_i8>(STn, (long long)ld, q_off, doc_off, codes,
-                                                        docs, (long long)width, n, prune, counts,
-                                                        (long long)prune_over, keep, kw, approx);
+        const long long K = (long long)n_centroids;
+        rc = kind == NARROW_H16
+                 ? launch_narrow<row_h16>(STn, K, q_off, doc_off, codes, docs, (long long)width, n,
+                                          prune, counts, (long long)prune_over, keep, kw, approx)
+                 : launch_narrow<row_i8>(STn, K, q_off, doc_off, codes, docs, (long long)width, n,
+                                         prune, counts, (long long)prune_over, keep, kw, approx);
         if (rc != KERN_OK) {
             kern_scratch_free(keep, keep_bytes);
             return rc;

@@ -141,9 +141,11 @@ struct res_args {
     const int64_t *q_off;
     long long per_q;
     int cross;
-    /* pairs: docs[n].q names pair n's query (kern_cuda_exact.pair_q), of nq_all queries;
-     * per_q is then nd */
-    int pairs;
+    /* pair_q (NULL: none): pair n's query is pair_q[n] (kern_cuda_exact.pair_q), of nq_all
+     * queries; per_q is then nd. A separate array, read in pair mode only: with the query in
+     * the pair's document record (its fourth word) exhaustive search ran 6% slower (1M
+     * documents, H200). */
+    const uint32_t *pair_q;
     long long nq_all;
     const float *w;   /* [1 << nbits] */
     const kern_pdoc *docs;
@@ -478,7 +480,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
         int lq = a.lq;
         const float *qp = a.q, *qcT = a.qcT;
         if (a.q_off) {
-            qi = a.pairs ? (long long)doc.q : n / a.per_q;
+            qi = a.pair_q ? (long long)__ldg(a.pair_q + n) : n / a.per_q;
             const long long row0 = a.q_off[qi];
             lq = (int)(a.q_off[qi + 1] - row0);
             qp += row0 * dim;
@@ -736,7 +738,7 @@ __global__ void residual_simple_kernel(res_args a)
     const float *qp = a.q, *qcT = a.qcT;
     const kern_pdoc doc = a.docs[a.q_off && a.cross ? n % a.per_q : n];
     if (a.q_off) {
-        const long long qi = a.pairs ? (long long)doc.q : n / a.per_q, row0 = a.q_off[qi];
+        const long long qi = a.pair_q ? (long long)a.pair_q[n] : n / a.per_q, row0 = a.q_off[qi];
         lq = (int)(a.q_off[qi + 1] - row0);
         qp += row0 * a.dim;
         qcT += row0;
@@ -816,7 +818,7 @@ int launch_residual_k(const res_args &a)
     constexpr bool AREG = !AS && !(MODE & RES_AW);
     if (AREG && a.q_off && a.per_q > 0 && afpack_on()) {
         /* pairs are [nq, per_q], cross or not, or a list of nq_all queries' pairs */
-        const long long nq = a.pairs ? a.nq_all : a.nd / a.per_q;
+        const long long nq = a.pair_q ? a.nq_all : a.nd / a.per_q;
         const int units = (a.lq + 31) / 32;
         const long long n = nq * units * 2 * KT * 32;
         af_bytes = (size_t)n * sizeof(uint4);
@@ -1159,7 +1161,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         r.q_off = NULL;
         r.per_q = (long long)a->nd;
         r.cross = 0;
-        r.pairs = 0;
+        r.pair_q = NULL;
         r.nq_all = 1;
         r.w = a->bucket_weights;
         r.docs = a->docs;
@@ -1210,8 +1212,7 @@ namespace
 
 /* Pair documents as kernel documents: pointers into the resident arrays (KERN_NO_DOC: an
  * empty document, which scores KERN_EMPTY_SCORE and is never selected). */
-__global__ void make_pdocs_kernel(const uint32_t *__restrict__ docs,
-                                  const uint32_t *__restrict__ pair_q, long long n,
+__global__ void make_pdocs_kernel(const uint32_t *__restrict__ docs, long long n,
                                   const int64_t *__restrict__ doc_off,
                                   const uint32_t *__restrict__ codes,
                                   const uint8_t *__restrict__ residuals,
@@ -1223,7 +1224,6 @@ __global__ void make_pdocs_kernel(const uint32_t *__restrict__ docs,
         return;
     const uint32_t d = docs[i];
     kern_pdoc p;
-    p.q = pair_q ? pair_q[i] : 0u;
     if (d == KERN_NO_DOC) {
         p.codes = codes;
         p.residuals = residuals;
@@ -1261,7 +1261,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
     if (rc != KERN_OK)
         return rc;
     make_pdocs_kernel<<<(unsigned)((npd + 255) / 256), 256>>>(
-        a->docs, a->pair_q, npd, a->doc_off, a->codes, a->residuals, a->inv_norms,
+        a->docs, npd, a->doc_off, a->codes, a->residuals, a->inv_norms,
         (long long)(a->dim * a->nbits / 8), pd);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
@@ -1285,7 +1285,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         r.q_off = a->q_off;
         r.per_q = (long long)a->per_q;
         r.cross = a->cross;
-        r.pairs = a->pair_q != NULL;
+        r.pair_q = a->pair_q;
         r.nq_all = (long long)a->nq;
         r.w = a->bucket_weights;
         r.docs = pd;

@@ -673,10 +673,51 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
                 cb = dev_put(poison, nt * sizeof *poison);
                 free(poison);
             }
+            /* The copy in blocks of random widths (some empty, some odd) where rep is 1, else in
+             * one block; the tiles' bests where the columns' are asked for and rep is 0. */
+            int64_t *bq = malloc((2 * nt + 3) * sizeof *bq);
+            size_t nb = 0;
+            bq[0] = 0;
+            while (rep && (size_t)bq[nb] < nt) {
+                size_t w = urnd(0, 40);
+                if (w == 0 && nb % 2) /* empty blocks, but not one after another */
+                    w = 1;
+                bq[nb + 1] = bq[nb] + (int64_t)(w < nt - (size_t)bq[nb] ? w : nt - (size_t)bq[nb]);
+                nb++;
+            }
+            if (!rep)
+                bq[1] = (int64_t)nt, nb = 1;
+            int32_t *hblk = malloc(2 * nt * sizeof *hblk), *blk = NULL;
+            kern_table_blk(bq, nb, hblk);
+            if (rep) {
+                /* The device's blocks, as the search finds them, equal the host's. */
+                int64_t *dbq = dev_put(bq, (nb + 1) * sizeof *bq);
+                int32_t *dblk = malloc(2 * nt * sizeof *dblk);
+                for (size_t i = 0; i < 2 * nt; i++)
+                    dblk[i] = -5;
+                blk = dev_put(dblk, 2 * nt * sizeof *dblk);
+                expect_ok(kern_cuda_table_blk(dbq, nb, nt, blk));
+                ck_assert_int_eq(kern_gpu_copy(dblk, blk, 2 * nt * sizeof *dblk, 0), KERN_OK);
+                ck_assert_msg(memcmp(dblk, hblk, 2 * nt * sizeof *dblk) == 0,
+                              "table_blk: the device's blocks differ (%zu blocks)", nb);
+                kern_gpu_free(dbq);
+                free(dblk);
+            }
+            const size_t tiles = (nc + KERN_CUDA_TILE_ROWS - 1) / KERN_CUDA_TILE_ROWS;
+            unsigned *tk = NULL;
+            if (cb && !rep) {
+                unsigned *poison = malloc(tiles * nt * sizeof *poison);
+                for (size_t j = 0; j < tiles * nt; j++)
+                    poison[j] = 0x5a5a5a5au;
+                tk = dev_put(poison, tiles * nt * sizeof *poison);
+                free(poison);
+            }
             if (copy == 2)
-                expect_ok(kern_cuda_centroid_scores_f16_i8(c16d, nc, qd, nt, dim, sd, s8, cb));
+                expect_ok(
+                    kern_cuda_centroid_scores_f16_i8(c16d, nc, qd, nt, dim, sd, s8, cb, blk, tk));
             else
-                expect_ok(kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16, cb));
+                expect_ok(
+                    kern_cuda_centroid_scores_f16(c16d, nc, qd, nt, dim, sd, s16, cb, blk, tk));
             expect_ok(kern_centroid_scores(KERN_DEV_CUDA, cd, nc, qd, nt, dim, s32));
             float *got = dev_get_floats(sd, nc * nt), *g32 = dev_get_floats(s32, nc * nt);
             double *ref, *mag;
@@ -696,31 +737,57 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
                 free(hb);
                 kern_gpu_free(cb);
             }
+            if (tk) {
+                /* Each tile's best of each column: the key of the largest of its rows. */
+                unsigned *hk = malloc(tiles * nt * sizeof *hk);
+                ck_assert_int_eq(kern_gpu_copy(hk, tk, tiles * nt * sizeof *hk, 0), KERN_OK);
+                for (size_t t = 0; t < tiles; t++)
+                    for (size_t j = 0; j < nt; j++) {
+                        float best = -INFINITY;
+                        for (size_t r = t * KERN_CUDA_TILE_ROWS;
+                             r < nc && r < (t + 1) * KERN_CUDA_TILE_ROWS; r++)
+                            best = fmaxf(best, got[r * nt + j]);
+                        ck_assert_msg(hk[t * nt + j] == float_key(best),
+                                      "tile %zu column %zu's best: %08x, want %08x", t, j,
+                                      hk[t * nt + j], float_key(best));
+                    }
+                free(hk);
+                kern_gpu_free(tk);
+            }
             if (s16) {
-                /* The fp16 copy: each fp32 score rounded to nearest even. */
-                uint16_t *h16 = malloc(nc * nt * 2);
+                /* The fp16 copy: each fp32 score rounded to nearest even, in its block. */
+                uint16_t *h16 = malloc(nc * nt * 2), *w16 = malloc(nc * nt * 2);
+                uint16_t *want = malloc(nc * nt * 2);
                 ck_assert_int_eq(kern_gpu_copy(h16, s16, nc * nt * 2, 0), KERN_OK);
                 for (size_t i = 0; i < nc * nt; i++)
-                    ck_assert_msg(h16[i] == kern_f32_to_f16(got[i]),
-                                  "fp16 copy [%zu]: %04x, want %04x (of %.9g)", i, h16[i],
-                                  kern_f32_to_f16(got[i]), got[i]);
-                free(h16);
+                    w16[i] = kern_f32_to_f16(got[i]);
+                kern_table_blocks(w16, 2, nc, nt, bq, nb, want);
+                for (size_t i = 0; i < nc * nt; i++)
+                    ck_assert_msg(h16[i] == want[i],
+                                  "fp16 copy [%zu] (%zu blocks): %04x, want %04x", i, nb, h16[i],
+                                  want[i]);
+                free(h16), free(w16), free(want);
                 kern_gpu_free(s16);
             }
             if (s8) {
                 /* The int8 copy: each fp32 score as kern_f32_to_i8 maps it, within half a
-                 * step of the double product. */
-                int8_t *h8 = malloc(nc * nt);
+                 * step of the double product, in its block. */
+                int8_t *h8 = malloc(nc * nt), *w8 = malloc(nc * nt), *want = malloc(nc * nt);
                 ck_assert_int_eq(kern_gpu_copy(h8, s8, nc * nt, 0), KERN_OK);
                 for (size_t i = 0; i < nc * nt; i++) {
-                    ck_assert_msg(h8[i] == kern_f32_to_i8(got[i]),
-                                  "int8 copy [%zu]: %d, want %d (of %.9g)", i, h8[i],
-                                  kern_f32_to_i8(got[i]), got[i]);
-                    ck_assert(fabs(h8[i] / 127.0 - fmax(-1, fmin(1, ref[i]))) <= 0.5 / 127 + 1e-5);
+                    w8[i] = kern_f32_to_i8(got[i]);
+                    ck_assert(fabs(w8[i] / 127.0 - fmax(-1, fmin(1, ref[i]))) <= 0.5 / 127 + 1e-5);
                 }
-                free(h8);
+                kern_table_blocks(w8, 1, nc, nt, bq, nb, want);
+                for (size_t i = 0; i < nc * nt; i++)
+                    ck_assert_msg(h8[i] == want[i], "int8 copy [%zu] (%zu blocks): %d, want %d", i,
+                                  nb, h8[i], want[i]);
+                free(h8), free(w8), free(want);
                 kern_gpu_free(s8);
             }
+            if (blk)
+                kern_gpu_free(blk);
+            free(bq), free(hblk);
             compare_cpu("centroid_scores_f16 vs fp32", got, g32, mag, nc * nt, 8e-6, 2e-7);
             kern_gpu_free(qd), kern_gpu_free(cd), kern_gpu_free(c16d);
             kern_gpu_free(sd), kern_gpu_free(s32);
@@ -730,12 +797,18 @@ START_TEST(test_kernels_gpu_centroid_scores_f16)
     /* What it cannot take: a dim not a multiple of 16, unaligned tokens, NULL. */
     float *qd = dev_poisoned(64), *sd = dev_poisoned(64);
     uint16_t *cd = dev_put((uint16_t[64]){0}, 128);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 24, sd, NULL, NULL), KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd + 1, 1, 16, sd, NULL, NULL),
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 24, sd, NULL, NULL, NULL, NULL),
                      KERN_EINVAL);
-    ck_assert_int_eq(kern_cuda_centroid_scores_f16(NULL, 2, qd, 2, 16, sd, NULL, NULL),
+    ck_assert_int_eq(
+        kern_cuda_centroid_scores_f16(cd, 2, qd + 1, 1, 16, sd, NULL, NULL, NULL, NULL),
+        KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_centroid_scores_f16(NULL, 2, qd, 2, 16, sd, NULL, NULL, NULL, NULL),
                      KERN_EINVAL);
-    expect_ok(kern_cuda_centroid_scores_f16(cd, 0, qd, 2, 16, sd, NULL, NULL));
+    /* Tile keys without the columns' best. */
+    ck_assert_int_eq(
+        kern_cuda_centroid_scores_f16(cd, 2, qd, 2, 16, sd, NULL, NULL, NULL, (unsigned *)sd),
+        KERN_EINVAL);
+    expect_ok(kern_cuda_centroid_scores_f16(cd, 0, qd, 2, 16, sd, NULL, NULL, NULL, NULL));
     kern_gpu_free(qd), kern_gpu_free(sd), kern_gpu_free(cd);
 }
 END_TEST
@@ -1451,7 +1524,7 @@ static void run_probe_how(size_t K, size_t ld, size_t n, float margin, int cols)
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, NULL, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, NULL, NULL, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
     {
         /* The columns' best given (as the table kernel writes them): the same probes. */
@@ -1465,12 +1538,35 @@ static void run_probe_how(size_t K, size_t ld, size_t n, float margin, int cols)
         }
         unsigned *d_cb = dev_put(cb, ld * sizeof *cb);
         int32_t *d_pr2 = dev_put(h, ld * n * sizeof *h);
-        ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_cb, d_pr2), KERN_OK);
+        ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_cb, NULL, d_pr2), KERN_OK);
         ck_assert_int_eq(kern_gpu_copy(h2, d_pr2, ld * n * sizeof *h2, 0), KERN_OK);
         ck_assert_msg(memcmp(h, h2, ld * n * sizeof *h) == 0,
                       "K %zu: other probes with the columns' best given", K);
-        kern_gpu_free(d_cb), kern_gpu_free(d_pr2);
-        free(cb), free(h2);
+        /* ... and each tile's best (the table kernel's runs of rows): the same probes, the
+         * runs below a column's threshold unread. */
+        const size_t tiles = (K + KERN_CUDA_TILE_ROWS - 1) / KERN_CUDA_TILE_ROWS;
+        unsigned *tk = malloc(tiles * ld * sizeof *tk);
+        for (size_t t = 0; t < tiles; t++)
+            for (size_t j = 0; j < ld; j++) {
+                float best = -INFINITY;
+                for (size_t r = t * KERN_CUDA_TILE_ROWS; r < K && r < (t + 1) * KERN_CUDA_TILE_ROWS;
+                     r++)
+                    best = fmaxf(best, st[r * ld + j]);
+                tk[t * ld + j] = float_key(best);
+            }
+        unsigned *d_tk = dev_put(tk, tiles * ld * sizeof *tk);
+        for (size_t i = 0; i < ld * n; i++)
+            h2[i] = -7;
+        kern_gpu_copy(d_pr2, h2, ld * n * sizeof *h2, 1);
+        ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, d_cb, d_tk, d_pr2), KERN_OK);
+        ck_assert_int_eq(kern_gpu_copy(h2, d_pr2, ld * n * sizeof *h2, 0), KERN_OK);
+        ck_assert_msg(memcmp(h, h2, ld * n * sizeof *h) == 0,
+                      "K %zu: other probes with the tiles' best given", K);
+        /* Tile keys without the columns' best: refused. */
+        ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, margin, d_cm, NULL, d_tk, d_pr2),
+                         KERN_EINVAL);
+        kern_gpu_free(d_cb), kern_gpu_free(d_pr2), kern_gpu_free(d_tk);
+        free(cb), free(h2), free(tk);
     }
     for (size_t j = 0; j < ld; j++) {
         const float mj = cols ? cm[j] : margin;
@@ -1522,7 +1618,7 @@ static void run_probe_equal(size_t K, size_t ld, size_t n)
     for (size_t i = 0; i < ld * n; i++)
         h[i] = -7;
     int32_t *d_pr = dev_put(h, ld * n * sizeof *h);
-    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, NULL, NULL, d_pr), KERN_OK);
+    ck_assert_int_eq(kern_cuda_probe(d_st, K, ld, n, INFINITY, NULL, NULL, NULL, d_pr), KERN_OK);
     ck_assert_int_eq(kern_gpu_copy(h, d_pr, ld * n * sizeof *h, 0), KERN_OK);
     for (size_t j = 0; j < ld; j++)
         for (size_t t = 0; t < n; t++)
@@ -1770,7 +1866,7 @@ START_TEST(test_kernels_gpu_adaptive_stages)
      * not asserted). */
     run_next(8, 24000, 24000, 10, 1.f, 24000, 0.05, 2);
     /* Bad arguments come back as codes. */
-    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL, NULL), KERN_EINVAL);
+    ck_assert_int_eq(kern_cuda_probe(NULL, 10, 10, 2, 0.f, NULL, NULL, NULL, NULL), KERN_EINVAL);
     ck_assert_int_eq(
         kern_cuda_adaptive_next(NULL, 1, NULL, 1, NULL, NULL, 1, 1, 3.f, 1.0, 1.5, 1, NULL),
         KERN_EINVAL);
@@ -1855,8 +1951,15 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
     const float threshold = 0.9f;
     const int64_t prune_over = (int64_t)(width / 3);
     float *dST = dev_put(ST, st_n * 4);
-    uint16_t *dST16 = dev_put(ST16, st_n * 2);
-    int8_t *dST8 = dev_put(ST8, st_n);
+    /* The narrow copies in blocks of the queries' columns, as the table kernel writes them. */
+    uint16_t *B16 = xmalloc(st_n * 2);
+    int8_t *B8 = xmalloc(st_n);
+    memset(B16, 0xff, st_n * 2), memset(B8, 0x80, st_n);
+    kern_table_blocks(ST16, 2, K, ld, q_off, nq, B16);
+    kern_table_blocks(ST8, 1, K, ld, q_off, nq, B8);
+    uint16_t *dST16 = dev_put(B16, st_n * 2);
+    int8_t *dST8 = dev_put(B8, st_n);
+    free(B16), free(B8);
     int64_t *dq = dev_put(q_off, (nq + 1) * 8), *ddo = dev_put(doc_off, (n_docs + 1) * 8);
     uint32_t *dc = dev_put(codes, (ntok ? ntok : 1) * 4), *dd = dev_put(docs, nq * width * 4);
     int64_t *dcnt = dev_put(counts, nq * 8);

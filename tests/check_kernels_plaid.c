@@ -284,7 +284,7 @@ static void plaid_make(plaid *p, size_t dim, size_t K, size_t nd, size_t maxlen,
     for (size_t n = 0; n < nd; n++) {
         size_t f = (size_t)p->off[n];
         p->docs[n] = (kern_pdoc){(const char *)p->codes + f * code_bytes, p->packed + f * tb,
-                                 p->inv + f, (uint32_t)(p->off[n + 1] - p->off[n]), 0};
+                                 p->inv + f, (uint32_t)(p->off[n + 1] - p->off[n])};
     }
 }
 

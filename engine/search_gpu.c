@@ -1174,7 +1174,8 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
     /* The copy in blocks of the queries' columns (kernels.h), each column's block found on
      * the device (a copy from the host would wait for it); one query's block is the whole
      * table, which is the layout without blocks. */
-    const int blocks = c->narrow && nq > 1;
+    const char *bl = getenv("TARTAN_GPU_BLOCKS"); /* "off": [K, T], for comparison */
+    const int blocks = c->narrow && nq > 1 && !(bl && !strcmp(bl, "off"));
     if (blocks && (rc = dbuf_need(&g->blk, c->T * 2 * sizeof(int32_t), 0, m)))
         return rc;
     if (blocks)

@@ -807,8 +807,8 @@ struct row_i8 {
  */
 template <class R, int CH>
 __global__ void __launch_bounds__(HX_WARPS * 32)
-    interaction_narrow_kernel(const typename R::elem *__restrict__ STn, long long K,
-                              const int64_t *__restrict__ q_off,
+    interaction_narrow_kernel(const typename R::elem *__restrict__ STn, long long K, long long ld,
+                              int blocks, const int64_t *__restrict__ q_off,
                               const int64_t *__restrict__ doc_off,
                               const uint32_t *__restrict__ codes, const uint32_t *__restrict__ docs,
                               long long width, long long n, int prune,
@@ -898,12 +898,14 @@ __global__ void __launch_bounds__(HX_WARPS * 32)
                 cs[u] = t < 0 ? cs[0] : c;
             }
             if (some && j < x.lq) {
-                /* The query's block of the copy: [K, lq] (kernels.h). */
-                const typename R::elem *S = STn + x.col0 * K;
+                /* The query's block of the copy: [K, lq] (kernels.h); or, blocks 0, its columns
+                 * of [K, ld] (TARTAN_GPU_BLOCKS=off, a benchmark's comparison). */
+                const typename R::elem *S = blocks ? STn + x.col0 * K : STn + x.col0;
+                const long long stride = blocks ? (long long)x.lq : ld;
                 row xr[HX_STEP];
 #pragma unroll
                 for (int u = 0; u < HX_STEP; u++)
-                    xr[u] = __ldg(reinterpret_cast<const row *>(S + (long long)cs[u] * x.lq + j));
+                    xr[u] = __ldg(reinterpret_cast<const row *>(S + (long long)cs[u] * stride + j));
 #pragma unroll
                 for (int u = 0; u < HX_STEP; u++)
                     R::fold(m, xr[u]);
@@ -1334,9 +1336,10 @@ static int narrow_run(void)
 }
 
 template <class R, int CH>
-static int launch_run(const void *STn, long long K, const int64_t *q_off, const int64_t *doc_off,
-                      const uint32_t *codes, const uint32_t *docs, long long width, long long n,
-                      int prune, const int64_t *counts, long long prune_over, const uint32_t *keep,
+static int launch_run(const void *STn, long long K, long long ld, int in_blocks,
+                      const int64_t *q_off, const int64_t *doc_off, const uint32_t *codes,
+                      const uint32_t *docs, long long width, long long n, int prune,
+                      const int64_t *counts, long long prune_over, const uint32_t *keep,
                       long long kw, float *approx)
 {
     int blocks = 0, rc;
@@ -1344,30 +1347,31 @@ static int launch_run(const void *STn, long long K, const int64_t *q_off, const 
                                    (n + HX_WARPS * CH - 1) / (HX_WARPS * CH), &blocks)) != KERN_OK)
         return rc;
     interaction_narrow_kernel<R, CH><<<blocks, HX_WARPS * 32>>>(
-        static_cast<const typename R::elem *>(STn), K, q_off, doc_off, codes, docs, width, n, prune,
-        counts, prune_over, keep, kw, approx);
+        static_cast<const typename R::elem *>(STn), K, ld, in_blocks, q_off, doc_off, codes, docs,
+        width, n, prune, counts, prune_over, keep, kw, approx);
     return KERN_OK;
 }
 
 template <class R>
-static int launch_narrow(const void *STn, long long K, const int64_t *q_off, const int64_t *doc_off,
-                         const uint32_t *codes, const uint32_t *docs, long long width,
-                         long long n_slots, int prune, const int64_t *counts, long long prune_over,
-                         const uint32_t *keep, long long kw, float *approx)
+static int launch_narrow(const void *STn, long long K, long long ld, int in_blocks,
+                         const int64_t *q_off, const int64_t *doc_off, const uint32_t *codes,
+                         const uint32_t *docs, long long width, long long n_slots, int prune,
+                         const int64_t *counts, long long prune_over, const uint32_t *keep,
+                         long long kw, float *approx)
 {
     switch (narrow_run()) {
 #define RUN(n)                                                                                     \
     case n:                                                                                        \
-        return launch_run<R, n>(STn, K, q_off, doc_off, codes, docs, width, n_slots, prune,        \
-                                counts, prune_over, keep, kw, approx)
+        return launch_run<R, n>(STn, K, ld, in_blocks, q_off, doc_off, codes, docs, width,         \
+                                n_slots, prune, counts, prune_over, keep, kw, approx)
         RUN(8);
         RUN(16);
         RUN(64);
         RUN(128);
 #undef RUN
     default:
-        return launch_run<R, 32>(STn, K, q_off, doc_off, codes, docs, width, n_slots, prune, counts,
-                                 prune_over, keep, kw, approx);
+        return launch_run<R, 32>(STn, K, ld, in_blocks, q_off, doc_off, codes, docs, width, n_slots,
+                                 prune, counts, prune_over, keep, kw, approx);
     }
 }
 
@@ -1416,12 +1420,16 @@ static int interaction(const float *ST, const void *STn, narrow kind, size_t n_c
     }
     const char *var = getenv("TARTAN_INTERACTION");
     if (kind != NARROW_NONE) {
-        const long long K = (long long)n_centroids;
+        const long long K = (long long)n_centroids, L = (long long)ld;
+        const char *bl = getenv("TARTAN_GPU_BLOCKS");
+        const int in_blocks = !(bl && !strcmp(bl, "off"));
         rc = kind == NARROW_H16
-                 ? launch_narrow<row_h16>(STn, K, q_off, doc_off, codes, docs, (long long)width, n,
-                                          prune, counts, (long long)prune_over, keep, kw, approx)
-                 : launch_narrow<row_i8>(STn, K, q_off, doc_off, codes, docs, (long long)width, n,
-                                         prune, counts, (long long)prune_over, keep, kw, approx);
+                 ? launch_narrow<row_h16>(STn, K, L, in_blocks, q_off, doc_off, codes, docs,
+                                          (long long)width, n, prune, counts, (long long)prune_over,
+                                          keep, kw, approx)
+                 : launch_narrow<row_i8>(STn, K, L, in_blocks, q_off, doc_off, codes, docs,
+                                         (long long)width, n, prune, counts, (long long)prune_over,
+                                         keep, kw, approx);
         if (rc != KERN_OK) {
             kern_scratch_free(keep, keep_bytes);
             return rc;

@@ -2013,6 +2013,30 @@ static void run_batch_interaction(size_t K, size_t nq, size_t lq_max, int fixed,
         }
     }
     unsetenv("TARTAN_IX_RUN");
+    if (h16) {
+        /* TARTAN_GPU_BLOCKS=off: the copies in the table's own layout, [K, ld]: the same bits. */
+        uint16_t *pST16 = dev_put(ST16, st_n * 2);
+        int8_t *pST8 = dev_put(ST8, st_n);
+        setenv("TARTAN_GPU_BLOCKS", "off", 1);
+        for (int v = 2; v < 4; v++) {
+            float *da = dev_poisoned(nq * width);
+            if (v == 2)
+                expect_ok(kern_cuda_interaction_h16(dST, pST16, K, ld, dq, q_off, nq, ddo, dc, dd,
+                                                    width, prune, prune ? dcnt : NULL, prune_over,
+                                                    threshold, da));
+            else
+                expect_ok(kern_cuda_interaction_i8(dST, pST8, K, ld, dq, q_off, nq, ddo, dc, dd,
+                                                   width, prune, prune ? dcnt : NULL, prune_over,
+                                                   threshold, da));
+            float *o = dev_get_floats(da, nq * width);
+            ck_assert_msg(memcmp(o, got[v], nq * width * 4) == 0, "%s: [K, ld] differs from blocks",
+                          v == 2 ? "h16" : "i8");
+            free(o);
+            kern_gpu_free(da);
+        }
+        unsetenv("TARTAN_GPU_BLOCKS");
+        kern_gpu_free(pST16), kern_gpu_free(pST8);
+    }
     for (size_t q = 0; q < nq; q++) {
         const int64_t c0 = q_off[q], lq = q_off[q + 1] - c0;
         const int pr = prune && counts[q] > prune_over;

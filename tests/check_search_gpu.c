@@ -436,6 +436,15 @@ static void expect_codes_alike(tartan_db *db, const corpus *c, tartan_search_par
             unsetenv("TARTAN_GPU_ROUNDS");
             fx_expect_identical(cols, dist, "default search, rounds by columns");
             tartan_results_free(cols);
+            /* The probe reading every row (no tile keys) and the interaction's copy in the
+             * table's layout instead of query blocks: the same results. */
+            setenv("TARTAN_GPU_TILES", "off", 1);
+            setenv("TARTAN_GPU_BLOCKS", "off", 1);
+            tartan_results *plain = search(db, c, ps[i], TARTAN_DEVICE_CUDA);
+            unsetenv("TARTAN_GPU_TILES");
+            unsetenv("TARTAN_GPU_BLOCKS");
+            fx_expect_identical(plain, dist, "default search, no tiles, no blocks");
+            tartan_results_free(plain);
         }
         tartan_results_free(dist);
     }

@@ -12,6 +12,9 @@ decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prin
   - product quantisation at the same bytes as B = 2: 4-dimension subspaces of 256 codewords
     (k-means on a sample of each subspace's residuals);
   - the centroids alone (no residual), as the floor;
+  - scalar codes per axis (--axes): a Lloyd-Max table per dimension; the same in the residuals'
+    principal axes (one global rotation), 2 bits each; and in those axes with the 2 d bits
+    allocated by greedy reverse water-filling (1-4 bits an axis, the same 32 bytes at d 128);
   - the rate-distortion bound at the same bits: the Gaussian test channel that an ideal codec
     of 2 bits a dimension approaches (reverse water-filling over the residuals' per-dimension
     variances; reconstruction a x + noise, error D a dimension), which no codec of those bytes
@@ -20,6 +23,7 @@ This is a simulation for choosing a codec (issue 19), not tartan's code path: th
 should land near what bench/bench_fidelity measures on the real index.
 
     python3 bench/codec_explore.py CORPUS DUMPDIR [--queries N] [--pq-iters N] [--seed S] [--no-pq]
+                                                  [--axes]
 """
 import argparse
 import os
@@ -40,6 +44,8 @@ def main():
     ap.add_argument("--pq-iters", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-pq", action="store_true", help="skip product quantisation (slowest)")
+    ap.add_argument("--axes", action="store_true",
+                    help="also per-axis tables, principal axes, and bits allocated per axis")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     emb, lens, starts, q, qstart, cent, codes = load_corpus_dump(a.corpus, a.dump,
@@ -96,6 +102,40 @@ def main():
             out[:, s : s + sub] = cb[d2.argmin(1)]
         return out
 
+    def lloyd(v, bits, steps=12):
+        nb = 1 << bits
+        cut = np.quantile(v, np.arange(1, nb) / nb)
+        for _ in range(steps):
+            b = np.searchsorted(cut, v)
+            w = np.array([v[b == j].mean() if (b == j).any() else 0.0 for j in range(nb)])
+            cut = (w[:-1] + w[1:]) / 2
+        return cut, w
+
+    def per_axis(r, bits):
+        out = np.empty_like(r)
+        fit = r[::5]
+        for j in range(r.shape[1]):
+            cut, w = lloyd(fit[:, j], int(bits[j]))
+            out[:, j] = w[np.searchsorted(cut, r[:, j])]
+        return out
+
+    def axes_rows():
+        d = res.shape[1]
+        report("scalar, a table per dimension, 2 bits", per_axis(res, np.full(d, 2)))
+        ev, vec = np.linalg.eigh(np.cov(res[::3].T))
+        ev, vec = ev[::-1], vec[:, ::-1]
+        print(f"principal axes: variance top {ev[0]:.5f}, median {np.median(ev):.5f}, "
+              f"least {ev[-1]:.5f}; top 10 hold {ev[:10].sum() / ev.sum():.3f}")
+        rot = res @ vec
+        report("principal axes, a table each, 2 bits", per_axis(rot, np.full(d, 2)) @ vec.T)
+        bits, var = np.zeros(d, int), ev.copy()
+        for _ in range(2 * d):  # each bit to the axis whose error it lowers most (var / 4)
+            j = int(np.argmax(np.where(bits < 4, var, -1.0)))
+            bits[j] += 1
+            var[j] /= 4
+        print("bits an axis (0..4):", np.bincount(bits, minlength=5).tolist())
+        report("principal axes, 1-4 bits allocated (2 d bits)", per_axis(rot, bits) @ vec.T)
+
     def rd_bound(bits):
         mean = res.mean(0)
         var = np.maximum(res.var(0), 1e-20)
@@ -116,6 +156,8 @@ def main():
     report("scalar, 2 bits a dimension (tartan's)", scalar(2))
     if not a.no_pq:
         report("PQ, 4-dim subspaces x 256 (2 bits a dim)", pq(4))
+    if a.axes:
+        axes_rows()
     report("rate-distortion bound, 2 bits a dimension", rd_bound(2))
     report("scalar, 3 bits a dimension", scalar(3))
     z = (res - res.mean(0)) / np.maximum(res.std(0), 1e-12)

@@ -453,6 +453,74 @@ int idx_trace(void)
     return e && *e && strcmp(e, "0") != 0;
 }
 
+/*
+ * The warm start: k-means's first iterations assign only every stride-th training point (the
+ * points whose index in the group's subset is a multiple of stride), the later ones all of
+ * them. The first iterations move the centroids far (a third of the way to another centroid on
+ * the first step) and settle nothing a quarter of the points could not; the last ones, on
+ * every point, place them finely. Default on the CPU: the first WARM_ITERS of the iterations
+ * (never the last) on a quarter of the points, the work of 2.5 iterations instead of 4 with
+ * recall unchanged on every family and SciFact (bench/RESULTS.md "Build time"). On a GPU the
+ * assignment is already a small part of training (0.7-1.1 s of a 2M-document build's), less
+ * than moving the points costs (about 2 s there), so it stays off. TARTAN_KMEANS_WARM="I/S"
+ * sets I iterations on every S-th point on either device ("0": none). Every member of a group
+ * must see the same setting and device (mpirun passes the environment on).
+ */
+#define WARM_ITERS 2
+#define WARM_STRIDE 4
+static void warm_schedule(kern_dev dev, int niter, int *iters, size_t *stride)
+{
+    int wi = dev == KERN_DEV_CPU ? WARM_ITERS : 0;
+    long st = WARM_STRIDE;
+    const char *e = getenv("TARTAN_KMEANS_WARM");
+    if (e) {
+        char *end;
+        long a = strtol(e, &end, 10), b = 1;
+        if (*end == '/')
+            b = strtol(end + 1, &end, 10);
+        if (*end == '\0' && a >= 0 && a <= 1000 && b >= 1 && b <= 1000000) {
+            wi = (int)a;
+            st = b;
+        }
+    }
+    if (wi > niter - 1)
+        wi = niter - 1; /* the last iteration always sees every point */
+    *iters = st > 1 && wi > 0 ? wi : 0;
+    *stride = *iters ? (size_t)st : 1;
+}
+
+size_t idx_warm_partition(float *xs, size_t np, size_t dim, size_t off, size_t stride)
+{
+    if (stride == 0)
+        return (size_t)-1;
+    size_t first = (stride - off % stride) % stride;
+    size_t ne = first < np ? (np - first + stride - 1) / stride : 0;
+    if (ne == 0)
+        return 0;
+    float *tmp = malloc(ne * dim * sizeof *tmp);
+    if (!tmp)
+        return (size_t)-1;
+#pragma omp parallel for schedule(static)
+    for (long long t = 0; t < (long long)ne; t++)
+        memcpy(tmp + (size_t)t * dim, xs + (first + (size_t)t * stride) * dim, dim * sizeof *tmp);
+    /* The others move up, from the back: row i to i + (rows chosen at or after i), over rows
+     * already moved or saved. One thread: waves of moves on every thread (each wave the rows
+     * whose places were free) made k-means's setup 1.9 s against 0.6 s (1.05M points, 2
+     * cores). */
+    size_t w = np;
+    for (size_t i = np; i-- > 0;) {
+        if (i >= first && (i - first) % stride == 0)
+            continue;
+        if (--w != i)
+            memcpy(xs + w * dim, xs + i * dim, dim * sizeof *xs);
+    }
+#pragma omp parallel for schedule(static)
+    for (long long t = 0; t < (long long)ne; t++)
+        memcpy(xs + (size_t)t * dim, tmp + (size_t)t * dim, dim * sizeof *tmp);
+    free(tmp);
+    return ne;
+}
+
 int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,
                      size_t dim, size_t k, int niter, int max_per_centroid, uint64_t seed,
                      idx_group *g, float *centroids, store_msg *m)
@@ -463,7 +531,7 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
     double t_mark = idx_now(), t_setup = 0, t_assign = 0, t_sums = 0, t_ex = 0, t_update = 0;
     size_t np_traced = 0;
     size_t p = (size_t)g->size;
-    size_t *cnt = NULL, *sub = NULL, *lens = NULL;
+    size_t *cnt = NULL, *sub = NULL, *lens = NULL, *sub_w = NULL;
     size_t *pick = NULL, *order = NULL, *count = NULL, *empty = NULL;
     uint32_t *codes = NULL, *dcodes = NULL;
     float *score = NULL, *own = NULL, *rows = NULL, *dxs = NULL;
@@ -475,13 +543,14 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
         rc = store_fail(m, TARTAN_EINVAL,
                         "k-means: bad arguments (%zu points, dim %zu, k %zu, %d iterations)", n,
                         dim, k, niter);
-    else if (!(cnt = malloc(3 * p * sizeof *cnt)))
+    else if (!(cnt = malloc(4 * p * sizeof *cnt)))
         rc = store_fail(m, ENOMEM, "out of memory");
     /* 1. Where this member's points lie among the group's (rank order). */
     if ((rc = idx_group_counts(g, n, cnt, rc, m)))
         goto out;
     sub = cnt + p;
     lens = sub + p;
+    sub_w = lens + p;
     size_t ntot = 0, off = 0;
     for (size_t r = 0; r < p; r++) {
         ntot += cnt[r];
@@ -558,6 +627,28 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
             acc[c * dim + j] = centroids[c * dim + j];
         normalise_row(centroids + c * dim, acc + c * dim, dim);
     }
+    /* 3b. The warm start's points first (warm_schedule), and the group's counts of them. */
+    int warm = 0;
+    size_t stride = 1, np_w = np, sub_off_w = sub_off;
+    warm_schedule(dev, niter, &warm, &stride);
+    if (!rc && warm && xs != own) {
+        if (np > SIZE_MAX / dim / sizeof(float) ||
+            !(own = malloc((np ? np : 1) * dim * sizeof(float))))
+            rc = store_fail(m, ENOMEM, "out of memory for k-means's %zu points", np);
+        else {
+            memcpy(own, xs, np * dim * sizeof(float));
+            xs = own;
+        }
+    }
+    if (!rc && warm && (np_w = idx_warm_partition(own, np, dim, sub_off, stride)) == (size_t)-1)
+        rc = store_fail(m, ENOMEM, "out of memory for k-means's warm start");
+    if (warm) {
+        if ((rc = idx_group_counts(g, rc ? 0 : np_w, sub_w, rc, m)))
+            goto out;
+        sub_off_w = 0;
+        for (size_t r = 0; r < (size_t)g->rank; r++)
+            sub_off_w += sub_w[r];
+    }
     /* The iterations' assignment in bf16 where that is faster (idx_kmeans_bf16): on AMX a
      * sixth of fp32's time (8.5 s against 49.4 s for the 1.45M-token build's k-means), and
      * the centroids serve the points as well, with recall unchanged (bench/RESULTS.md "Build
@@ -586,25 +677,28 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
     np_traced = np;
     t_setup = idx_now() - t_mark;
     for (int it = 0; it < niter; it++) {
-        /* 4. Each member assigns its own points and sums them per cluster; the group adds
-         * the sums and counts up, and every member computes the same centroids from them. */
+        /* 4. Each member assigns its own points (the warm start's first, for the first warm
+         * iterations) and sums them per cluster; the group adds the sums and counts up, and
+         * every member computes the same centroids from them. */
+        size_t npi = it < warm ? np_w : np, offi = it < warm ? sub_off_w : sub_off;
+        const size_t *subi = it < warm ? sub_w : sub;
         t_mark = idx_now();
-        if (!rc && np)
+        if (!rc && npi)
             rc = dev == KERN_DEV_CUDA
-                     ? assign_cuda(centroids, k, dim, xs, dxs, np, codes, score, bf16, m)
-                     : assign_cpu(centroids, k, dim, xs, np, codes, score, bf16, m);
+                     ? assign_cuda(centroids, k, dim, xs, dxs, npi, codes, score, bf16, m)
+                     : assign_cpu(centroids, k, dim, xs, npi, codes, score, bf16, m);
         t_assign += idx_now() - t_mark;
         t_mark = idx_now();
         if (!rc && dsums) {
-            rc = sums_cuda(dxs, codes, np, k, dim, dcodes, dsums, acc, m);
+            rc = sums_cuda(dxs, codes, npi, k, dim, dcodes, dsums, acc, m);
         } else if (!rc) {
             /* Counting sort by cluster: each cluster's points together, for one thread. */
             memset(count, 0, (k + 1) * sizeof *count);
-            for (size_t i = 0; i < np; i++)
+            for (size_t i = 0; i < npi; i++)
                 count[codes[i] + 1]++;
             for (size_t c = 0; c < k; c++)
                 count[c + 1] += count[c];
-            for (size_t i = 0; i < np; i++)
+            for (size_t i = 0; i < npi; i++)
                 order[count[codes[i]]++] = i;
                 /* count[c] is now the end of cluster c, which is where cluster c + 1 starts. */
 #pragma omp parallel for schedule(dynamic, 64)
@@ -639,19 +733,22 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
             if (cnts[c] == 0.0)
                 empty[ne++] = c;
         if (ne &&
-            (rc = refill(g, xs, score, np, sub_off, sub, dim, empty, ne, lens, acc, centroids, m)))
+            (rc = refill(g, xs, score, npi, offi, subi, dim, empty, ne, lens, acc, centroids, m)))
             goto out;
         t_update += idx_now() - t_mark;
     }
     if (idx_trace())
-        fprintf(stderr,
-                "k-means, member %d of %d: %zu points, %zu centroids, dim %zu, %d iterations on "
-                "%s: setup %.3f s (GPU start %.3f s, points to the GPU %.3f s), assignment %.3f "
-                "s, sums %.3f s (on the %s), exchange of the sums %.3f s, update %.3f s\n",
-                g->rank, g->size, np_traced, k, dim, niter,
-                dev == KERN_DEV_CUDA ? (bf16 ? "the GPU (bf16)" : "the GPU")
-                                     : (bf16 ? "the CPU (bf16)" : "the CPU"),
-                t_setup, t_gpu, t_up, t_assign, t_sums, dsums ? "GPU" : "CPU", t_ex, t_update);
+        fprintf(
+            stderr,
+            "k-means, member %d of %d: %zu points, %zu centroids, dim %zu, %d iterations on "
+            "%s (the first %d on every %zu-th point): setup %.3f s (GPU start %.3f s, points to "
+            "the GPU %.3f s), assignment %.3f s, sums %.3f s (on the %s), exchange of the sums "
+            "%.3f s, update %.3f s\n",
+            g->rank, g->size, np_traced, k, dim, niter,
+            dev == KERN_DEV_CUDA ? (bf16 ? "the GPU (bf16)" : "the GPU")
+                                 : (bf16 ? "the CPU (bf16)" : "the CPU"),
+            warm, stride, t_setup, t_gpu, t_up, t_assign, t_sums, dsums ? "GPU" : "CPU", t_ex,
+            t_update);
 out:
     kern_cuda_free(dxs);
     kern_cuda_free(dcodes);

@@ -70,6 +70,12 @@ static inline double idx_fixed_point(float v)
  * L2-normalised on return. Errors as idx_assign's, and TARTAN_EINVAL for bad sizes. The
  * group of one's idx_kmeans_group.
  *
+ * The warm start (on the CPU by default): the first two iterations of niter >= 3 (the first
+ * niter - 1 when fewer) assign and sum only every 4th training point of the subset (by its
+ * index in the group's subset), the rest every point; TARTAN_KMEANS_WARM="I/S" (I iterations
+ * on every S-th point; "0" none) sets it on either device. The same rules for the first
+ * centroids, the sums and the refill, over the points the iteration assigns.
+ *
  * Where idx_kmeans_bf16(dev) says 1, the iterations assign with bf16 products
  * (kern_nearest_centroid_bf16: points and centroids rounded to bf16, fp32 accumulation, on AMX
  * tiles or with AVX512_BF16, or on a CUDA GPU's tensor cores): a point may then join another
@@ -106,6 +112,14 @@ int idx_kmeans_device(kern_dev dev, const float *x, size_t n, size_t dim, size_t
 int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,
                      size_t dim, size_t k, int niter, int max_per_centroid, uint64_t seed,
                      idx_group *g, float *centroids, store_msg *m);
+
+/*
+ * k-means's warm start (assign.c): moves the rows i of xs [np, dim] whose group index off + i
+ * is a multiple of stride (>= 1) to the front, in their order, and the others after them in
+ * theirs; returns how many went to the front, or (size_t)-1 when out of memory (xs then as it
+ * was) or stride is 0. In place beside a copy of the front rows; OpenMP threads.
+ */
+size_t idx_warm_partition(float *xs, size_t np, size_t dim, size_t off, size_t stride);
 
 /*
  * Whether idx_kmeans_device on dev assigns in bf16. The environment variable TARTAN_KMEANS_BF16,

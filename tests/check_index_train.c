@@ -1095,6 +1095,102 @@ START_TEST(test_index_kmeans_group_skips_rows)
 }
 END_TEST
 
+START_TEST(test_index_warm_partition)
+{
+    /* idx_warm_partition against a copy done row by row: every size to 70, offsets 0..6,
+     * strides 1..7, dims 1 and 5; each row's values name it. Also thousands of rows (many
+     * waves of its parallel moves). */
+    for (size_t dim = 1; dim <= 5; dim += 4)
+        for (size_t np = 0; np <= 3000; np = np < 70 ? np + 1 : np * 3 + 1)
+            for (size_t off = 0; off < 7; off++)
+                for (size_t st = 1; st <= 7; st++) {
+                    float *x = xmalloc(sizeof(float) * (np ? np : 1) * dim);
+                    float *want = xmalloc(sizeof(float) * (np ? np : 1) * dim);
+                    for (size_t i = 0; i < np; i++)
+                        for (size_t d = 0; d < dim; d++)
+                            x[i * dim + d] = (float)(i * 8 + d);
+                    size_t w = 0;
+                    for (int pass = 0; pass < 2; pass++)
+                        for (size_t i = 0; i < np; i++)
+                            if (((off + i) % st == 0) == (pass == 0))
+                                memcpy(want + w++ * dim, x + i * dim, sizeof(float) * dim);
+                    size_t front = 0;
+                    for (size_t i = 0; i < np; i++)
+                        front += (off + i) % st == 0;
+                    ck_assert_uint_eq(idx_warm_partition(x, np, dim, off, st), front);
+                    ck_assert_msg(np == 0 || memcmp(x, want, sizeof(float) * np * dim) == 0,
+                                  "np %zu dim %zu off %zu stride %zu: rows out of place", np, dim,
+                                  off, st);
+                    free(x);
+                    free(want);
+                }
+    float y[2] = {1, 2};
+    ck_assert_uint_eq(idx_warm_partition(y, 2, 1, 0, 0), (size_t)-1);
+    ck_assert(y[0] == 1 && y[1] == 2);
+}
+END_TEST
+
+START_TEST(test_index_kmeans_warm_start)
+{
+    /* The warm start (TARTAN_KMEANS_WARM "I/S": the first I iterations assign every S-th point
+     * of the subset). Each of P distinct points repeated S = 4 times in a row: every S-th row is
+     * then one copy of each point, and a cluster's sum over one copy is a quarter of its sum over
+     * four, exactly (fixed point times a power of 2), so the normalised centroids agree: the warm
+     * run must give the cold run's centroids bit for bit. Had it taken other rows, or summed
+     * rows it did not assign, they would differ. On random (unrepeated) points the schedule
+     * must change the centroids, "1/1" and "0" are the cold run, and an unreadable setting
+     * is the default. */
+    enum { P = 600, S = 4, D = 24, K = 40, N = P * S };
+    float *pts = xmalloc(sizeof(float) * P * D), *x = xmalloc(sizeof(float) * N * D);
+    float *cold = xmalloc(sizeof(float) * K * D), *warm = xmalloc(sizeof(float) * K * D);
+    float *def = xmalloc(sizeof(float) * K * D), *bad = xmalloc(sizeof(float) * K * D);
+    uint64_t s = 71;
+    random_units(&s, pts, P, D);
+    for (size_t i = 0; i < N; i++)
+        memcpy(x + i * D, pts + (i / S) * D, sizeof(float) * D);
+    store_msg m = {{0}};
+    const char *warms[3] = {"2/4", "3/4", "1/4"};
+    setenv("TARTAN_KMEANS_WARM", "0", 1);
+    ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, N, 5, cold, &m) == 0, "%s",
+                  m.text);
+    for (int t = 0; t < 3; t++) {
+        setenv("TARTAN_KMEANS_WARM", warms[t], 1);
+        poison(warm, K * D);
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, N, 5, warm, &m) == 0, "%s",
+                      m.text);
+        ck_assert_msg(memcmp(cold, warm, sizeof(float) * K * D) == 0,
+                      "warm start %s on repeated points: other centroids", warms[t]);
+    }
+    /* Random points, and a subset (16 a centroid) drawn first. */
+    for (int per = 16; per <= N; per += N - 16) {
+        s = 72;
+        random_units(&s, x, N, D);
+        setenv("TARTAN_KMEANS_WARM", "0", 1);
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, cold, &m) == 0);
+        setenv("TARTAN_KMEANS_WARM", "1/1", 1);
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, warm, &m) == 0);
+        ck_assert_msg(memcmp(cold, warm, sizeof(float) * K * D) == 0, "1/1 is not the cold run");
+        unsetenv("TARTAN_KMEANS_WARM");
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, def, &m) == 0);
+        ck_assert_msg(memcmp(cold, def, sizeof(float) * K * D) != 0,
+                      "the default schedule changed nothing (per %d)", per);
+        setenv("TARTAN_KMEANS_WARM", "two/four", 1);
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, bad, &m) == 0);
+        ck_assert_msg(memcmp(def, bad, sizeof(float) * K * D) == 0,
+                      "an unreadable setting is not the default");
+        for (size_t i = 0; i < K; i++)
+            ck_assert(fabs(dot_d(def + i * D, def + i * D, D) - 1.0) < 1e-5);
+    }
+    unsetenv("TARTAN_KMEANS_WARM");
+    free(pts);
+    free(x);
+    free(cold);
+    free(warm);
+    free(def);
+    free(bad);
+}
+END_TEST
+
 START_TEST(test_index_model_train_holds_out_by_rule)
 {
     /* idx_model_train against its rules redone here: the held-out tokens are idx_select_range's
@@ -1235,6 +1331,8 @@ int main(void)
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
          0},
         {"kmeans_group_skips_rows", test_index_kmeans_group_skips_rows, 0},
+        {"warm_partition", test_index_warm_partition, 0},
+        {"kmeans_warm_start", test_index_kmeans_warm_start, 0},
         {"model_train_holds_out_by_rule", test_index_model_train_holds_out_by_rule, 0},
         {"device_option_reaches_build", test_index_device_option_reaches_build, 0},
     };

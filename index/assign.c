@@ -459,7 +459,8 @@ int idx_trace(void)
  * them. The first iterations move the centroids far (a third of the way to another centroid on
  * the first step) and settle nothing a quarter of the points could not; the last ones, on
  * every point, place them finely. Default on the CPU: the first WARM_ITERS of the iterations
- * (never the last) on a quarter of the points, the work of 2.5 iterations instead of 4 with
+ * (never the last) on a quarter of the points, where that quarter holds WARM_MIN_PER_CENTROID
+ * points a centroid, the work of 2.5 iterations instead of 4 with
  * recall unchanged on every family and SciFact (bench/RESULTS.md "Build time"). On a GPU the
  * assignment is already a small part of training (0.7-1.1 s of a 2M-document build's), less
  * than moving the points costs (about 2 s there), so it stays off. TARTAN_KMEANS_WARM="I/S"
@@ -468,6 +469,10 @@ int idx_trace(void)
  */
 #define WARM_ITERS 2
 #define WARM_STRIDE 4
+/* The warm share must hold this many points a centroid (16 in a build's subset of 64 a
+ * centroid), or every iteration takes all points: fewer would leave centroids on one or two
+ * points, and a refill needs a point for every empty cluster. */
+#define WARM_MIN_PER_CENTROID 8
 static void warm_schedule(kern_dev dev, int niter, int *iters, size_t *stride)
 {
     int wi = dev == KERN_DEV_CPU ? WARM_ITERS : 0;
@@ -631,6 +636,15 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
     int warm = 0;
     size_t stride = 1, np_w = np, sub_off_w = sub_off;
     warm_schedule(dev, niter, &warm, &stride);
+    size_t nsub_all = 0;
+    for (size_t r = 0; r < p; r++)
+        nsub_all += sub[r];
+    if (warm && (nsub_all + stride - 1) / stride < WARM_MIN_PER_CENTROID * k) {
+        /* Too few points a centroid in the warm share (and the refill needs at least as
+         * many points as clusters): the same decision on every member, from the counts. */
+        warm = 0;
+        stride = 1;
+    }
     if (!rc && warm && xs != own) {
         if (np > SIZE_MAX / dim / sizeof(float) ||
             !(own = malloc((np ? np : 1) * dim * sizeof(float))))

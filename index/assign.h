@@ -72,7 +72,8 @@ static inline double idx_fixed_point(float v)
  *
  * The warm start (on the CPU by default): the first two iterations of niter >= 3 (the first
  * niter - 1 when fewer) assign and sum only every 4th training point of the subset (by its
- * index in the group's subset), the rest every point; TARTAN_KMEANS_WARM="I/S" (I iterations
+ * index in the group's subset), the rest every point, where those points number at least 8 a
+ * centroid (else every iteration takes every point); TARTAN_KMEANS_WARM="I/S" (I iterations
  * on every S-th point; "0" none) sets it on either device. The same rules for the first
  * centroids, the sums and the refill, over the points the iteration assigns.
  *

@@ -1161,8 +1161,8 @@ START_TEST(test_index_kmeans_warm_start)
         ck_assert_msg(memcmp(cold, warm, sizeof(float) * K * D) == 0,
                       "warm start %s on repeated points: other centroids", warms[t]);
     }
-    /* Random points, and a subset (16 a centroid) drawn first. */
-    for (int per = 16; per <= N; per += N - 16) {
+    /* Random points, and a subset (48 a centroid) drawn first. */
+    for (int per = 48; per <= N; per += N - 48) {
         s = 72;
         random_units(&s, x, N, D);
         setenv("TARTAN_KMEANS_WARM", "0", 1);
@@ -1180,6 +1180,18 @@ START_TEST(test_index_kmeans_warm_start)
                       "an unreadable setting is not the default");
         for (size_t i = 0; i < K; i++)
             ck_assert(fabs(dot_d(def + i * D, def + i * D, D) - 1.0) < 1e-5);
+    }
+    /* Nearly as many centroids as points (empty clusters refilled from every point): the
+     * warm share is too small, so the schedule steps aside, forced or not. */
+    for (int t = 0; t < 2; t++) {
+        if (t)
+            setenv("TARTAN_KMEANS_WARM", "2/4", 1);
+        float *many = xmalloc(sizeof(float) * 569 * D);
+        ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, x, 598, D, 569, 4, 64, 42, many, &m) == 0,
+                      "%s", m.text);
+        for (size_t i = 0; i < 569; i++)
+            ck_assert(fabs(dot_d(many + i * D, many + i * D, D) - 1.0) < 1e-5);
+        free(many);
     }
     unsetenv("TARTAN_KMEANS_WARM");
     free(pts);

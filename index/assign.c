@@ -166,16 +166,17 @@ static void normalise_row(float *dst, const double *acc, size_t dim)
 }
 
 /* (a_s, a_i) is worse served than (b_s, b_i): lower score, or equal and lower index. */
-static int worse(float as, size_t ai, float bs, size_t bi)
+static int worse(float as, uint64_t ai, float bs, uint64_t bi)
 {
     return as < bs || (as == bs && ai < bi);
 }
 
 /*
- * The e worst-served points (lowest score first, ties to the lower index) into out [e]: a
- * max-heap of the e worst seen so far, whose root is the best of them. O(n log e).
+ * The e worst-served points (lowest score first, ties to the lower index in the group's subset,
+ * ids [n]) into out [e] (positions in score): a max-heap of the e worst seen so far, whose root
+ * is the best of them. O(n log e).
  */
-static void worst_points(const float *score, size_t n, size_t e, size_t *out)
+static void worst_points(const float *score, const uint64_t *ids, size_t n, size_t e, size_t *out)
 {
     size_t h = 0;
     for (size_t i = 0; i < n; i++) {
@@ -188,7 +189,7 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
                 size_t p = (at - 1) / 2;
                 size_t pi = out[p];
                 float ps = isnan(score[pi]) ? -INFINITY : score[pi];
-                if (!worse(ps, pi, s, i))
+                if (!worse(ps, ids[pi], s, ids[i]))
                     break;
                 out[at] = pi;
                 at = p;
@@ -198,7 +199,7 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
         }
         size_t ri = out[0];
         float rs = isnan(score[ri]) ? -INFINITY : score[ri];
-        if (!worse(s, i, rs, ri))
+        if (!worse(s, ids[i], rs, ids[ri]))
             continue;
         /* replace the root, sift down */
         at = 0;
@@ -208,7 +209,7 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
             float bsc = s;
             if (l < h) {
                 float ls = isnan(score[out[l]]) ? -INFINITY : score[out[l]];
-                if (worse(bsc, bi, ls, out[l])) {
+                if (worse(bsc, ids[bi], ls, ids[out[l]])) {
                     big = l;
                     bi = out[l];
                     bsc = ls;
@@ -216,7 +217,7 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
             }
             if (r < h) {
                 float rsc = isnan(score[out[r]]) ? -INFINITY : score[out[r]];
-                if (worse(bsc, bi, rsc, out[r]))
+                if (worse(bsc, ids[bi], rsc, ids[out[r]]))
                     big = r;
             }
             if (big == at)
@@ -232,7 +233,7 @@ static void worst_points(const float *score, size_t n, size_t e, size_t *out)
         float vs = isnan(score[v]) ? -INFINITY : score[v];
         while (b > 0) {
             float ps = isnan(score[out[b - 1]]) ? -INFINITY : score[out[b - 1]];
-            if (!worse(vs, v, ps, out[b - 1]))
+            if (!worse(vs, ids[v], ps, ids[out[b - 1]]))
                 break;
             out[b] = out[b - 1];
             b--;
@@ -274,10 +275,11 @@ static int cand_cmp(const void *a, const void *b)
  * group: each member proposes its own ne worst (lowest score, ties to the lower index), rank 0
  * takes the ne worst of all the proposals in the same order and sends their vectors to every
  * member. One process alone takes its own ne worst: the same points as a group would.
- * xs [np, dim], score [np]: this member's points of the subset, from index sub_off of it;
- * sub [size]: every member's number of them. lens [size]: scratch.
+ * xs [np, dim], score [np]: the points this member assigned; ids [np]: their indices in the
+ * group's subset (the tie-break, the same whatever the order of the rows); sub [size]: every
+ * member's number of points assigned. lens [size]: scratch.
  */
-static int refill(idx_group *g, const float *xs, const float *score, size_t np, size_t sub_off,
+static int refill(idx_group *g, const float *xs, const float *score, size_t np, const uint64_t *ids,
                   const size_t *sub, size_t dim, const size_t *empty, size_t ne, size_t *lens,
                   double *acc, float *centroids, store_msg *m)
 {
@@ -287,6 +289,9 @@ static int refill(idx_group *g, const float *xs, const float *score, size_t np, 
         lens[r] = (ne < sub[r] ? ne : sub[r]) * rec;
         total += lens[r];
     }
+    /* Fewer points than empty clusters in all: the rest stay where they were. */
+    if (total / rec < ne)
+        ne = total / rec;
     size_t *w = malloc((mine ? mine : 1) * sizeof *w);
     unsigned char *buf = malloc(mine ? mine * rec : 1);
     float *fill = malloc(ne * dim * sizeof *fill);
@@ -301,9 +306,9 @@ static int refill(idx_group *g, const float *xs, const float *score, size_t np, 
         rc = store_fail(m, ENOMEM, "out of memory refilling %zu empty clusters", ne);
     if ((rc = idx_group_check(g, rc, m)))
         goto out;
-    worst_points(score, np, mine, w);
+    worst_points(score, ids, np, mine, w);
     for (size_t t = 0; t < mine; t++) {
-        cand c = {isnan(score[w[t]]) ? -INFINITY : score[w[t]], 0, (uint64_t)(sub_off + w[t])};
+        cand c = {isnan(score[w[t]]) ? -INFINITY : score[w[t]], 0, ids[w[t]]};
         memcpy(buf + t * rec, &c, sizeof c);
         memcpy(buf + t * rec + sizeof c, xs + w[t] * dim, dim * sizeof(float));
     }
@@ -454,76 +459,140 @@ int idx_trace(void)
 }
 
 /*
- * The warm start: k-means's first iterations assign only every stride-th training point (the
- * points whose index in the group's subset is a multiple of stride), the later ones all of
- * them. The first iterations move the centroids far (a third of the way to another centroid on
- * the first step) and settle nothing a quarter of the points could not; the last ones, on
- * every point, place them finely. Default on the CPU: the first WARM_ITERS of the iterations
- * (never the last) on a quarter of the points, where that quarter holds WARM_MIN_PER_CENTROID
- * points a centroid, the work of 2.5 iterations instead of 4 with
- * recall unchanged on every family and SciFact (bench/RESULTS.md "Build time"). On a GPU the
- * assignment is already a small part of training (0.7-1.1 s of a 2M-document build's), less
- * than moving the points costs (about 2 s there), so it stays off. TARTAN_KMEANS_WARM="I/S"
- * sets I iterations on every S-th point on either device ("0": none). Every member of a group
- * must see the same setting and device (mpirun passes the environment on).
+ * The warm start: k-means's first iterations assign only a share of the training points, the
+ * later ones more and the last all of them. The first iterations move the centroids far (a
+ * third of the way to another centroid on the first step) and settle nothing a quarter of the
+ * points could not; the last one, on every point, places them finely. A schedule is a list of
+ * "I/S" steps, I iterations on one point of every S (each stride a multiple of the next), the
+ * last iteration always on every point. Which point of each block of S consecutive indices of
+ * the group's subset is a seeded hash's choice (idx_warm_depth), never a fixed position: where
+ * every token trains (corpora up to about 64 points a centroid) the subset is the input in its
+ * order, and a position chosen by stride would follow any period in it (a fixed document
+ * length, clusters in turn), seeing some clusters and not others. The narrower steps' points
+ * include the wider ones', so one reordering puts each step's points first.
+ * Default on the CPU, WARM_DEFAULT: the first 2 of 4 iterations on one point in 4, the work of
+ * 2.5 iterations instead of 4, with recall unchanged on every family and SciFact
+ * (bench/RESULTS.md "Build time"; "2/4,1/2", the work of 2, cost model 2 about 0.005 of
+ * exhaustive recall over three seeds, so it is not the default). A stride whose share holds
+ * fewer than WARM_MIN_PER_CENTROID points a centroid gives way to the next narrower one. On a
+ * GPU the assignment is already a small part of training (0.7-1.1 s of a 2M-document build's),
+ * less than moving the points cost there (about 2 s, measured with a partition in place), so it
+ * stays off. TARTAN_KMEANS_WARM sets a schedule on either device ("0": none; one that does not
+ * parse: the default). Every member of a group must see the same setting and device (mpirun
+ * passes the environment on).
  */
-#define WARM_ITERS 2
-#define WARM_STRIDE 4
+#define WARM_DEFAULT "2/4"
+#define WARM_MAX_LEVELS 4
 /* The warm share must hold this many points a centroid (16 in a build's subset of 64 a
- * centroid), or every iteration takes all points: fewer would leave centroids on one or two
+ * centroid at stride 4), or the stride gives way: fewer would leave centroids on one or two
  * points, and a refill needs a point for every empty cluster. */
 #define WARM_MIN_PER_CENTROID 8
-static void warm_schedule(kern_dev dev, int niter, int *iters, size_t *stride)
+
+/* Parses a schedule into strides [niter] (1 where it says nothing); 0, or -1 if it does not
+ * parse (strides then all 1). */
+static int warm_parse(const char *e, int niter, size_t *strides)
 {
-    int wi = dev == KERN_DEV_CPU ? WARM_ITERS : 0;
-    long st = WARM_STRIDE;
-    const char *e = getenv("TARTAN_KMEANS_WARM");
-    if (e) {
+    for (int it = 0; it < niter; it++)
+        strides[it] = 1;
+    if (strcmp(e, "0") == 0)
+        return 0;
+    int it = 0, steps = 0;
+    long prev = 0;
+    while (*e) {
         char *end;
         long a = strtol(e, &end, 10), b = 1;
-        if (*end == '/')
-            b = strtol(end + 1, &end, 10);
-        if (*end == '\0' && a >= 0 && a <= 1000 && b >= 1 && b <= 1000000) {
-            wi = (int)a;
-            st = b;
+        if (end == e || a < 0 || a > 1000)
+            goto bad;
+        if (*end == '/') {
+            const char *f = end + 1;
+            b = strtol(f, &end, 10);
+            if (end == f)
+                goto bad;
         }
+        if (b < 1 || b > 1000000 || (prev && prev % b) || ++steps > WARM_MAX_LEVELS ||
+            (*end && *end != ','))
+            goto bad;
+        for (long i = 0; i < a && it < niter - 1; i++)
+            strides[it++] = (size_t)b; /* the last iteration always sees every point */
+        prev = b;
+        if (*end == ',' && end[1] == '\0')
+            goto bad;
+        e = *end ? end + 1 : end;
     }
-    if (wi > niter - 1)
-        wi = niter - 1; /* the last iteration always sees every point */
-    *iters = st > 1 && wi > 0 ? wi : 0;
-    *stride = *iters ? (size_t)st : 1;
+    return 0;
+bad:
+    for (it = 0; it < niter; it++)
+        strides[it] = 1;
+    return -1;
 }
 
-size_t idx_warm_partition(float *xs, size_t np, size_t dim, size_t off, size_t stride)
+/* The schedule on dev for niter iterations over nsub points into k centroids: strides [niter]. */
+static void warm_schedule(kern_dev dev, int niter, size_t nsub, size_t k, size_t *strides)
 {
-    if (stride == 0)
-        return (size_t)-1;
-    size_t first = (stride - off % stride) % stride;
-    size_t ne = first < np ? (np - first + stride - 1) / stride : 0;
-    if (ne == 0)
-        return 0;
-    float *tmp = malloc(ne * dim * sizeof *tmp);
-    if (!tmp)
-        return (size_t)-1;
-#pragma omp parallel for schedule(static)
-    for (long long t = 0; t < (long long)ne; t++)
-        memcpy(tmp + (size_t)t * dim, xs + (first + (size_t)t * stride) * dim, dim * sizeof *tmp);
-    /* The others move up, from the back: row i to i + (rows chosen at or after i), over rows
-     * already moved or saved. One thread: waves of moves on every thread (each wave the rows
-     * whose places were free) made k-means's setup 1.9 s against 0.6 s (1.05M points, 2
-     * cores). */
-    size_t w = np;
-    for (size_t i = np; i-- > 0;) {
-        if (i >= first && (i - first) % stride == 0)
-            continue;
-        if (--w != i)
-            memcpy(xs + w * dim, xs + i * dim, dim * sizeof *xs);
+    const char *e = getenv("TARTAN_KMEANS_WARM");
+    if (!e || warm_parse(e, niter, strides) != 0)
+        (void)warm_parse(dev == KERN_DEV_CPU ? WARM_DEFAULT : "0", niter, strides);
+    /* The same decision on every member, from the group's counts. */
+    for (int it = 0; it < niter; it++)
+        while (strides[it] > 1 &&
+               (nsub + strides[it] - 1) / strides[it] < (size_t)WARM_MIN_PER_CENTROID * k) {
+            size_t next = 1; /* the next narrower stride of the schedule */
+            for (int j = 0; j < niter; j++)
+                if (strides[j] < strides[it] && strides[j] > next)
+                    next = strides[j];
+            strides[it] = next;
+        }
+}
+
+/* The warm start's stream (a seeded choice of points, as the subset's and the first
+ * centroids'). */
+#define STREAM_WARM 0x6b2d7761726d7321ull
+
+/* Level l's point in the block of ls[l] consecutive subset indices that holds id: one of the
+ * level l + 1 points of the block's ls[l] / ls[l + 1] sub-blocks (at the narrowest level, one
+ * of its indices), each choice a hash of the seed, the level and the block. */
+static uint64_t warm_pick(uint64_t seed, const size_t *ls, size_t nlev, size_t l, uint64_t id)
+{
+    uint64_t pos = id / ls[l] * ls[l];
+    for (size_t j = l; j < nlev; j++) {
+        size_t unit = j + 1 < nlev ? ls[j + 1] : 1;
+        uint64_t st = seed ^ STREAM_WARM ^ ((uint64_t)j << 58) ^ (pos / ls[j]);
+        pos += idx_rand_next(&st) % (ls[j] / unit) * unit;
     }
+    return pos;
+}
+
+size_t idx_warm_depth(uint64_t seed, const size_t *ls, size_t nlev, uint64_t id)
+{
+    size_t d = nlev;
+    for (size_t l = nlev; l-- > 0 && warm_pick(seed, ls, nlev, l, id) == id;)
+        d = l;
+    return d;
+}
+
+int idx_warm_dest(uint64_t seed, const size_t *ls, size_t nlev, uint64_t first, size_t np,
+                  size_t *dest, size_t *lnp)
+{
+    size_t cnt[WARM_MAX_LEVELS + 2] = {0};
+    if (nlev > WARM_MAX_LEVELS)
+        return -1;
+    uint8_t *depth = malloc(np ? np : 1);
+    if (!depth)
+        return -1;
 #pragma omp parallel for schedule(static)
-    for (long long t = 0; t < (long long)ne; t++)
-        memcpy(xs + (size_t)t * dim, tmp + (size_t)t * dim, dim * sizeof *tmp);
-    free(tmp);
-    return ne;
+    for (long long i = 0; i < (long long)np; i++)
+        depth[i] = (uint8_t)idx_warm_depth(seed, ls, nlev, first + (uint64_t)i);
+    for (size_t i = 0; i < np; i++)
+        cnt[depth[i] + 1]++;
+    for (size_t l = 0; l <= nlev; l++) {
+        cnt[l + 1] += cnt[l];
+        if (l < nlev)
+            lnp[l] = cnt[l + 1];
+    }
+    for (size_t i = 0; i < np; i++) /* a stable counting sort by depth */
+        dest[i] = cnt[depth[i]]++;
+    free(depth);
+    return 0;
 }
 
 int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip, size_t n_skip,
@@ -536,7 +605,8 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
     double t_mark = idx_now(), t_setup = 0, t_assign = 0, t_sums = 0, t_ex = 0, t_update = 0;
     size_t np_traced = 0;
     size_t p = (size_t)g->size;
-    size_t *cnt = NULL, *sub = NULL, *lens = NULL, *sub_w = NULL;
+    size_t *cnt = NULL, *sub = NULL, *lens = NULL, *sub_w = NULL, *strides = NULL, *dest = NULL;
+    uint64_t *ids = NULL;
     size_t *pick = NULL, *order = NULL, *count = NULL, *empty = NULL;
     uint32_t *codes = NULL, *dcodes = NULL;
     float *score = NULL, *own = NULL, *rows = NULL, *dxs = NULL;
@@ -548,7 +618,7 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
         rc = store_fail(m, TARTAN_EINVAL,
                         "k-means: bad arguments (%zu points, dim %zu, k %zu, %d iterations)", n,
                         dim, k, niter);
-    else if (!(cnt = malloc(4 * p * sizeof *cnt)))
+    else if (!(cnt = malloc((3 + WARM_MAX_LEVELS) * p * sizeof *cnt)))
         rc = store_fail(m, ENOMEM, "out of memory");
     /* 1. Where this member's points lie among the group's (rank order). */
     if ((rc = idx_group_counts(g, n, cnt, rc, m)))
@@ -567,12 +637,11 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
         goto out;
     }
     /* 2. The subset k-means trains on: at most max_per_centroid * k of the group's points, a
-     * seeded selection over all of them; this member copies out its own (skipping the rows
-     * that are not training points). */
+     * seeded selection over all of them; this member's rows of it (pick: rows of x, skipping
+     * the rows that are not training points), its place among the group's (sub_off). */
     size_t nsub = ntot, np = n;
     if (k <= SIZE_MAX / (size_t)max_per_centroid && ntot > k * (size_t)max_per_centroid)
         nsub = k * (size_t)max_per_centroid;
-    const float *xs = x;
     if (nsub < ntot || n_skip) {
         size_t below;
         if (!(pick = malloc((n ? n : 1) * sizeof *pick))) {
@@ -590,22 +659,62 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
                     sp++;
                 pick[i] += sp;
             }
-            if (np > SIZE_MAX / dim / sizeof(float) ||
-                !(own = malloc((np ? np : 1) * dim * sizeof(float))))
-                rc = store_fail(m, ENOMEM, "out of memory for a k-means subsample of %zu", np);
-        }
-        if (!rc) {
-#pragma omp parallel for schedule(static)
-            for (long long i = 0; i < (long long)np; i++)
-                memcpy(own + (size_t)i * dim, x + pick[i] * dim, dim * sizeof(float));
-            xs = own;
         }
     }
     if ((rc = idx_group_counts(g, np, sub, rc, m)))
         goto out;
-    size_t sub_off = 0;
-    for (size_t r = 0; r < (size_t)g->rank; r++)
-        sub_off += sub[r];
+    size_t sub_off = 0, nsub_all = 0;
+    for (size_t r = 0; r < p; r++) {
+        sub_off += r < (size_t)g->rank ? sub[r] : 0;
+        nsub_all += sub[r];
+    }
+    /* 2b. The warm start's schedule (warm_schedule) and its levels, the distinct strides above
+     * 1, widest first; each row's place when the levels' points come first (idx_warm_dest). */
+    size_t nlev = 0, lstride[WARM_MAX_LEVELS], lnp[WARM_MAX_LEVELS];
+    size_t *lsub[WARM_MAX_LEVELS];
+    if (!(strides = malloc((size_t)niter * sizeof *strides)) ||
+        !(ids = malloc((np ? np : 1) * sizeof *ids)))
+        rc = store_fail(m, ENOMEM, "out of memory for k-means");
+    if ((rc = idx_group_check(g, rc, m)))
+        goto out;
+    warm_schedule(dev, niter, nsub_all, k, strides);
+    for (int it = 0; it < niter; it++) {
+        size_t l = 0;
+        while (l < nlev && lstride[l] > strides[it])
+            l++;
+        if (strides[it] > 1 && (l == nlev || lstride[l] != strides[it]) && nlev < WARM_MAX_LEVELS) {
+            memmove(lstride + l + 1, lstride + l, (nlev - l) * sizeof *lstride);
+            lstride[l] = strides[it];
+            nlev++;
+        }
+    }
+    if (nlev && !(dest = malloc((np ? np : 1) * sizeof *dest)))
+        rc = store_fail(m, ENOMEM, "out of memory for k-means's warm start");
+    if (!rc && nlev && idx_warm_dest(seed, lstride, nlev, sub_off, np, dest, lnp) != 0)
+        rc = store_fail(m, ENOMEM, "out of memory for k-means's warm start");
+    for (size_t i = 0; !rc && i < np; i++)
+        ids[dest ? dest[i] : i] = sub_off + i;
+    /* 2c. This member's rows, copied out in that order (where they are not x itself): each
+     * row of the copy from its source (its id less sub_off), the copy written in order. */
+    const float *xs = x;
+    if (!rc && (pick || dest)) {
+        if (np > SIZE_MAX / dim / sizeof(float) ||
+            !(own = malloc((np ? np : 1) * dim * sizeof(float))))
+            rc = store_fail(m, ENOMEM, "out of memory for a k-means subsample of %zu", np);
+        else {
+#pragma omp parallel for schedule(static)
+            for (long long j = 0; j < (long long)np; j++) {
+                size_t i = (size_t)(ids[j] - sub_off);
+                memcpy(own + (size_t)j * dim, x + (pick ? pick[i] : i) * dim, dim * sizeof(float));
+            }
+            xs = own;
+        }
+    }
+    for (size_t l = 0; l < nlev; l++) {
+        lsub[l] = sub_w + l * p;
+        if ((rc = idx_group_counts(g, rc ? 0 : lnp[l], lsub[l], rc, m)))
+            goto out;
+    }
     size_t nk = np < k ? np : k; /* this member's share of the first centroids, at most */
     if (!(order = malloc((np ? np : 1) * sizeof *order)) ||
         !(count = calloc(k + 1, sizeof *count)) || !(empty = malloc(k * sizeof *empty)) ||
@@ -621,7 +730,8 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
     if (!rc) {
         kc = idx_select_range(seed ^ STREAM_INIT, nsub, k, sub_off, sub_off + np, pick, &below);
         for (size_t c = 0; c < kc; c++)
-            memcpy(rows + c * dim, xs + pick[c] * dim, dim * sizeof(float));
+            memcpy(rows + c * dim, xs + (dest ? dest[pick[c]] : pick[c]) * dim,
+                   dim * sizeof(float));
     }
     if ((rc = idx_group_counts(g, kc * dim * sizeof(float), lens, rc, m)) ||
         (rc = idx_group_gather(g, rows, kc * dim * sizeof(float), centroids, lens, m)) ||
@@ -631,37 +741,6 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
         for (size_t j = 0; j < dim; j++)
             acc[c * dim + j] = centroids[c * dim + j];
         normalise_row(centroids + c * dim, acc + c * dim, dim);
-    }
-    /* 3b. The warm start's points first (warm_schedule), and the group's counts of them. */
-    int warm = 0;
-    size_t stride = 1, np_w = np, sub_off_w = sub_off;
-    warm_schedule(dev, niter, &warm, &stride);
-    size_t nsub_all = 0;
-    for (size_t r = 0; r < p; r++)
-        nsub_all += sub[r];
-    if (warm && (nsub_all + stride - 1) / stride < WARM_MIN_PER_CENTROID * k) {
-        /* Too few points a centroid in the warm share (and the refill needs at least as
-         * many points as clusters): the same decision on every member, from the counts. */
-        warm = 0;
-        stride = 1;
-    }
-    if (!rc && warm && xs != own) {
-        if (np > SIZE_MAX / dim / sizeof(float) ||
-            !(own = malloc((np ? np : 1) * dim * sizeof(float))))
-            rc = store_fail(m, ENOMEM, "out of memory for k-means's %zu points", np);
-        else {
-            memcpy(own, xs, np * dim * sizeof(float));
-            xs = own;
-        }
-    }
-    if (!rc && warm && (np_w = idx_warm_partition(own, np, dim, sub_off, stride)) == (size_t)-1)
-        rc = store_fail(m, ENOMEM, "out of memory for k-means's warm start");
-    if (warm) {
-        if ((rc = idx_group_counts(g, rc ? 0 : np_w, sub_w, rc, m)))
-            goto out;
-        sub_off_w = 0;
-        for (size_t r = 0; r < (size_t)g->rank; r++)
-            sub_off_w += sub_w[r];
     }
     /* The iterations' assignment in bf16 where that is faster (idx_kmeans_bf16): on AMX a
      * sixth of fp32's time (8.5 s against 49.4 s for the 1.45M-token build's k-means), and
@@ -694,8 +773,13 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
         /* 4. Each member assigns its own points (the warm start's first, for the first warm
          * iterations) and sums them per cluster; the group adds the sums and counts up, and
          * every member computes the same centroids from them. */
-        size_t npi = it < warm ? np_w : np, offi = it < warm ? sub_off_w : sub_off;
-        const size_t *subi = it < warm ? sub_w : sub;
+        size_t npi = np;
+        const size_t *subi = sub;
+        for (size_t l = 0; l < nlev; l++)
+            if (lstride[l] == strides[it]) {
+                npi = lnp[l];
+                subi = lsub[l];
+            }
         t_mark = idx_now();
         if (!rc && npi)
             rc = dev == KERN_DEV_CUDA
@@ -747,27 +831,32 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
             if (cnts[c] == 0.0)
                 empty[ne++] = c;
         if (ne &&
-            (rc = refill(g, xs, score, npi, offi, subi, dim, empty, ne, lens, acc, centroids, m)))
+            (rc = refill(g, xs, score, npi, ids, subi, dim, empty, ne, lens, acc, centroids, m)))
             goto out;
         t_update += idx_now() - t_mark;
     }
+    char sched[96] = "";
+    for (int it = 0, at = 0; idx_trace() && it < niter && at < (int)sizeof sched - 24; it++)
+        at += snprintf(sched + at, sizeof sched - (size_t)at, "%s%zu", it ? "," : "", strides[it]);
     if (idx_trace())
         fprintf(
             stderr,
             "k-means, member %d of %d: %zu points, %zu centroids, dim %zu, %d iterations on "
-            "%s (the first %d on every %zu-th point): setup %.3f s (GPU start %.3f s, points to "
+            "%s (every n-th point, by iteration: %s): setup %.3f s (GPU start %.3f s, points to "
             "the GPU %.3f s), assignment %.3f s, sums %.3f s (on the %s), exchange of the sums "
             "%.3f s, update %.3f s\n",
             g->rank, g->size, np_traced, k, dim, niter,
             dev == KERN_DEV_CUDA ? (bf16 ? "the GPU (bf16)" : "the GPU")
                                  : (bf16 ? "the CPU (bf16)" : "the CPU"),
-            warm, stride, t_setup, t_gpu, t_up, t_assign, t_sums, dsums ? "GPU" : "CPU", t_ex,
-            t_update);
+            sched, t_setup, t_gpu, t_up, t_assign, t_sums, dsums ? "GPU" : "CPU", t_ex, t_update);
 out:
     kern_cuda_free(dxs);
     kern_cuda_free(dcodes);
     kern_cuda_free(dsums);
     free(cnt);
+    free(strides);
+    free(dest);
+    free(ids);
     free(own);
     free(pick);
     free(order);

@@ -71,11 +71,14 @@ static inline double idx_fixed_point(float v)
  * group of one's idx_kmeans_group.
  *
  * The warm start (on the CPU by default): the first two iterations of niter >= 3 (the first
- * niter - 1 when fewer) assign and sum only every 4th training point of the subset (by its
- * index in the group's subset), the rest every point, where those points number at least 8 a
- * centroid (else every iteration takes every point); TARTAN_KMEANS_WARM="I/S" (I iterations
- * on every S-th point; "0" none) sets it on either device. The same rules for the first
- * centroids, the sums and the refill, over the points the iteration assigns.
+ * niter - 1 when fewer) assign and sum only one training point of every 4 (a seeded choice in
+ * each block of 4 consecutive indices of the group's subset, idx_warm_depth), the others every
+ * point; a stride whose share holds fewer than 8 points a centroid gives way to the next
+ * narrower one (or to every point). TARTAN_KMEANS_WARM sets a schedule on either device:
+ * "I/S[,I/S...]", I iterations on one point of every S, each S a multiple of the next ("0":
+ * none; one that does not parse: the default). The same rules for the first centroids, the
+ * sums and the refill (its ties by the index in the subset), over the points the iteration
+ * assigns.
  *
  * Where idx_kmeans_bf16(dev) says 1, the iterations assign with bf16 products
  * (kern_nearest_centroid_bf16: points and centroids rounded to bf16, fp32 accumulation, on AMX
@@ -115,12 +118,24 @@ int idx_kmeans_group(kern_dev dev, const float *x, size_t n, const size_t *skip,
                      idx_group *g, float *centroids, store_msg *m);
 
 /*
- * k-means's warm start (assign.c): moves the rows i of xs [np, dim] whose group index off + i
- * is a multiple of stride (>= 1) to the front, in their order, and the others after them in
- * theirs; returns how many went to the front, or (size_t)-1 when out of memory (xs then as it
- * was) or stride is 0. In place beside a copy of the front rows; OpenMP threads.
+ * k-means's warm start (assign.c), for a schedule of nlev strides ls [nlev] (widest first,
+ * each a multiple of the next, all above 1): level l takes one point of every block of ls[l]
+ * consecutive indices of the group's subset, always one of the level l + 1 points of the
+ * block's sub-blocks, each choice a hash of the seed, the level and the block. So a level holds
+ * a 1 / ls[l] share of every run of indices, whatever their order or period, and the narrower
+ * levels hold the wider ones' points. idx_warm_depth: the widest level that holds the point of
+ * index id, or nlev where none does.
  */
-size_t idx_warm_partition(float *xs, size_t np, size_t dim, size_t off, size_t stride);
+size_t idx_warm_depth(uint64_t seed, const size_t *ls, size_t nlev, uint64_t id);
+
+/*
+ * Where each of np rows goes when the rows come in order of depth (idx_warm_depth of their
+ * subset indices first, first + 1, ...), keeping the order of equal depths: dest [np], a
+ * permutation; lnp [nlev]: the rows of depth up to l, which then come first. 0, or -1 when out
+ * of memory (a byte a row) or nlev is above 4.
+ */
+int idx_warm_dest(uint64_t seed, const size_t *ls, size_t nlev, uint64_t first, size_t np,
+                  size_t *dest, size_t *lnp);
 
 /*
  * Whether idx_kmeans_device on dev assigns in bf16. The environment variable TARTAN_KMEANS_BF16,

@@ -1095,38 +1095,75 @@ START_TEST(test_index_kmeans_group_skips_rows)
 }
 END_TEST
 
-START_TEST(test_index_warm_partition)
+START_TEST(test_index_warm_order)
 {
-    /* idx_warm_partition against a copy done row by row: every size to 70, offsets 0..6,
-     * strides 1..7, dims 1 and 5; each row's values name it. Also thousands of rows (many
-     * waves of its parallel moves). */
-    for (size_t dim = 1; dim <= 5; dim += 4)
-        for (size_t np = 0; np <= 3000; np = np < 70 ? np + 1 : np * 3 + 1)
-            for (size_t off = 0; off < 7; off++)
-                for (size_t st = 1; st <= 7; st++) {
-                    float *x = xmalloc(sizeof(float) * (np ? np : 1) * dim);
-                    float *want = xmalloc(sizeof(float) * (np ? np : 1) * dim);
-                    for (size_t i = 0; i < np; i++)
-                        for (size_t d = 0; d < dim; d++)
-                            x[i * dim + d] = (float)(i * 8 + d);
-                    size_t w = 0;
-                    for (int pass = 0; pass < 2; pass++)
-                        for (size_t i = 0; i < np; i++)
-                            if (((off + i) % st == 0) == (pass == 0))
-                                memcpy(want + w++ * dim, x + i * dim, sizeof(float) * dim);
-                    size_t front = 0;
-                    for (size_t i = 0; i < np; i++)
-                        front += (off + i) % st == 0;
-                    ck_assert_uint_eq(idx_warm_partition(x, np, dim, off, st), front);
-                    ck_assert_msg(np == 0 || memcmp(x, want, sizeof(float) * np * dim) == 0,
-                                  "np %zu dim %zu off %zu stride %zu: rows out of place", np, dim,
-                                  off, st);
-                    free(x);
-                    free(want);
-                }
-    float y[2] = {1, 2};
-    ck_assert_uint_eq(idx_warm_partition(y, 2, 1, 0, 0), (size_t)-1);
-    ck_assert(y[0] == 1 && y[1] == 2);
+    /* idx_warm_depth: for schedules of one to three levels, every whole block of ls[l]
+     * consecutive indices holds exactly one point of depth <= l (so the narrower levels hold
+     * the wider ones' points); over indices whose classes repeat with period 8 (what a strided
+     * choice would split unevenly), each class gets a 1 / ls[l] share; other seeds choose
+     * other points. */
+    const size_t sch[4][3] = {{4, 2, 0}, {8, 0, 0}, {6, 3, 0}, {8, 4, 2}};
+    const size_t nl[4] = {2, 1, 2, 3};
+    for (int t = 0; t < 4; t++) {
+        const size_t *ls = sch[t];
+        enum { NB = 48000 };
+        size_t *d = xmalloc(sizeof(size_t) * NB);
+        size_t moved = 0;
+        for (size_t i = 0; i < NB; i++) {
+            d[i] = idx_warm_depth(9, ls, nl[t], 1000 + i);
+            ck_assert_uint_le(d[i], nl[t]);
+            moved += idx_warm_depth(10, ls, nl[t], 1000 + i) != d[i];
+        }
+        ck_assert_msg(moved > NB / 10, "schedule %d: the seed changes nothing", t);
+        for (size_t l = 0; l < nl[t]; l++) {
+            /* whole blocks of ls[l] indices from 1000 (a multiple of every stride here) */
+            for (size_t b0 = 0; b0 + ls[l] <= NB - 1000 % ls[l]; b0 += ls[l]) {
+                size_t at = b0 + (ls[l] - 1000 % ls[l]) % ls[l], in = 0;
+                if (at + ls[l] > NB)
+                    break;
+                for (size_t i = at; i < at + ls[l]; i++)
+                    in += d[i] <= l;
+                ck_assert_msg(in == 1, "schedule %d level %zu block at %zu: %zu points", t, l, at,
+                              in);
+            }
+            size_t cls[8] = {0};
+            for (size_t i = 0; i < NB; i++)
+                cls[(1000 + i) % 8] += d[i] <= l;
+            for (int c = 0; c < 8; c++) {
+                double want = NB / 8.0 / (double)ls[l];
+                ck_assert_msg(fabs((double)cls[c] - want) < 0.1 * want + 10,
+                              "schedule %d level %zu class %d: %zu points, about %.0f wanted", t, l,
+                              c, cls[c], want);
+            }
+        }
+        free(d);
+    }
+    /* idx_warm_dest against a stable sort by depth done index by index: sizes to 70 and
+     * thousands, several first indices. */
+    const size_t ls[2] = {4, 2};
+    for (size_t np = 0; np <= 3000; np = np < 70 ? np + 1 : np * 3 + 1)
+        for (uint64_t first = 0; first < 7; first += 3) {
+            size_t *dest = xmalloc(sizeof(size_t) * (np ? np : 1));
+            size_t w = 0, wl[2] = {0, 0}, lnp[2] = {99, 99};
+            for (size_t i = 0; i < np; i++)
+                dest[i] = SIZE_MAX;
+            ck_assert_int_eq(idx_warm_dest(3, ls, 2, first, np, dest, lnp), 0);
+            for (size_t dd = 0; dd <= 2; dd++) {
+                for (size_t i = 0; i < np; i++)
+                    if (idx_warm_depth(3, ls, 2, first + i) == dd) {
+                        ck_assert_msg(dest[i] == w, "np %zu first %zu: row %zu to %zu, not %zu", np,
+                                      (size_t)first, i, dest[i], w);
+                        w++;
+                    }
+                if (dd < 2)
+                    wl[dd] = w;
+            }
+            ck_assert_uint_eq(lnp[0], wl[0]);
+            ck_assert_uint_eq(lnp[1], wl[1]);
+            free(dest);
+        }
+    size_t five[5] = {32, 16, 8, 4, 2}, lnp5[5], d5[2];
+    ck_assert_int_eq(idx_warm_dest(3, five, 5, 0, 2, d5, lnp5), -1);
 }
 END_TEST
 
@@ -1139,7 +1176,7 @@ START_TEST(test_index_kmeans_warm_start)
      * run must give the cold run's centroids bit for bit. Had it taken other rows, or summed
      * rows it did not assign, they would differ. On random (unrepeated) points the schedule
      * must change the centroids, "1/1" and "0" are the cold run, and an unreadable setting
-     * is the default. */
+     * is the default. Each block of 4 (or 2) rows holds one point a warm level takes. */
     enum { P = 600, S = 4, D = 24, K = 40, N = P * S };
     float *pts = xmalloc(sizeof(float) * P * D), *x = xmalloc(sizeof(float) * N * D);
     float *cold = xmalloc(sizeof(float) * K * D), *warm = xmalloc(sizeof(float) * K * D);
@@ -1149,11 +1186,11 @@ START_TEST(test_index_kmeans_warm_start)
     for (size_t i = 0; i < N; i++)
         memcpy(x + i * D, pts + (i / S) * D, sizeof(float) * D);
     store_msg m = {{0}};
-    const char *warms[3] = {"2/4", "3/4", "1/4"};
+    const char *warms[] = {"2/4", "3/4", "1/4", "2/4,1/2", "1/4,2/2", "1/4,1/2,1/1", "9/2"};
     setenv("TARTAN_KMEANS_WARM", "0", 1);
     ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, N, 5, cold, &m) == 0, "%s",
                   m.text);
-    for (int t = 0; t < 3; t++) {
+    for (size_t t = 0; t < sizeof warms / sizeof *warms; t++) {
         setenv("TARTAN_KMEANS_WARM", warms[t], 1);
         poison(warm, K * D);
         ck_assert_msg(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, N, 5, warm, &m) == 0, "%s",
@@ -1174,12 +1211,50 @@ START_TEST(test_index_kmeans_warm_start)
         ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, def, &m) == 0);
         ck_assert_msg(memcmp(cold, def, sizeof(float) * K * D) != 0,
                       "the default schedule changed nothing (per %d)", per);
-        setenv("TARTAN_KMEANS_WARM", "two/four", 1);
+        /* The default is 2 iterations on one point in 4, and no other schedule. */
+        setenv("TARTAN_KMEANS_WARM", "2/4", 1);
         ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, bad, &m) == 0);
-        ck_assert_msg(memcmp(def, bad, sizeof(float) * K * D) == 0,
-                      "an unreadable setting is not the default");
+        ck_assert_msg(memcmp(def, bad, sizeof(float) * K * D) == 0, "the default is not 2/4");
+        setenv("TARTAN_KMEANS_WARM", "2/4,1/2", 1);
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, bad, &m) == 0);
+        ck_assert_msg(memcmp(def, bad, sizeof(float) * K * D) != 0, "the default is 2/4,1/2");
+        /* Unreadable: words, a stride not a multiple of the next, strides growing, trailing
+         * or foreign separators, too many steps. */
+        const char *bads[] = {"two/four", "2/3,1/2", "1/2,1/4", "2/4,",
+                              "2/4;1/2",  "2/",      "/4",      "1/8,1/4,1/2,1/1,1/1",
+                              "-1/4"};
+        for (size_t b = 0; b < sizeof bads / sizeof *bads; b++) {
+            setenv("TARTAN_KMEANS_WARM", bads[b], 1);
+            poison(bad, K * D);
+            ck_assert(idx_kmeans_device(KERN_DEV_CPU, x, N, D, K, 4, per, 5, bad, &m) == 0);
+            ck_assert_msg(memcmp(def, bad, sizeof(float) * K * D) == 0,
+                          "the unreadable setting \"%s\" is not the default", bads[b]);
+        }
         for (size_t i = 0; i < K; i++)
             ck_assert(fabs(dot_d(def + i * D, def + i * D, D) - 1.0) < 1e-5);
+    }
+    /* Points whose clusters repeat with period 8 (point i in cluster i % 8), all of them
+     * training points: a strided choice (every 4th point) would see two of the eight clusters
+     * in the warm iterations and leave the others with no centroid near them after the last
+     * one; a choice by block keeps every cluster's share. */
+    {
+        enum { CL = 8, KK = 64, NN = 12000, DD = 32 };
+        float *ctr = xmalloc(sizeof(float) * CL * DD), *pts8 = xmalloc(sizeof(float) * NN * DD);
+        float *cen8 = xmalloc(sizeof(float) * KK * DD);
+        fx_clustered(11, NN, DD, CL, 0.03, ctr, pts8);
+        setenv("TARTAN_KMEANS_WARM", "3/4", 1);
+        ck_assert(idx_kmeans_device(KERN_DEV_CPU, pts8, NN, DD, KK, 4, 256, 7, cen8, &m) == 0);
+        for (size_t c = 0; c < CL; c++) {
+            double best = -2.0;
+            for (size_t i = 0; i < KK; i++) {
+                double cs = cosine_d(ctr + c * DD, cen8 + i * DD, DD);
+                best = cs > best ? cs : best;
+            }
+            ck_assert_msg(best > 0.99, "periodic clusters: center %zu best cosine %.4f", c, best);
+        }
+        free(ctr);
+        free(pts8);
+        free(cen8);
     }
     /* Nearly as many centroids as points (empty clusters refilled from every point): the
      * warm share is too small, so the schedule steps aside, forced or not. */
@@ -1343,8 +1418,8 @@ int main(void)
         {"kmeans_device_refills_empty_clusters", test_index_kmeans_device_refills_empty_clusters,
          0},
         {"kmeans_group_skips_rows", test_index_kmeans_group_skips_rows, 0},
-        {"warm_partition", test_index_warm_partition, 0},
-        {"kmeans_warm_start", test_index_kmeans_warm_start, 0},
+        {"warm_order", test_index_warm_order, 30},
+        {"kmeans_warm_start", test_index_kmeans_warm_start, 30},
         {"model_train_holds_out_by_rule", test_index_model_train_holds_out_by_rule, 0},
         {"device_option_reaches_build", test_index_device_option_reaches_build, 0},
     };

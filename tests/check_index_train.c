@@ -1169,14 +1169,15 @@ END_TEST
 
 START_TEST(test_index_kmeans_warm_start)
 {
-    /* The warm start (TARTAN_KMEANS_WARM "I/S": the first I iterations assign every S-th point
-     * of the subset). Each of P distinct points repeated S = 4 times in a row: every S-th row is
-     * then one copy of each point, and a cluster's sum over one copy is a quarter of its sum over
-     * four, exactly (fixed point times a power of 2), so the normalised centroids agree: the warm
-     * run must give the cold run's centroids bit for bit. Had it taken other rows, or summed
-     * rows it did not assign, they would differ. On random (unrepeated) points the schedule
-     * must change the centroids, "1/1" and "0" are the cold run, and an unreadable setting
-     * is the default. Each block of 4 (or 2) rows holds one point a warm level takes. */
+    /* The warm start (TARTAN_KMEANS_WARM "I/S[,I/S...]": the first I iterations assign one
+     * point of every block of S consecutive indices of the subset). Each of P distinct points
+     * repeated S = 4 times in a row: a block of 4 (or 2) rows is then copies of one point, so
+     * a warm level takes one copy (or two) of each point, and a cluster's sum over them is a
+     * quarter (a half) of its sum over four, exactly (fixed point times a power of 2): the
+     * normalised centroids agree, and the warm run must give the cold run's centroids bit for
+     * bit. Had it taken other rows, or summed rows it did not assign, they would differ. On
+     * random (unrepeated) points the schedule must change the centroids, "1/1" and "0" are the
+     * cold run, and an unreadable setting is the default. */
     enum { P = 600, S = 4, D = 24, K = 40, N = P * S };
     float *pts = xmalloc(sizeof(float) * P * D), *x = xmalloc(sizeof(float) * N * D);
     float *cold = xmalloc(sizeof(float) * K * D), *warm = xmalloc(sizeof(float) * K * D);

@@ -282,7 +282,7 @@ static void run_residual(const inputs *in, int reps)
             (kern_pdoc){codes + f, res + f * tb, inv + f, (uint32_t)(in->off[n + 1] - in->off[n])};
     }
     kern_centroid_scores(KERN_DEV_CPU, in->q32, LQ, C, K, DIM, qc);
-    kern_residual a = {DIM, nbits, 2, in->q32, LQ, qc, K, w, docs, nd, NULL, 0};
+    kern_residual a = {DIM, nbits, 2, in->q32, LQ, qc, K, w, docs, nd, NULL, 0, NULL, {0, 0, 0}};
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now(), c0 = cpu_now();

@@ -380,8 +380,8 @@ static void bench_plaid_dim(const char *name, size_t nd, int with_qc, size_t dim
         kern_pdoc *dd = upload(hd, nd * sizeof *hd);
         free(hd);
         bufs[s][0] = cd, bufs[s][1] = rd, bufs[s][2] = id, bufs[s][3] = dd;
-        c.a[s] =
-            (kern_residual){dim, nbits, 2, qd, lq, with_qc ? c.qc : qcd, K, wd, dd, nd, NULL, 0};
+        c.a[s] = (kern_residual){dim, nbits, 2, qd,   lq,       with_qc ? c.qc : qcd, K, wd, dd,
+                                 nd,  NULL,  0, NULL, {0, 0, 0}};
     }
     KK(kern_gpu_malloc((void **)&c.scores, nd * 4));
     double spread, us = time_call(residual_call, &c, &spread);

@@ -287,6 +287,67 @@ int idx_codec_fit(idx_codec *c, size_t dim, unsigned nbits, const float *residua
     return train_tables(c, dim, nbits, residuals, n, iters);
 }
 
+double idx_codec_fit_values(unsigned nbits, const float *v, size_t m, unsigned iters, float *cut,
+                            float *w)
+{
+    if (nbits < 1 || nbits > 8 || v == NULL || m == 0 || m > SIZE_MAX / sizeof(double) - 1)
+        return -1.0;
+    uint32_t *keys = malloc(m * sizeof *keys);
+    uint32_t *tmp = malloc(m * sizeof *tmp);
+    double *prefix = malloc((m + 1) * sizeof *prefix);
+    if (!keys || !tmp || !prefix) {
+        free(keys);
+        free(tmp);
+        free(prefix);
+        return -1.0;
+    }
+    int bad = 0;
+    for (size_t i = 0; i < m; i++) {
+        bad |= !isfinite(v[i]);
+        keys[i] = float_key(v[i]);
+    }
+    double err = -1.0;
+    if (!bad) {
+        radix_sort(keys, tmp, m);
+        idx_codec t;
+        memset(&t, 0, sizeof t);
+        t.nbits = nbits;
+        unsigned nb = 1u << nbits;
+        for (unsigned i = 1; i < nb; i++)
+            t.cutoffs[i - 1] = quantile_sorted(keys, m, (double)i / nb);
+        for (unsigned i = 0; i < nb; i++)
+            t.weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
+        if (iters > 0)
+            lloyd_max(keys, m, iters, &t, prefix);
+        for (unsigned i = 1; i + 1 < nb; i++)
+            if (t.cutoffs[i] < t.cutoffs[i - 1])
+                t.cutoffs[i] = t.cutoffs[i - 1];
+        for (unsigned i = 1; i < nb; i++)
+            if (t.weights[i] < t.weights[i - 1])
+                t.weights[i] = t.weights[i - 1];
+        /* The error over the sorted values, bucket by bucket, in a fixed order. */
+        err = 0.0;
+        size_t start = 0;
+        for (unsigned b = 0; b < nb; b++) {
+            size_t end = b + 1 < nb ? count_not_above(keys, m, t.cutoffs[b]) : m;
+            if (end < start)
+                end = start;
+            for (size_t i = start; i < end; i++) {
+                double d = (double)key_float(keys[i]) - (double)t.weights[b];
+                err += d * d;
+            }
+            start = end;
+        }
+        err /= (double)m;
+        memcpy(cut, t.cutoffs, (nb - 1) * sizeof *cut);
+        memcpy(w, t.weights, nb * sizeof *w);
+    }
+    free(keys);
+    free(tmp);
+    free(prefix);
+    return err;
+}
+
 /* ---- bucketing and packing ---------------------------------------------------------- */
 
 /*

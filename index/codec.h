@@ -51,6 +51,16 @@ int idx_codec_fit(idx_codec *c, size_t dim, unsigned nbits, const float *residua
                   unsigned iters);
 
 /*
+ * Fits one table of B = 2^nbits levels (nbits 1..8) to m values v as idx_codec_fit fits the
+ * pooled one: quantiles, then up to iters Lloyd-Max steps. Writes cut [B - 1] and w [B], both
+ * ascending, and returns the mean squared quantisation error of the values (in double), or a
+ * negative number (nothing written) for bad arguments, a value not finite, or no memory. For
+ * the per-axis tables of axes.h.
+ */
+double idx_codec_fit_values(unsigned nbits, const float *v, size_t m, unsigned iters, float *cut,
+                            float *w);
+
+/*
  * Compresses n tokens: emb [n, dim] (fp32, L2-normalised), their codes [n] and the centroids
  * give residuals; writes packed [n, token_bytes] and inv_norms [n] (of the decompressed,
  * unnormalised vector C[code] + w[bucket], as 1 / max(norm, 1e-12) like F.normalize). codes

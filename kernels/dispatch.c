@@ -203,12 +203,18 @@ int kern_nearest_centroid_bf16_pays(kern_dev dev)
 /* kern_maxsim_residual's checks of its arguments (then nd == 0 or docs non-NULL). */
 static int residual_args(const kern_residual *a, const float *scores, const char *who)
 {
-    if (!a || !scores || !a->q || (!a->qc && !a->qcT) || !a->bucket_weights || a->dim == 0)
+    if (!a || !scores || !a->q || (!a->qc && !a->qcT) || (!a->bucket_weights && !a->axes_dec) ||
+        a->dim == 0)
         return bad2(who, "NULL argument or zero dim");
     if (a->qcT && a->ld < (a->lq + 31) / 32 * 32)
         return bad2(who, "the transposed table's ld is under lq rounded up to 32");
-    if (!(a->nbits == 1 || a->nbits == 2 || a->nbits == 4 || a->nbits == 8) ||
-        (a->dim * a->nbits) % 8 != 0)
+    if (a->axes_dec) {
+        size_t dims = (size_t)a->axes_bytes[0] + 2 * (size_t)a->axes_bytes[1] +
+                      4 * (size_t)a->axes_bytes[2] + 8 * (size_t)a->axes_bytes[3];
+        if (dims > a->dim)
+            return bad2(who, "the axes code's bytes decode to more dims than dim");
+    } else if (!(a->nbits == 1 || a->nbits == 2 || a->nbits == 4 || a->nbits == 8) ||
+               (a->dim * a->nbits) % 8 != 0)
         return bad2(who, "nbits must be 1, 2, 4 or 8 and dim * nbits a multiple of 8");
     if (a->code_bytes != 2 && a->code_bytes != 4)
         return bad2(who, "code_bytes must be 2 or 4");
@@ -224,6 +230,8 @@ int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
         return rc;
     if (dev != KERN_DEV_CPU && !a->qc)
         return bad("maxsim_residual: the GPU kernel reads qc, not qcT");
+    if (dev != KERN_DEV_CPU && a->axes_dec)
+        return bad("maxsim_residual: the GPU kernels do not read the axes code yet");
     return DISPATCH(dev, kern_cpu_maxsim_residual(a, scores), kern_gpu_maxsim_residual(a, scores));
 }
 
@@ -236,6 +244,10 @@ int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *app
         return bad("maxsim_residual_screen: NULL bound or qc");
     if (dev != KERN_DEV_CPU || !kern_cpu_amx_usable()) {
         kern_set_error("maxsim_residual_screen: needs AMX tiles on the CPU");
+        return KERN_ENODEV;
+    }
+    if (a->axes_dec) {
+        kern_set_error("maxsim_residual_screen: the screen does not read the axes code");
         return KERN_ENODEV;
     }
     if (a->nd == 0 || a->lq == 0) {

@@ -277,6 +277,16 @@ typedef struct kern_residual {
      * on every call. */
     const float *qcT;
     size_t ld;
+    /* Or the residual code by principal axes (index/axes.h), where axes_dec is not NULL: q
+     * then holds the rotated query (R q), and packed byte p of a token decodes through a table
+     * of its own, axes_dec holding the positions' tables in order, 256 x (8 / w) floats for a
+     * position of w-bit axes; the first axes_bytes[0] positions hold 8-bit axes, the next
+     * axes_bytes[1] 4-bit ones, then axes_bytes[2] of 2-bit and axes_bytes[3] of 1-bit ones,
+     * decoding to dims in order, and the dims past them decode to 0. nbits and bucket_weights
+     * are then not read; the token's residual takes the sum of axes_bytes bytes. CPU only for
+     * now (the GPU kernels answer KERN_EINVAL, the AMX screen KERN_ENODEV). */
+    const float *axes_dec;
+    unsigned axes_bytes[4];
 } kern_residual;
 
 /*

@@ -97,6 +97,22 @@ static inline void decode_token(const uint8_t *src, size_t tb, unsigned nbits, c
     }
 }
 
+/* Decodes one token of the axes code (kernels.h): each run of positions copies 8 / w floats
+ * a byte from its own table; the dims past the coded ones are 0 (set once per buffer). */
+static inline void decode_token_axes(const uint8_t *src, const unsigned bytes[4], const float *dec,
+                                     float *dst)
+{
+    size_t b = 0;
+    for (size_t e = bytes[0]; b < e; b++, dst += 1, dec += 256)
+        *dst = dec[src[b]];
+    for (size_t e = b + bytes[1]; b < e; b++, dst += 2, dec += 512)
+        memcpy(dst, dec + src[b] * 2, 2 * sizeof(float));
+    for (size_t e = b + bytes[2]; b < e; b++, dst += 4, dec += 1024)
+        memcpy(dst, dec + src[b] * 4, 4 * sizeof(float));
+    for (size_t e = b + bytes[3]; b < e; b++, dst += 8, dec += 2048)
+        memcpy(dst, dec + src[b] * 8, 8 * sizeof(float));
+}
+
 /* Checks that every document with tokens has its arrays, and every code is a centroid. */
 static int docs_ok(const kern_pdoc *docs, size_t nd, unsigned code_bytes, size_t n_centroids,
                    int need_residuals, const char *who)
@@ -128,13 +144,17 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
 {
     const kern_mk *mk = kern_mk_active();
     size_t dim = a->dim, lq = a->lq, K = a->n_centroids, P = mk->P, J = mk->J;
-    size_t np = kern_npanels(mk, lq), lq_pad = np * P, tb = dim * a->nbits / 8;
-    unsigned per = 8 / a->nbits;
+    const int axes = a->axes_dec != NULL;
+    size_t np = kern_npanels(mk, lq), lq_pad = np * P;
+    size_t tb =
+        axes ? (size_t)a->axes_bytes[0] + a->axes_bytes[1] + a->axes_bytes[2] + a->axes_bytes[3]
+             : dim * a->nbits / 8;
+    unsigned per = axes ? 1 : 8 / a->nbits;
     if (!docs_ok(a->docs, a->nd, a->code_bytes, K, 1, "maxsim_residual"))
         return KERN_EINVAL;
 
     float *panels = kern_aligned_alloc(np * kern_panel_floats(mk, dim) * sizeof(float));
-    float *dec = malloc(256 * per * sizeof(float));
+    float *dec = axes ? NULL : malloc(256 * per * sizeof(float));
     const void **qrows = malloc((lq ? lq : 1) * sizeof *qrows);
     float *qcT = NULL;     /* a transpose of qc made here */
     const float *T = NULL; /* the transposed table read: a->qcT or qcT */
@@ -144,12 +164,13 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
         ldT = a->ld;
     } else if (lq && want_transpose(a->docs, a->nd, K))
         T = qcT = kern_transpose_scores(a->qc, lq, K, lq_pad);
-    int failed = !panels || !dec || !qrows;
+    int failed = !panels || (!axes && !dec) || !qrows;
     if (!failed) {
         for (size_t i = 0; i < lq; i++)
             qrows[i] = a->q + i * dim;
         kern_pack_panels(mk, KERN_F32, qrows, lq, dim, panels);
-        decode_table(a->nbits, a->bucket_weights, dec);
+        if (!axes)
+            decode_table(a->nbits, a->bucket_weights, dec);
     }
     free(qrows);
 
@@ -165,6 +186,9 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
         const float *add[KERN_MK_MAX_J];
         float scale[KERN_MK_MAX_J];
         int ok = conv && rm && rows && !failed;
+        /* The axes code leaves the dims past its coded ones at 0 in every row. */
+        if (ok && axes)
+            memset(conv, 0, chunk * dim * sizeof(float));
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -179,7 +203,12 @@ int kern_cpu_maxsim_residual(const kern_residual *a, float *scores)
             for (size_t t0 = 0; t0 < d->ntok; t0 += chunk) {
                 size_t m = d->ntok - t0 < chunk ? d->ntok - t0 : chunk;
                 for (size_t t = 0; t < m; t++) {
-                    decode_token(d->residuals + (t0 + t) * tb, tb, a->nbits, dec, conv + t * dim);
+                    if (axes)
+                        decode_token_axes(d->residuals + (t0 + t) * tb, a->axes_bytes, a->axes_dec,
+                                          conv + t * dim);
+                    else
+                        decode_token(d->residuals + (t0 + t) * tb, tb, a->nbits, dec,
+                                     conv + t * dim);
                     rows[t] = conv + t * dim;
                 }
                 for (size_t g = m; g % J; g++)

@@ -92,6 +92,9 @@ static int check_options(const tartan_options *o, store_msg *m)
     if (o->kmeans_iters < 1)
         return store_fail(m, TARTAN_EINVAL, "kmeans_iters is %d; it must be at least 1",
                           o->kmeans_iters);
+    if (o->codec > TARTAN_CODEC_AXES)
+        return store_fail(m, TARTAN_EINVAL, "codec is %u; it must be a TARTAN_CODEC_ value",
+                          o->codec);
     if (o->dim > (1u << 16))
         return store_fail(m, TARTAN_EINVAL, "dim %zu is above the largest supported, 65536",
                           o->dim);
@@ -154,7 +157,7 @@ int tartan_open(const char *path, const tartan_options *options, tartan_db **out
     rc = store_open(path, sf, &init, o.map_size, &db->env, &m);
     if (rc)
         goto fail;
-    if (store_version(db->env) != STORE_FORMAT_VERSION) {
+    if (store_version(db->env) == 1) {
         store_compact_stats cs;
         if ((rc = store_compact(db->env, &cs, &m)))
             goto fail;

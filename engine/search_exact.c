@@ -159,8 +159,16 @@ static int score_chunk(scan *c, size_t n, store_msg *m)
             .docs = c->pd + b,
             .nd = e - b,
         };
-        int krc = c->screen ? screened(c, g, &a, c->score + g * CHUNK + b)
-                            : kern_maxsim_residual(KERN_DEV_CPU, &a, c->score + g * CHUNK + b);
+        float *qr = NULL;
+        store_msg am;
+        int krc = 0;
+        if (c->r->axes.rot && eng_axes_query(c->r, &a, &qr, &am))
+            krc = KERN_ENOMEM;
+        else
+            krc = c->screen && !qr
+                      ? screened(c, g, &a, c->score + g * CHUNK + b)
+                      : kern_maxsim_residual(KERN_DEV_CPU, &a, c->score + g * CHUNK + b);
+        free(qr);
         if (krc) {
 #pragma omp critical(eng_exact_err)
             if (!err)

@@ -88,6 +88,18 @@ double eng_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int eng_axes_query(const idx_reader *r, kern_residual *a, float **qr, store_msg *m)
+{
+    *qr = malloc((a->lq ? a->lq : 1) * a->dim * sizeof(float));
+    if (!*qr)
+        return store_fail(m, ENOMEM, "search: out of memory for a rotated query");
+    idx_axes_rotate(&r->axes, a->q, a->lq, *qr);
+    a->q = *qr;
+    a->axes_dec = r->axes_dec;
+    memcpy(a->axes_bytes, r->axes_bytes, sizeof a->axes_bytes);
+    return 0;
+}
+
 int eng_kern_fail(int krc, store_msg *m, const char *what)
 {
     if (krc == KERN_ENOMEM)
@@ -438,7 +450,11 @@ static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uin
         .docs = pd,
         .nd = n,
     };
+    float *qr = NULL;
+    if (r->axes.rot && (rc = eng_axes_query(r, &a, &qr, m)))
+        return rc;
     int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, score);
+    free(qr);
     return krc ? eng_kern_fail(krc, m, "exact scoring") : 0;
 }
 

@@ -247,7 +247,20 @@ typedef struct tartan_options {
                                  the search (a malformed variable) */
     tartan_gpu_split gpu_split; /* how several GPUs share a search (see tartan_gpu_split);
                            default TARTAN_GPU_SPLIT_AUTO */
+    unsigned codec; /* the residual code a training of this handle fits (TARTAN_CODEC_*);
+                       an index keeps the code it was trained with. Default
+                       TARTAN_CODEC_SCALAR */
 } tartan_options;
+
+/*
+ * tartan_options.codec. SCALAR: ColBERTv2's code, nbits a dimension through one fitted table.
+ * AXES: the same bytes spent in the residuals' principal axes, more bits on the axes that vary
+ * most, a table each (index/axes.h); nbits 1, 2 or 4 and dim up to 1024 (else TARTAN_EINVAL
+ * when training). More faithful on anisotropic embeddings; searched on the CPU only for now
+ * (a GPU search of such an index fails with TARTAN_ENOTSUP).
+ */
+#define TARTAN_CODEC_SCALAR 0u
+#define TARTAN_CODEC_AXES 1u
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */
 TARTAN_API void tartan_options_init(tartan_options *o);

@@ -31,6 +31,7 @@ static int train_opts(const tartan_db *db, idx_train_opts *o, store_msg *m)
     o->sample_docs = db->opts.sample_docs;
     o->kmeans_iters = db->opts.kmeans_iters;
     o->seed = db->opts.seed;
+    o->codec = db->opts.codec;
     return eng_device_pick(db->opts.device, &o->device, m);
 }
 

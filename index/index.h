@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "axes.h"
 #include "codec.h"
 #include "group.h"
 #include "kernels.h"
@@ -79,6 +80,7 @@ typedef struct idx_train_opts {
     int kmeans_iters;
     uint64_t seed;
     kern_dev device; /* where k-means and encoding assign tokens to centroids (assign.h) */
+    unsigned codec;  /* TARTAN_CODEC_SCALAR or TARTAN_CODEC_AXES (tartan.h) */
 } idx_train_opts;
 
 /*
@@ -154,6 +156,13 @@ typedef struct idx_reader {
     store_header h;         /* dim, nbits, n_centroids, code_bytes, token_bytes, counts */
     int trained;            /* 0: no centroids, codec or documents yet */
     idx_codec codec;        /* valid when trained */
+    /* The residual code by principal axes when the index was trained with it (axes.rot not
+     * NULL; codec is then unused), with the kernels' decode tables (kern_residual.axes_dec,
+     * axes_bytes). Owned: idx_reader_close frees them (a copy of a reader must not be closed
+     * as well). */
+    idx_axes axes;
+    float *axes_dec;
+    unsigned axes_bytes[4];
     const float *centroids; /* [n_centroids, dim], in the map; NULL when untrained */
     int verify;             /* check each document's checksum on read (default 1) */
     /* A partition of the documents (the multi-GPU search, engine/search_gpus.c): with

@@ -12,7 +12,7 @@
  *   offset size
  *        0    8  magic "tartanmd"
  *        8    4  u32 version of this layout (1)
- *       12    4  u32 format version of the index the records come from (STORE_FORMAT_VERSION)
+ *       12    4  u32 format version of the index the records come from (2 or 3)
  *       16    4  u32 dim            20  4  u32 nbits        24  4  u32 n_centroids
  *       28    4  u32 code_bytes     32  4  u32 token_bytes  36  4  u32 kmeans_iters
  *       40    4  u32 sample_docs    44  4  u32 n_records    48  8  u64 seed
@@ -128,7 +128,10 @@ int idx_model_export(store_env *env, void **buf, size_t *len, store_msg *m)
     memset(p, 0, HEAD_SIZE);
     memcpy(p, MODEL_MAGIC, 8);
     store_put32(p + 8, MODEL_VERSION);
-    store_put32(p + 12, STORE_FORMAT_VERSION);
+    unsigned version;
+    if ((rc = store_format_version(txn, &version, m)))
+        goto done;
+    store_put32(p + 12, version);
     store_put32(p + 16, h.dim);
     store_put32(p + 20, h.nbits);
     store_put32(p + 24, h.n_centroids);
@@ -177,11 +180,11 @@ static int parse(const void *buf, size_t len, model_in *in, store_msg *m)
     if (store_get32(p + 8) != MODEL_VERSION)
         return store_fail(m, TARTAN_EVERSION, "model layout version %u; this build reads %u",
                           store_get32(p + 8), MODEL_VERSION);
-    if (store_get32(p + 12) != STORE_FORMAT_VERSION)
+    if (store_get32(p + 12) < STORE_FORMAT_VERSION || store_get32(p + 12) > STORE_FORMAT_MAX)
         return store_fail(m, TARTAN_EVERSION,
                           "the model comes from an index of format version %u; this build "
-                          "writes version %u",
-                          store_get32(p + 12), STORE_FORMAT_VERSION);
+                          "writes versions %u to %u",
+                          store_get32(p + 12), STORE_FORMAT_VERSION, STORE_FORMAT_MAX);
     store_header *h = &in->h;
     h->dim = store_get32(p + 16);
     h->nbits = store_get32(p + 20);

@@ -4,9 +4,12 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "index.h"
+#include "model.h"
 #include "tartan.h"
 
 int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
@@ -25,18 +28,34 @@ int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
         if ((rc = store_centroids_get(r->txn, r->h.n_centroids, r->h.dim, &r->centroids, m)) ||
             (rc = store_codec_get(r->txn, r->h.nbits, r->codec.cutoffs, r->codec.weights, m)))
             goto fail;
+        if ((rc = idx_axes_get(r->txn, &r->h, &r->axes, m)) == 0) {
+            r->axes_dec = malloc(idx_axes_decode_floats(&r->axes) * sizeof(float));
+            if (!r->axes_dec) {
+                rc = store_fail(m, ENOMEM, "out of memory");
+                goto fail;
+            }
+            idx_axes_decode_tables(&r->axes, r->axes_dec, r->axes_bytes);
+        } else if (rc != TARTAN_ENOTFOUND)
+            goto fail;
         r->trained = 1;
     }
     return 0;
 fail:
     store_read_end(env, r->txn);
+    idx_axes_free(&r->axes);
+    free(r->axes_dec);
     memset(r, 0, sizeof *r);
     return rc;
 }
 
 void idx_reader_close(idx_reader *r)
 {
-    if (!r || !r->txn)
+    if (!r)
+        return;
+    idx_axes_free(&r->axes);
+    free(r->axes_dec);
+    r->axes_dec = NULL;
+    if (!r->txn)
         return;
     store_read_end(r->env, r->txn);
     r->txn = NULL;
@@ -138,7 +157,11 @@ void idx_reader_decompress(const idx_reader *r, const kern_pdoc *doc, float *out
         for (uint32_t t = 0; t < n; t++)
             codes[t] = r->h.code_bytes == 2 ? ((const uint16_t *)doc->codes)[t0 + t]
                                             : ((const uint32_t *)doc->codes)[t0 + t];
-        idx_codec_decompress(&r->codec, r->centroids, codes, doc->residuals + (size_t)t0 * tb, n,
-                             out + (size_t)t0 * r->h.dim);
+        if (r->axes.rot)
+            idx_axes_decompress(&r->axes, r->centroids, codes, doc->residuals + (size_t)t0 * tb, n,
+                                out + (size_t)t0 * r->h.dim);
+        else
+            idx_codec_decompress(&r->codec, r->centroids, codes, doc->residuals + (size_t)t0 * tb,
+                                 n, out + (size_t)t0 * r->h.dim);
     }
 }

@@ -38,6 +38,27 @@ void idx_model_free(idx_model *mod)
         return;
     free(mod->centroids);
     mod->centroids = NULL;
+    idx_axes_free(&mod->axes);
+}
+
+/* Rank 0's axes code to every member: its size, then its stored form. */
+static int bcast_axes(idx_group *g, idx_axes *x, store_msg *m)
+{
+    uint64_t len = g->rank == 0 ? idx_axes_bytes(x) : 0;
+    int rc = idx_group_bcast(g, &len, sizeof len, m);
+    if (rc)
+        return rc;
+    uint8_t *blob = malloc(len ? len : 1);
+    if (g->rank == 0 && blob)
+        idx_axes_save(x, blob);
+    rc = idx_group_check(g, blob ? 0 : store_fail(m, ENOMEM, "out of memory"), m);
+    if (!rc)
+        rc = idx_group_bcast(g, blob, len, m);
+    char why[200];
+    if (!rc && g->rank != 0 && idx_axes_load(x, blob, len, why))
+        rc = store_fail(m, TARTAN_EGROUP, "the axes code from rank 0: %s", why);
+    free(blob);
+    return idx_group_check(g, rc, m);
 }
 
 /* Removes the rows skip [ns] (ascending) from x [n, dim], keeping the others in order: each run
@@ -59,9 +80,19 @@ static void drop_rows(float *x, size_t n, size_t dim, const size_t *skip, size_t
 
 int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits,
                           size_t k_req, size_t corpus_tokens, int iters, uint64_t seed,
-                          idx_group *g, idx_model *out, idx_train_times *times, store_msg *m)
+                          unsigned codec, idx_group *g, idx_model *out, idx_train_times *times,
+                          store_msg *m)
 {
     memset(out, 0, sizeof *out);
+    if (codec == TARTAN_CODEC_AXES &&
+        ((nbits != 1 && nbits != 2 && nbits != 4) || dim > IDX_AXES_MAX_DIM))
+        return idx_group_check(
+            g,
+            store_fail(m, TARTAN_EINVAL,
+                       "the axes code takes nbits 1, 2 or 4 and dim up to %u (this index: nbits "
+                       "%u, dim %zu)",
+                       IDX_AXES_MAX_DIM, nbits, dim),
+            m);
     if (times)
         memset(times, 0, sizeof *times);
     size_t p = (size_t)g->size;
@@ -159,6 +190,16 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
     if ((rc = idx_group_check(g, rc, m)) ||
         (rc = idx_group_bcast(g, &out->codec, sizeof out->codec, m)))
         goto done;
+    if (codec == TARTAN_CODEC_AXES) {
+        if (g->rank == 0 && idx_axes_fit(&out->axes, dim, nbits, all, held, CODEC_FIT_ITERS))
+            rc =
+                store_fail(m, TARTAN_ETRAIN, "fitting the axes code on %zu residuals failed", held);
+        if ((rc = idx_group_check(g, rc, m)) || (rc = bcast_axes(g, &out->axes, m)))
+            goto done;
+        if (idx_trace() && g->rank == 0)
+            fprintf(stderr, "axes code: %u / %u / %u / %u axes at 8 / 4 / 2 / 1 bits of %zu\n",
+                    out->axes.n8, out->axes.n4, out->axes.n2, out->axes.n1, dim);
+    }
     if (times)
         times->codec = idx_now() - t1;
     if (idx_trace())
@@ -170,8 +211,10 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
     out->centroids = cent;
     cent = NULL;
 done:
-    if (rc)
+    if (rc) {
         memset(&out->codec, 0, sizeof out->codec);
+        idx_axes_free(&out->axes);
+    }
     free(cnt);
     free(hsel);
     free(hx);
@@ -182,12 +225,33 @@ done:
 }
 
 int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits, size_t k_req,
-                    size_t corpus_tokens, int iters, uint64_t seed, idx_model *out, store_msg *m)
+                    size_t corpus_tokens, int iters, uint64_t seed, unsigned codec, idx_model *out,
+                    store_msg *m)
 {
     idx_group g;
     idx_group_solo(&g);
-    return idx_model_train_group(dev, x, n, dim, nbits, k_req, corpus_tokens, iters, seed, &g, out,
-                                 NULL, m);
+    return idx_model_train_group(dev, x, n, dim, nbits, k_req, corpus_tokens, iters, seed, codec,
+                                 &g, out, NULL, m);
+}
+
+int idx_axes_get(store_txn *txn, const store_header *h, idx_axes *x, store_msg *m)
+{
+    const void *d;
+    size_t len;
+    int rc = store_meta_get(txn, IDX_META_AXES, &d, &len, m);
+    if (rc)
+        return rc;
+    char why[200];
+    if (idx_axes_load(x, d, len, why))
+        return store_fail(m, TARTAN_ECORRUPT, "meta '%s': %s", IDX_META_AXES, why);
+    if (x->dim != h->dim || x->nbits != h->nbits) {
+        unsigned xd = x->dim, xn = x->nbits;
+        idx_axes_free(x);
+        return store_fail(m, TARTAN_ECORRUPT,
+                          "meta '%s' is for dim %u at %u bits, the index has dim %u at %u",
+                          IDX_META_AXES, xd, xn, h->dim, h->nbits);
+    }
+    return 0;
 }
 
 int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_msg *m)
@@ -203,9 +267,13 @@ int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_
     out->codec.nbits = h->nbits;
     if ((rc = store_codec_get(txn, h->nbits, out->codec.cutoffs, out->codec.weights, m)))
         return rc;
+    if ((rc = idx_axes_get(txn, h, &out->axes, m)) && rc != TARTAN_ENOTFOUND)
+        return rc;
     out->centroids = malloc((size_t)h->n_centroids * h->dim * sizeof(float));
-    if (!out->centroids)
+    if (!out->centroids) {
+        idx_axes_free(&out->axes);
         return store_fail(m, ENOMEM, "out of memory");
+    }
     memcpy(out->centroids, c, (size_t)h->n_centroids * h->dim * sizeof(float));
     out->k = h->n_centroids;
     return 0;
@@ -216,6 +284,15 @@ int idx_model_store(store_txn *txn, const idx_model *mod, store_header *h, store
     int rc = store_centroids_put(txn, mod->k, h->dim, mod->centroids, STORE_CENT_F16, m);
     if (!rc)
         rc = store_codec_put(txn, h->nbits, mod->codec.cutoffs, mod->codec.weights, m);
+    if (!rc && mod->axes.rot) {
+        size_t len = idx_axes_bytes(&mod->axes);
+        uint8_t *blob = malloc(len);
+        if (!blob)
+            return store_fail(m, ENOMEM, "out of memory");
+        idx_axes_save(&mod->axes, blob);
+        rc = store_meta_put(txn, IDX_META_AXES, blob, len, m);
+        free(blob);
+    }
     if (rc)
         return rc;
     h->n_centroids = mod->k;

@@ -63,7 +63,11 @@ static int encode(kern_dev dev, const idx_model *mod, const idx_batch *b, encode
         return rc;
     }
     const double t1 = idx_now();
-    idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
+    if (mod->axes.rot)
+        idx_axes_compress(&mod->axes, mod->centroids, b->emb, e->codes, n, e->packed, e->inv_norms);
+    else
+        idx_codec_compress(&mod->codec, mod->centroids, b->emb, e->codes, n, e->packed,
+                           e->inv_norms);
     t->assign += t1 - t0;
     t->compress += idx_now() - t1;
     return 0;
@@ -406,7 +410,7 @@ static int train_from_batch(const idx_batch *b, const store_header *h, const idx
     int rc = idx_model_train(o ? o->device : KERN_DEV_CPU, x, ntok, b->dim, h->nbits,
                              o ? o->n_centroids : 0, b->n_rows,
                              o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h->kmeans_iters,
-                             o ? o->seed : h->seed, mod, m);
+                             o ? o->seed : h->seed, o ? o->codec : 0, mod, m);
     free(x);
     return rc;
 }
@@ -501,7 +505,7 @@ int idx_train(store_env *env, const idx_batch *sample, size_t corpus_tokens,
     rc = idx_model_train(o ? o->device : KERN_DEV_CPU, sample->emb, sample->n_rows, h.dim, h.nbits,
                          o ? o->n_centroids : 0, corpus_tokens,
                          o && o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters,
-                         o ? o->seed : h.seed, &mod, m);
+                         o ? o->seed : h.seed, o ? o->codec : 0, &mod, m);
     if (rc)
         return rc;
     train_ctx c = {&mod};
@@ -525,6 +529,7 @@ enum {
     PAR_HSEED,
     PAR_HITERS,
     PAR_HSAMPLE,
+    PAR_CODEC,
     PAR_N
 };
 static const char *const par_name[PAR_N] = {"dim",
@@ -535,7 +540,8 @@ static const char *const par_name[PAR_N] = {"dim",
                                             "corpus tokens",
                                             "creation seed",
                                             "creation k-means iterations",
-                                            "creation sample_docs"};
+                                            "creation sample_docs",
+                                            "codec"};
 
 int idx_train_group(store_env *env, const idx_batch *sample, size_t corpus_tokens,
                     const idx_train_opts *o, int rc, idx_group *g, idx_train_times *times,
@@ -557,7 +563,7 @@ int idx_train_group(store_env *env, const idx_batch *sample, size_t corpus_token
                         h.dim);
     int iters = o->kmeans_iters > 0 ? o->kmeans_iters : (int)h.kmeans_iters;
     uint64_t mine[PAR_N] = {h.dim,         h.nbits, o->seed,        (uint64_t)iters, o->n_centroids,
-                            corpus_tokens, h.seed,  h.kmeans_iters, h.sample_docs};
+                            corpus_tokens, h.seed,  h.kmeans_iters, h.sample_docs,   o->codec};
     uint64_t zero[PAR_N];
     memcpy(zero, mine, sizeof zero);
     int brc = idx_group_bcast(g, zero, sizeof zero, m);
@@ -576,7 +582,8 @@ int idx_train_group(store_env *env, const idx_batch *sample, size_t corpus_token
     if ((rc = idx_group_check(g, rc, m)))
         return rc;
     rc = idx_model_train_group(o->device, sample->emb, sample->n_rows, h.dim, h.nbits,
-                               o->n_centroids, corpus_tokens, iters, o->seed, g, &mod, times, m);
+                               o->n_centroids, corpus_tokens, iters, o->seed, o->codec, g, &mod,
+                               times, m);
     if (rc)
         return rc;
     /* Every member stores the same model in its own index; a member that cannot makes all

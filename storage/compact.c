@@ -309,6 +309,8 @@ static int copy_meta_v2(store_txn *src, store_txn *dst, store_msg *m)
             rc = store_map_lmdb(m, rc, "writing meta");
             break;
         }
+        if ((rc = store_format_raise(dst, store_format_needs(k.mv_data, k.mv_size), m)))
+            break;
     }
     mdb_cursor_close(cur);
     if (rc == MDB_NOTFOUND)

@@ -113,19 +113,19 @@ unsigned store_version(store_env *env)
 
 /* ---- the format record ------------------------------------------------------------------ */
 
-static void format_bytes(uint8_t b[STORE_FORMAT_SIZE])
+static void format_bytes(uint8_t b[STORE_FORMAT_SIZE], unsigned version)
 {
     memcpy(b, STORE_MAGIC, 8);
-    uint32_t v = STORE_FORMAT_VERSION;
+    uint32_t v = version;
     memcpy(b + 8, &v, 4);
     uint32_t c = store_meta_crc(STORE_KEY_FORMAT, strlen(STORE_KEY_FORMAT), b, 12);
     memcpy(b + 12, &c, 4);
 }
 
-int store_format_put(MDB_txn *txn, MDB_dbi meta, store_msg *m)
+int store_format_put(MDB_txn *txn, MDB_dbi meta, unsigned version, store_msg *m)
 {
     uint8_t b[STORE_FORMAT_SIZE];
-    format_bytes(b);
+    format_bytes(b, version);
     MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d = {sizeof b, b};
     int rc = mdb_put(txn, meta, &k, &d, 0);
     return rc ? store_map_lmdb(m, rc, "writing the format record") : 0;
@@ -143,21 +143,21 @@ int store_format_parse(const void *val, size_t size, unsigned *version, int *dam
     }
     if (size != STORE_FORMAT_SIZE)
         return TARTAN_ENOINDEX;
-    uint8_t want[STORE_FORMAT_SIZE];
-    format_bytes(want);
-    int diff = 0;
-    for (size_t i = 0; i < STORE_FORMAT_SIZE; i++)
-        diff += p[i] != want[i];
-    if (diff == 0) {
-        *version = STORE_FORMAT_VERSION;
-        return 0;
-    }
-    /* One damaged byte of this version's record: still this version (tartan check reports it,
-     * a repair rewrites it). Anything else is a record of another version or no index. */
-    if (diff == 1) {
-        *version = STORE_FORMAT_VERSION;
-        *damaged = 1;
-        return 0;
+    /* A record of a version this build reads, or one damaged byte off it: still that version
+     * (tartan check reports it, a repair rewrites it). Versions 2 and 3 differ in their version
+     * byte and in their checksum, so no record is one byte off both. Anything else is a record
+     * of another version or no index. */
+    for (unsigned ver = STORE_FORMAT_VERSION; ver <= STORE_FORMAT_MAX; ver++) {
+        uint8_t want[STORE_FORMAT_SIZE];
+        format_bytes(want, ver);
+        int diff = 0;
+        for (size_t i = 0; i < STORE_FORMAT_SIZE; i++)
+            diff += p[i] != want[i];
+        if (diff <= 1) {
+            *version = ver;
+            *damaged = diff == 1;
+            return 0;
+        }
     }
     if (memcmp(p, STORE_MAGIC, 8))
         return TARTAN_ENOINDEX;
@@ -173,7 +173,7 @@ int store_format_parse(const void *val, size_t size, unsigned *version, int *dam
 /* Writes a fresh index's meta (FORMAT.md "meta"): the format record and the header. */
 static int create_meta(store_txn *t, const store_header *init, store_msg *m)
 {
-    int rc = store_format_put(t->st_txn, t->st_gen->g_meta, m);
+    int rc = store_format_put(t->st_txn, t->st_gen->g_meta, STORE_FORMAT_VERSION, m);
     if (rc)
         return rc;
     store_header h = *init;
@@ -210,12 +210,41 @@ static int check_format(const char *path, MDB_txn *txn, MDB_dbi meta, unsigned f
                           "convert it with 'tartan compact %s' (or tartan_open with "
                           "TARTAN_UPGRADE), which keeps every document, id and score",
                           path, STORE_FORMAT_VERSION, path);
-    if (*version != STORE_FORMAT_VERSION)
+    if (*version < STORE_FORMAT_VERSION || *version > STORE_FORMAT_MAX)
         return store_fail(m, TARTAN_EVERSION,
-                          "'%s': index format version %u; this build of tartan reads only "
-                          "version %u",
-                          path, *version, STORE_FORMAT_VERSION);
+                          "'%s': index format version %u; this build of tartan reads versions "
+                          "%u to %u",
+                          path, *version, STORE_FORMAT_VERSION, STORE_FORMAT_MAX);
     return 0;
+}
+
+unsigned store_format_needs(const void *name, size_t len)
+{
+    const char *s = name;
+    if (len > 6 && !memcmp(s, "codec.", 6) &&
+        !(len == strlen(STORE_KEY_CODEC_COPY) && !memcmp(s, STORE_KEY_CODEC_COPY, len)))
+        return 3;
+    return STORE_FORMAT_VERSION;
+}
+
+int store_format_version(store_txn *txn, unsigned *version, store_msg *m)
+{
+    MDB_val k = {strlen(STORE_KEY_FORMAT), STORE_KEY_FORMAT}, d;
+    int rc = mdb_get(txn->st_txn, txn->st_gen->g_meta, &k, &d), damaged;
+    if (rc)
+        return store_map_lmdb(m, rc, "reading the format record");
+    if (store_format_parse(d.mv_data, d.mv_size, version, &damaged))
+        return store_fail(m, TARTAN_ECORRUPT, "the format record is damaged");
+    return 0;
+}
+
+int store_format_raise(store_txn *t, unsigned v, store_msg *m)
+{
+    unsigned cur;
+    int rc = store_format_version(t, &cur, m);
+    if (rc || cur >= v)
+        return rc;
+    return store_format_put(t->st_txn, t->st_gen->g_meta, v, m);
 }
 
 /* Opens the named databases with the flags of format version `version`; creates them when
@@ -446,7 +475,8 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
         store_txn t = {.st_txn = txn, .st_gen = g, .st_write = 1};
         rc = open_dbs(g, path, txn, g->g_version, 1, m);
         if (!rc)
-            rc = init ? create_meta(&t, init, m) : store_format_put(txn, g->g_meta, m);
+            rc = init ? create_meta(&t, init, m)
+                      : store_format_put(txn, g->g_meta, STORE_FORMAT_VERSION, m);
         if (!rc)
             rc = store_commit_mark(&t, m);
         if (rc) {
@@ -612,7 +642,7 @@ int store_write(store_env *env, store_write_fn fn, void *ctx, store_msg *m)
                 return rc;
             continue;
         }
-        if (g->g_version != STORE_FORMAT_VERSION) {
+        if (g->g_version < STORE_FORMAT_VERSION || g->g_version > STORE_FORMAT_MAX) {
             mdb_txn_abort(txn);
             pthread_rwlock_unlock(&g->g_grow);
             gen_release(env, g);

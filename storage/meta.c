@@ -57,7 +57,9 @@ int store_meta_put(store_txn *t, const char *name, const void *data, size_t len,
     memcpy(d.mv_data, &c, 4);
     if (len)
         memcpy((uint8_t *)d.mv_data + META_HEAD, data, len);
-    return 0;
+    /* A codec extension needs format version 3 (store.h): the index says so in the same
+     * transaction, so that older readers refuse it rather than decode it wrongly. */
+    return store_format_raise(t, store_format_needs(name, nlen), m);
 }
 
 int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)

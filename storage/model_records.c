@@ -108,6 +108,8 @@ int store_model_record_put(store_txn *t, int db, const void *key, size_t klen, c
     int rc = mdb_put(t->st_txn, dbi_of(t, db), &k, &d, 0);
     if (rc)
         return store_map_lmdb(m, rc, "writing a model record");
+    if (db == STORE_DB_META && (rc = store_format_raise(t, store_format_needs(key, klen), m)))
+        return rc;
     /* The primaries' copies (FORMAT.md): the centroid record byte for byte, the codec under
      * its own name (a meta record's checksum covers its name). */
     unsigned ck;

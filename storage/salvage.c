@@ -838,6 +838,15 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
             continue;
         int kl = (int)(w->nlen[i] > 64 ? 64 : w->nlen[i]);
         if (!meta_sound(w, i)) {
+            /* A record named codec.* is part of the codec (FORMAT.md): the documents cannot
+             * be decoded without it, so it cannot be dropped as another layer's would be. */
+            if (w->nlen[i] > 6 && !memcmp(w->names[i], "codec.", 6)) {
+                rc = store_fail(m, TARTAN_ECORRUPT,
+                                "meta record '%.*s' (part of the codec) is damaged: the documents "
+                                "cannot be decoded without it, so the index cannot be salvaged",
+                                kl, (const char *)w->names[i]);
+                break;
+            }
             say(s, "dropped", "meta record '%.*s': its checksum fails", kl,
                 (const char *)w->names[i]);
             continue;
@@ -845,6 +854,8 @@ static int salvage_model(store_txn *src, store_txn *dst, sctx *s, store_header *
         MDB_val k = {w->nlen[i], (void *)w->names[i]}, d = {w->vlen[i], (void *)w->vals[i]};
         if ((rc = mdb_put(dst->st_txn, dst->st_gen->g_meta, &k, &d, 0)))
             rc = store_map_lmdb(m, rc, "writing meta");
+        else
+            rc = store_format_raise(dst, store_format_needs(w->names[i], w->nlen[i]), m);
     }
 out:
     free(w->names);
@@ -869,9 +880,9 @@ static int salvage_fn(store_txn *src, store_txn *dst, void *vctx, store_msg *m)
     s->max_docno = 0;
     s->removed = 0;
     forget_said(s);
-    if (src->st_gen->g_version != STORE_FORMAT_VERSION)
-        return store_fail(m, TARTAN_EVERSION, "salvage reads only format version %u",
-                          STORE_FORMAT_VERSION);
+    if (src->st_gen->g_version < STORE_FORMAT_VERSION || src->st_gen->g_version > STORE_FORMAT_MAX)
+        return store_fail(m, TARTAN_EVERSION, "salvage reads only format versions %u to %u",
+                          STORE_FORMAT_VERSION, STORE_FORMAT_MAX);
     store_header h;
     int h_ok, rc;
     if ((rc = salvage_model(src, dst, s, &h, &h_ok, m)) || (rc = read_ids(src, s, m)))

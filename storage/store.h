@@ -40,9 +40,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The format version this build writes and reads (FORMAT.md). Version 1 is read only to
- * convert it (STORE_OPEN_V1). */
+/* The format version this build creates and reads (FORMAT.md). Version 1 is read only to
+ * convert it (STORE_OPEN_V1). Version 3 is version 2 with codec extension records (meta records
+ * named codec.*, but codec.copy: the axes code), which a reader of version 2 would not know to
+ * decode with: an index becomes version 3 in the transaction that first writes one
+ * (store_format_raise), and this build reads and writes both. */
 #define STORE_FORMAT_VERSION 2u
+#define STORE_FORMAT_MAX 3u
+
+/* The format version an index holding the meta record name [len] needs: 3 for a codec
+ * extension record, else 2. */
+unsigned store_format_needs(const void *name, size_t len);
 
 /* Longest external id in bytes: LMDB's default largest key. */
 #define STORE_MAX_ID 511u
@@ -175,6 +183,11 @@ float store_f16_to_f32(uint16_t h);
  */
 #define STORE_META_CALIBRATION "calibration" /* the adaptive search's (engine/calibrate.c) */
 int store_meta_put(store_txn *txn, const char *name, const void *data, size_t len, store_msg *m);
+/* The format version the transaction's format record names (2 or 3; a record with one damaged
+ * byte reads as its version). */
+int store_format_version(store_txn *txn, unsigned *version, store_msg *m);
+/* Rewrites the format record to version v where it names an older one (2 -> 3), in t. */
+int store_format_raise(store_txn *t, unsigned v, store_msg *m);
 int store_meta_get(store_txn *txn, const char *name, const void **data, size_t *len,
                    store_msg *m);
 /* Deletes a meta record: 0, or TARTAN_ENOTFOUND (no message). */

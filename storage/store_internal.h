@@ -128,11 +128,11 @@ int store_gen_open(const char *path, unsigned flags, const store_header *init, s
                    store_gen **out, store_msg *m);
 void store_gen_close(store_gen *g);
 
-/* Writes the 16-byte format record of this version (a fresh index, a rewrite). */
-int store_format_put(MDB_txn *txn, MDB_dbi meta, store_msg *m);
-/* Checks a format record's bytes: 0 and *version (1 or 2), TARTAN_ENOINDEX for something else.
- * A version-2 record with one damaged byte still reads as version 2 (*damaged set), so that
- * the index can be opened, checked and repaired. */
+/* Writes the 16-byte format record of version (2 or 3; a fresh index, a rewrite). */
+int store_format_put(MDB_txn *txn, MDB_dbi meta, unsigned version, store_msg *m);
+/* Checks a format record's bytes: 0 and *version (1, 2, 3 or another), TARTAN_ENOINDEX for
+ * something else. A version-2 or 3 record with one damaged byte still reads as its version
+ * (*damaged set), so that the index can be opened, checked and repaired. */
 int store_format_parse(const void *val, size_t size, unsigned *version, int *damaged);
 
 /* The checksum of a meta record's name and data (FORMAT.md "meta"). */

@@ -174,6 +174,7 @@ static int check_meta(vstate *v, store_msg *m)
         return store_map_lmdb(m, rc, "opening meta");
     MDB_val k, d;
     int seen_format = 0;
+    unsigned format_ver = 0, need_ver = STORE_FORMAT_VERSION;
     MDB_cursor_op op = MDB_FIRST;
     while (!v->stop && (rc = store_cget(v->t, cur, &k, &d, op)) == 0) {
         op = MDB_NEXT;
@@ -184,10 +185,15 @@ static int check_meta(vstate *v, store_msg *m)
             unsigned ver;
             int dmg;
             if (store_format_parse(d.mv_data, d.mv_size, &ver, &dmg) || dmg ||
-                ver != STORE_FORMAT_VERSION || d.mv_size != STORE_FORMAT_SIZE)
+                ver < STORE_FORMAT_VERSION || ver > STORE_FORMAT_MAX ||
+                d.mv_size != STORE_FORMAT_SIZE)
                 problem(v, "meta", "the format record is damaged");
+            else
+                format_ver = ver;
             continue;
         }
+        if (store_format_needs(k.mv_data, k.mv_size) > need_ver)
+            need_ver = store_format_needs(k.mv_data, k.mv_size);
         uint32_t want = 0;
         if (d.mv_size >= 4)
             memcpy(&want, d.mv_data, 4);
@@ -201,6 +207,11 @@ static int check_meta(vstate *v, store_msg *m)
         return lmdb_err(v, rc, "walking meta", m);
     if (!seen_format)
         problem(v, "meta", "the format record is missing");
+    else if (format_ver && format_ver < need_ver)
+        problem(v, "meta",
+                "the index holds a codec extension record (FORMAT.md \"meta/codec.axes\") but its "
+                "format record says version %u, not %u",
+                format_ver, need_ver);
     return 0;
 }
 

@@ -1322,7 +1322,7 @@ START_TEST(test_index_model_train_holds_out_by_rule)
         ck_assert_int_eq(idx_codec_fit(&want, D, 2, res, held, 30), 0);
         memcpy(work, x, sizeof(float) * N * D);
         idx_model mod;
-        ck_assert_msg(idx_model_train(KERN_DEV_CPU, work, N, D, 2, k, 0, 4, 77, &mod, &m) == 0,
+        ck_assert_msg(idx_model_train(KERN_DEV_CPU, work, N, D, 2, k, 0, 4, 77, 0, &mod, &m) == 0,
                       "%s", m.text);
         ck_assert_uint_eq(mod.k, k);
         ck_assert_msg(memcmp(mod.centroids, cen, sizeof(float) * k * D) == 0,

@@ -969,7 +969,8 @@ static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift
     float *wd = dev_put(p->w, (1u << p->nbits) * 4);
     float *sd = dev_poisoned(nd);
     const float *qs = qd + shift;
-    kern_residual a = {dim, p->nbits, code_bytes, qs, lq, qcd, p->nc, wd, p->ddocs, nd, NULL, 0};
+    kern_residual a = {dim, p->nbits, code_bytes, qs,   lq, qcd,  p->nc,
+                       wd,  p->ddocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
     expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
     float *got = dev_get_floats(sd, nd);
     kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);

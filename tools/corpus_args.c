@@ -15,7 +15,7 @@ static void build_usage(FILE *f, const char *prog)
             "usage: %s build INDEX --embeddings E.npy --doclens L.npy [--ids ids.txt]\n"
             "       %*s [--nbits 2] [--centroids K] [--batch N] [--seed S]\n"
             "       %*s [--sample N] [--kmeans-iters N] [--device D]\n"
-            "       %*s [--model FILE] [--no-calibrate]\n\n"
+            "       %*s [--codec scalar|axes] [--model FILE] [--no-calibrate]\n\n"
             "Creates the index directory INDEX (it must not hold an index yet) from\n"
             "embeddings E.npy [tokens, dim] (float32, float16 or bfloat16 as uint16) and\n"
             "document lengths L.npy [documents] (int32 or int64). Ids come from ids.txt, one\n"
@@ -28,6 +28,10 @@ static void build_usage(FILE *f, const char *prog)
             "  --sample N        documents sampled for training (default\n"
             "                    min(1 + 16 sqrt(120 N), N))\n"
             "  --kmeans-iters N  k-means iterations (default 4)\n"
+            "  --codec C         the residual code: scalar (default: one table for every\n"
+            "                    dimension) or axes (the residuals' principal axes, more\n"
+            "                    bits where they vary most; nbits 1, 2 or 4; searched on\n"
+            "                    the CPU only for now)\n"
             "  --device D        where k-means and encoding run: auto (default: the\n"
             "                    TARTAN_DEVICE variable, else a GPU when present), cpu\n"
             "                    or cuda\n"
@@ -64,6 +68,7 @@ int tool_build_args_parse(int argc, char **argv, const char *prog, FILE *out, FI
         {"device", required_argument, NULL, 'D'},
         {"model", required_argument, NULL, 'M'},
         {"no-calibrate", no_argument, NULL, 'C'},
+        {"codec", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -119,6 +124,18 @@ int tool_build_args_parse(int argc, char **argv, const char *prog, FILE *out, FI
         case 'C':
             a->no_calibrate = 1;
             break;
+        case 'c':
+            if (strcmp(optarg, "scalar") == 0)
+                a->codec = TARTAN_CODEC_SCALAR;
+            else if (strcmp(optarg, "axes") == 0)
+                a->codec = TARTAN_CODEC_AXES;
+            else {
+                if (err)
+                    fprintf(err, "%s build: --codec wants scalar or axes, not '%s'\n", prog,
+                            optarg);
+                return 2;
+            }
+            break;
         case 'h':
             build_usage(out, prog);
             return 0;
@@ -157,6 +174,7 @@ void tool_build_options(const tool_build_args *a, size_t dim, tartan_options *o)
     o->sample_docs = a->sample;
     o->kmeans_iters = (int)a->iters;
     o->device = a->device;
+    o->codec = a->codec;
 }
 
 static void add_usage(FILE *f, const char *prog)

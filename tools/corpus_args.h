@@ -18,6 +18,7 @@ typedef struct tool_build_args {
     size_t nbits, k, batch, seed, sample, iters;
     tartan_device device;
     int no_calibrate; /* --no-calibrate: no search calibration after the documents */
+    unsigned codec;   /* --codec: TARTAN_CODEC_SCALAR (default) or TARTAN_CODEC_AXES */
 } tool_build_args;
 
 /*

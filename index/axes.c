@@ -13,10 +13,13 @@
 #include <string.h>
 
 #include "codec.h"
+#include "kernels.h"
 
 #define NORM_EPS 1e-12f
 /* Below this many tokens a parallel region costs more than it saves. */
 #define OMP_MIN_TOKENS 256
+/* Tokens compressed a step: three [n, dim] scratch arrays (6 MiB at dim 128). */
+#define COMPRESS_CHUNK 4096
 /* Tokens a step of the second moments takes. */
 #define MOMENT_CHUNK 64
 /* Jacobi sweeps at most; 128 dims settle in 8-10. */
@@ -330,10 +333,31 @@ void idx_axes_unpack(const idx_axes *x, const uint8_t *packed, uint8_t *idx)
         idx[a] = 0;
 }
 
+/* out [n, dim] = rows of q times the rows of M (out[i, a] = q_i . M_a), as a matrix product
+ * on the CPU's kernel (kernels.h's centroid scores: M's rows as the "centroids"); a plain loop
+ * where that fails (no memory). */
+static void times_rows(const float *M, size_t d, const float *q, size_t n, float *out)
+{
+    if (n == 0 || kern_centroid_scores(KERN_DEV_CPU, q, n, M, d, d, out) == KERN_OK)
+        return;
+    for (size_t i = 0; i < n; i++)
+        for (size_t a = 0; a < d; a++) {
+            float s = 0.0f;
+            for (size_t j = 0; j < d; j++)
+                s += q[i * d + j] * M[a * d + j];
+            out[i * d + a] = s;
+        }
+}
+
 void idx_axes_rotate(const idx_axes *x, const float *q, size_t n, float *out)
 {
+    times_rows(x->rot, x->dim, q, n, out);
+}
+
+/* The rotation one token at a time (axpy over R^T's rows): the fallback of compress. */
+static void rotate_one(const idx_axes *x, const float *q, size_t n, float *out)
+{
     size_t d = x->dim;
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_TOKENS)
     for (long long i = 0; i < (long long)n; i++) {
         float *o = out + (size_t)i * d;
         const float *qi = q + (size_t)i * d;
@@ -368,48 +392,93 @@ static float norm_of(const float *v, size_t d)
     return (float)sqrt(s);
 }
 
+/* Buckets one rotated residual rp [dim] into idx and replaces it by its levels (0 past the
+ * coded axes). */
+static void bucket_levels(const idx_axes *x, float *rp, uint8_t *idx)
+{
+    size_t d = x->dim, coded = coded_axes(x);
+    for (size_t a = 0; a < d; a++) {
+        unsigned w = a < coded ? idx_axes_width(x, a) : 0, b = 0;
+        const float *cut = x->cutoffs + a * (IDX_AXES_LEVELS - 1);
+        if (w == 8) /* a binary search over 255 cutoffs (the count of those below) */
+            for (unsigned step = 128; step > 0; step >>= 1)
+                b += cut[b + step - 1] < rp[a] ? step : 0;
+        else
+            for (unsigned k = 0; k + 1 < (1u << w); k++)
+                b += cut[k] < rp[a];
+        idx[a] = (uint8_t)b;
+        rp[a] = w ? x->levels[a * IDX_AXES_LEVELS + b] : 0.0f;
+    }
+}
+
+/* The token-at-a-time compression (when the chunks' scratch cannot be had). */
+static void compress_slow(const idx_axes *x, const float *centroids, const float *emb,
+                          const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms);
+
 void idx_axes_compress(const idx_axes *x, const float *centroids, const float *emb,
                        const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms)
 {
-    size_t d = x->dim, tb = idx_axes_token_bytes(x), coded = coded_axes(x);
-    int failed = 0;
-#pragma omp parallel if (n >= OMP_MIN_TOKENS)
-    {
-        float *r = malloc(3 * d * sizeof *r);
-        uint8_t *idx = malloc(d);
-        if (!r || !idx) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 256)
-        for (long long i = 0; i < (long long)n; i++) {
-            if (!r || !idx)
-                continue;
-            const float *cen = centroids + (size_t)codes[i] * d, *e = emb + (size_t)i * d;
-            float *rp = r + d, *dec = r + 2 * d;
-            for (size_t j = 0; j < d; j++)
-                r[j] = e[j] - cen[j];
-            idx_axes_rotate(x, r, 1, rp);
-            for (size_t a = 0; a < d; a++) {
-                unsigned w = a < coded ? idx_axes_width(x, a) : 0, b = 0;
-                const float *cut = x->cutoffs + a * (IDX_AXES_LEVELS - 1);
-                if (w == 8) /* a binary search over 255 cutoffs (the count of those below) */
-                    for (unsigned step = 128; step > 0; step >>= 1)
-                        b += cut[b + step - 1] < rp[a] ? step : 0;
-                else
-                    for (unsigned k = 0; k + 1 < (1u << w); k++)
-                        b += cut[k] < rp[a];
-                idx[a] = (uint8_t)b;
-            }
-            idx_axes_pack(x, idx, packed + (size_t)i * tb);
-            decode_one(x, cen, idx, dec);
-            float nm = norm_of(dec, d);
-            inv_norms[i] = 1.0f / (nm > NORM_EPS ? nm : NORM_EPS);
-        }
+    /* In chunks: the residuals, their rotation as one matrix product, buckets and levels, the
+     * decoded tokens as a second product, their norms. The products run on the CPU kernel
+     * (about 40x the token-at-a-time loops). */
+    size_t d = x->dim, tb = idx_axes_token_bytes(x), ch = n < COMPRESS_CHUNK ? n : COMPRESS_CHUNK;
+    float *r = malloc(ch * d * sizeof *r), *rp = malloc(ch * d * sizeof *rp);
+    uint8_t *idx = malloc(ch * d);
+    if (!r || !rp || !idx || n == 0) {
         free(r);
+        free(rp);
         free(idx);
+        compress_slow(x, centroids, emb, codes, n, packed, inv_norms);
+        return;
     }
-    (void)failed;
+    for (size_t i0 = 0; i0 < n; i0 += ch) {
+        size_t m = n - i0 < ch ? n - i0 : ch;
+#pragma omp parallel for schedule(static) if (m >= OMP_MIN_TOKENS)
+        for (long long t = 0; t < (long long)m; t++) {
+            const float *cen = centroids + (size_t)codes[i0 + t] * d, *e = emb + (i0 + t) * d;
+            for (size_t j = 0; j < d; j++)
+                r[t * d + j] = e[j] - cen[j];
+        }
+        times_rows(x->rot, d, r, m, rp);
+#pragma omp parallel for schedule(static) if (m >= OMP_MIN_TOKENS)
+        for (long long t = 0; t < (long long)m; t++) {
+            bucket_levels(x, rp + t * d, idx + t * d);
+            idx_axes_pack(x, idx + t * d, packed + (i0 + t) * tb);
+        }
+        times_rows(x->rot_t, d, rp, m, r); /* r: the decoded residuals R^T r^' */
+#pragma omp parallel for schedule(static) if (m >= OMP_MIN_TOKENS)
+        for (long long t = 0; t < (long long)m; t++) {
+            const float *cen = centroids + (size_t)codes[i0 + t] * d;
+            float *o = r + t * d;
+            for (size_t j = 0; j < d; j++)
+                o[j] += cen[j];
+            float nm = norm_of(o, d);
+            inv_norms[i0 + t] = 1.0f / (nm > NORM_EPS ? nm : NORM_EPS);
+        }
+    }
+    free(r);
+    free(rp);
+    free(idx);
+}
+
+static void compress_slow(const idx_axes *x, const float *centroids, const float *emb,
+                          const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms)
+{
+    size_t d = x->dim, tb = idx_axes_token_bytes(x);
+#pragma omp parallel for schedule(dynamic, 256) if (n >= OMP_MIN_TOKENS)
+    for (long long i = 0; i < (long long)n; i++) {
+        float r[IDX_AXES_MAX_DIM], rp[IDX_AXES_MAX_DIM], dec[IDX_AXES_MAX_DIM];
+        uint8_t idx[IDX_AXES_MAX_DIM];
+        const float *cen = centroids + (size_t)codes[i] * d, *e = emb + (size_t)i * d;
+        for (size_t j = 0; j < d; j++)
+            r[j] = e[j] - cen[j];
+        rotate_one(x, r, 1, rp);
+        bucket_levels(x, rp, idx);
+        idx_axes_pack(x, idx, packed + (size_t)i * tb);
+        decode_one(x, cen, idx, dec);
+        float nm = norm_of(dec, d);
+        inv_norms[i] = 1.0f / (nm > NORM_EPS ? nm : NORM_EPS);
+    }
 }
 
 void idx_axes_decompress(const idx_axes *x, const float *centroids, const uint32_t *codes,

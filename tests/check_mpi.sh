@@ -208,13 +208,16 @@ python3 -c "import sys; sys.exit(0 if $r_sh >= $r_one else 1)" &&
     ok "default search recall@10: shards $r_sh >= single $r_one" ||
     fail "default search recall@10: shards $r_sh < single $r_one"
 # The same on two other token families (tartan gen --model 1 and 3), each its own sharded
-# index and single index with the same model.
+# index and single index with the same model; model 3's with the axes code (--codec axes:
+# fitted on rank 0, broadcast in its stored form, carried by the model to the single index).
 for fam in 1 3; do
+    CODEC=()
+    [ "$fam" = 3 ] && CODEC=(--codec axes)
     "$tartan" gen "$work/m$fam" --docs 600 --queries 25 --doc-len 30 --seed $((20 + fam)) \
         --model "$fam" >/dev/null 2>&1 || die "tartan gen --model $fam"
     F=(--embeddings "$work/m$fam/embeddings.npy" --doclens "$work/m$fam/doclens.npy")
     FQ=(--queries "$work/m$fam/queries.npy" -q -k 10)
-    mpi build "$work/ixm$fam" "${F[@]}" 2>/dev/null &&
+    mpi build "$work/ixm$fam" "${F[@]}" "${CODEC[@]}" 2>/dev/null &&
         "$tartan" model "$work/ixm$fam/shard-0-of-$P" -o "$work/m$fam.model" &&
         "$tartan" build "$work/onem$fam" "${F[@]}" --model "$work/m$fam.model" 2>/dev/null &&
         mpi search "$work/ixm$fam" "${FQ[@]}" -o "$work/m$fam-sh.run" &&
@@ -222,6 +225,15 @@ for fam in 1 3; do
         "$tartan" search "$work/onem$fam" "${FQ[@]}" -o "$work/m$fam-one.run" &&
         "$tartan" search "$work/onem$fam" "${FQ[@]}" --exhaustive -o "$work/m$fam-one-exh.run" ||
         { fail "model $fam: a build or search failed"; continue; }
+    if [ "$fam" = 3 ]; then
+        same=1
+        for r in $(seq 1 $((P - 1))); do
+            "$tartan" model "$work/ixm$fam/shard-$r-of-$P" -o "$work/m$fam-$r.model" &&
+                cmp -s "$work/m$fam.model" "$work/m$fam-$r.model" || same=0
+        done
+        [ $same = 1 ] && ok "model 3, axes code: every shard has shard 0's model" ||
+            fail "model 3, axes code: a shard's model differs"
+    fi
     msg=$(same_run "$work/m$fam-sh-exh.run" "$work/m$fam-one-exh.run") &&
         ok "model $fam: exhaustive over shards = the single index" ||
         fail "model $fam: exhaustive differs: $msg"

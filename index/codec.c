@@ -214,6 +214,29 @@ static void lloyd_max(const uint32_t *keys, size_t m, unsigned iters, idx_codec 
     }
 }
 
+/* t's tables (t->nbits set) from the m sorted values: quantiles, then iters Lloyd-Max steps
+ * (prefix [m + 1]: scratch, unused when iters is 0). */
+static void sorted_tables(const uint32_t *keys, size_t m, unsigned iters, double *prefix,
+                          idx_codec *t)
+{
+    unsigned nb = 1u << t->nbits;
+    for (unsigned i = 1; i < nb; i++)
+        t->cutoffs[i - 1] = quantile_sorted(keys, m, (double)i / nb);
+    for (unsigned i = 0; i < nb; i++)
+        t->weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
+    if (iters > 0)
+        lloyd_max(keys, m, iters, t, prefix);
+    /* Quantiles rise with q (and bucket means with the bucket); the rounding of two lerp
+     * formulas or of a mean must not make a table step down by an ulp, since bucketing
+     * assumes ascending cutoffs. */
+    for (unsigned i = 1; i + 1 < nb; i++)
+        if (t->cutoffs[i] < t->cutoffs[i - 1])
+            t->cutoffs[i] = t->cutoffs[i - 1];
+    for (unsigned i = 1; i < nb; i++)
+        if (t->weights[i] < t->weights[i - 1])
+            t->weights[i] = t->weights[i - 1];
+}
+
 /* Quantile tables (iters == 0) or Lloyd-Max tables fitted from them. */
 static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *residuals, size_t n,
                         unsigned iters)
@@ -254,23 +277,8 @@ static int train_tables(idx_codec *c, size_t dim, unsigned nbits, const float *r
     memset(&t, 0, sizeof t);
     t.dim = dim;
     t.nbits = nbits;
-    unsigned nb = 1u << nbits;
-    for (unsigned i = 1; i < nb; i++)
-        t.cutoffs[i - 1] = quantile_sorted(keys, m, (double)i / nb);
-    for (unsigned i = 0; i < nb; i++)
-        t.weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
-    if (iters > 0)
-        lloyd_max(keys, m, iters, &t, prefix);
+    sorted_tables(keys, m, iters, prefix, &t);
     free(prefix);
-    /* Quantiles rise with q (and bucket means with the bucket); the rounding of two lerp
-     * formulas or of a mean must not make a table step down by an ulp, since bucketing
-     * assumes ascending cutoffs. */
-    for (unsigned i = 1; i + 1 < nb; i++)
-        if (t.cutoffs[i] < t.cutoffs[i - 1])
-            t.cutoffs[i] = t.cutoffs[i - 1];
-    for (unsigned i = 1; i < nb; i++)
-        if (t.weights[i] < t.weights[i - 1])
-            t.weights[i] = t.weights[i - 1];
     free(keys);
     *c = t;
     return 0;
@@ -313,18 +321,7 @@ double idx_codec_fit_values(unsigned nbits, const float *v, size_t m, unsigned i
         memset(&t, 0, sizeof t);
         t.nbits = nbits;
         unsigned nb = 1u << nbits;
-        for (unsigned i = 1; i < nb; i++)
-            t.cutoffs[i - 1] = quantile_sorted(keys, m, (double)i / nb);
-        for (unsigned i = 0; i < nb; i++)
-            t.weights[i] = quantile_sorted(keys, m, (i + 0.5) / nb);
-        if (iters > 0)
-            lloyd_max(keys, m, iters, &t, prefix);
-        for (unsigned i = 1; i + 1 < nb; i++)
-            if (t.cutoffs[i] < t.cutoffs[i - 1])
-                t.cutoffs[i] = t.cutoffs[i - 1];
-        for (unsigned i = 1; i < nb; i++)
-            if (t.weights[i] < t.weights[i - 1])
-                t.weights[i] = t.weights[i - 1];
+        sorted_tables(keys, m, iters, prefix, &t);
         /* The error over the sorted values, bucket by bucket, in a fixed order. */
         err = 0.0;
         size_t start = 0;

@@ -244,3 +244,18 @@ def test_ids_round_trip(tmp_path, rng):
 
 def test_version():
     assert tartan.version() == tartan._tartan.HEADER_VERSION
+
+
+def test_axes_codec(tmp_path, corpus):
+    """codec='axes' trains the principal-axes code; exhaustive search equals MaxSim in double
+    over the documents as the index decodes them, and a bad name is refused."""
+    ids, docs, qs = corpus
+    with pytest.raises(tartan.EINVAL):
+        tartan.Index(tmp_path / "bad", dim=32, create=True, codec="pca")
+    with tartan.Index(tmp_path / "ax", dim=32, create=True, codec="axes", device="cpu") as ix:
+        ix.add(ids, docs)
+        assert ix.check().ok
+        hits = ix.search(qs[:3], k=5, exhaustive=True)
+        assert len(hits) == 3 and all(len(h) == 5 for h in hits)
+    with tartan.Index(tmp_path / "ax", device="cpu") as ix:  # reopened: the code is stored
+        assert ix.search(qs[:3], k=5, exhaustive=True) == hits

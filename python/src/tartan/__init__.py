@@ -304,6 +304,10 @@ class Index:
             a share of each batch's queries), 'documents' (a partition of the documents on
             each, the top k merged), or 'auto'/None (the TARTAN_GPU_SPLIT variable, else
             copies while one fits in a third of a GPU's memory).
+        codec: the residual code a training fits: 'scalar' (default: one table for every
+            dimension) or 'axes' (the residuals' principal axes, more bits where they vary
+            most: more faithful at the same bytes; nbits 1, 2 or 4; searched on the CPU only
+            for now). An index keeps the code it was trained with.
 
     The index is a context manager (``with tartan.Index(...) as ix:``) and closes on exit.
     Threads may share one Index: searches run at once (the GIL is released), changes are
@@ -319,12 +323,14 @@ class Index:
                  sample_docs: Optional[int] = None, seed: int = 42,
                  map_size: Optional[int] = None, device: Optional[str] = None,
                  gpu_mode: Optional[str] = None, gpu_devices: Union[None, int, str] = None,
-                 gpu_split: Optional[str] = None) -> None:
+                 gpu_split: Optional[str] = None, codec: str = "scalar") -> None:
         self.path = os.fspath(path)
         if gpu_mode not in _GPU_MODES:
             _raise("EINVAL", f"gpu_mode is 'auto', 'resident' or 'streaming', not {gpu_mode!r}")
         if gpu_split not in _GPU_SPLITS:
             _raise("EINVAL", f"gpu_split is 'auto', 'documents' or 'queries', not {gpu_split!r}")
+        if codec not in ("scalar", "axes"):
+            _raise("EINVAL", f"codec is 'scalar' or 'axes', not {codec!r}")
         if gpu_devices is None:
             ndev = 0
         elif gpu_devices == "all":
@@ -339,7 +345,8 @@ class Index:
         self._opts = dict(nbits=nbits, n_centroids=n_centroids or 0, kmeans_iters=kmeans_iters,
                           sample_docs=sample_docs or 0, seed=seed, map_size=map_size or 0,
                           device=_device_code(device), gpu_mode=_GPU_MODES[gpu_mode],
-                          gpu_devices=ndev, gpu_split=_GPU_SPLITS[gpu_split])
+                          gpu_devices=ndev, gpu_split=_GPU_SPLITS[gpu_split],
+                          codec=1 if codec == "axes" else 0)
         self._lock = threading.Lock()
         self._db: Optional[_tartan.Db] = None
         self._pending_flags: Optional[int] = None

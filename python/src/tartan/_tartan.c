@@ -358,16 +358,17 @@ static int Db_init(DbObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",         "flags",       "dim",       "nbits",    "n_centroids",
                              "kmeans_iters", "sample_docs", "seed",      "map_size", "device",
-                             "gpu_mode",     "gpu_devices", "gpu_split", NULL};
+                             "gpu_mode",     "gpu_devices", "gpu_split", "codec",    NULL};
     PyObject *path = NULL;
     unsigned flags = 0, nbits = 2;
     Py_ssize_t dim = 0, n_centroids = 0, sample_docs = 0, map_size = 0;
     int kmeans_iters = 4, device = 0, gpu_mode = 0, gpu_devices = 0, gpu_split = 0;
+    unsigned codec = TARTAN_CODEC_SCALAR;
     unsigned long long seed = 42;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|InInInKniiii", kwlist, PyUnicode_FSConverter,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|InInInKniiiiI", kwlist, PyUnicode_FSConverter,
                                      &path, &flags, &dim, &nbits, &n_centroids, &kmeans_iters,
                                      &sample_docs, &seed, &map_size, &device, &gpu_mode,
-                                     &gpu_devices, &gpu_split))
+                                     &gpu_devices, &gpu_split, &codec))
         return -1;
     if (self->db) {
         Py_DECREF(path);
@@ -393,6 +394,7 @@ static int Db_init(DbObject *self, PyObject *args, PyObject *kw)
     o.gpu_mode = (tartan_gpu_mode)gpu_mode;
     o.gpu_devices = gpu_devices;
     o.gpu_split = (tartan_gpu_split)gpu_split;
+    o.codec = codec;
     const char *p = PyBytes_AS_STRING(path);
     tartan_db *db = NULL;
     int rc;

@@ -237,7 +237,7 @@ START_TEST(test_axes_code_round_trip)
      * double, and pack(unpack(p)) == p; the stored inverse norm is the reference's; each axis's
      * index is the reference bucket of the rotated residual (but within rounding of a cutoff);
      * the error is lower than the scalar codec's at the same bytes. */
-    size_t d = 128, n = 3000, k = 16;
+    size_t d = 128, n = 1500, k = 16;
     for (unsigned nbits = 1; nbits <= 4; nbits *= 2) {
         double *Q = xmalloc(d * d * sizeof *Q), sig[128];
         float *r = draw(n, d, 0.12, 0.975, Q, sig);

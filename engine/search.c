@@ -493,11 +493,10 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         r[0].skip_damaged = s.skip_damaged;
         r[0].damaged = &st.n_damaged;
         if (r[0].axes.rot && dev == KERN_DEV_CUDA) {
-            /* The GPU kernels do not read the axes code yet: a search left to the library runs
-             * on the CPU, one asked of a GPU is refused. */
-            tartan_device want =
-                params->device != TARTAN_DEVICE_AUTO ? params->device : db->opts.device;
-            if (want == TARTAN_DEVICE_CUDA) {
+            /* The GPU kernels do not read the axes code yet: a search whose own parameters ask
+             * for a GPU is refused; one that the handle's device (or the library) sent there
+             * runs on the CPU, so that a handle that builds on a GPU can still calibrate. */
+            if (params->device == TARTAN_DEVICE_CUDA) {
                 rc = store_fail(&m, TARTAN_ENOTSUP,
                                 "the index holds the axes code (tartan_options.codec), which "
                                 "GPU searches do not read yet; search on the CPU");

@@ -38,7 +38,7 @@ static void teardown(void)
 
 /* An index of NDOCS random documents in two batches, then a few deleted: several commits, so
  * that both meta pages name a snapshot of the index. */
-static void build(const char *path)
+static void build_codec(const char *path, unsigned codec)
 {
     rng_state = 4242;
     static char idb[NDOCS][16];
@@ -58,6 +58,7 @@ static void build(const char *path)
     o.flags = TARTAN_CREATE;
     o.dim = DIM;
     o.n_centroids = K;
+    o.codec = codec;
     tartan_db *db;
     ck_assert_int_eq(tartan_open(path, &o, &db), 0);
     size_t half = 0;
@@ -73,6 +74,11 @@ static void build(const char *path)
     ck_assert_int_eq(tartan_delete(db, del, 2, NULL), 0);
     tartan_close(db);
     free(emb);
+}
+
+static void build(const char *path)
+{
+    build_codec(path, TARTAN_CODEC_SCALAR);
 }
 
 /* Every query's exhaustive ranking of every document, as "id:score" lines; NULL when the
@@ -219,6 +225,38 @@ START_TEST(test_redundancy_codec_copy)
     restore(pristine, ixpath);
     damage_record_at(ixpath, "meta", "codec.copy", 10);
     damaged_then_repaired(want, "codec", "the primary is sound");
+    free(want);
+}
+END_TEST
+
+START_TEST(test_redundancy_axes_code)
+{
+    /* The axes code is stored once and cannot be derived: damaged, check reports it, a search
+     * refuses (TARTAN_ECORRUPT) rather than decode with the scalar tables, and a repair
+     * refuses too, changing nothing (the index still reports the same damage). */
+    build_codec(ixpath, TARTAN_CODEC_AXES);
+    tartan_db *db;
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &db), 0);
+    int rc;
+    char *want = answers(db, &rc);
+    ck_assert_ptr_nonnull(want);
+    size_t np;
+    ck_assert_int_eq(tartan_check(db, NULL, NULL, &np), 0);
+    tartan_close(db);
+    damage_record_at(ixpath, "meta", "codec.axes", 10);
+    ck_assert_int_eq(tartan_open(ixpath, NULL, &db), 0);
+    seen s = {0, "", ""};
+    ck_assert_int_eq(tartan_check(db, note, &s, &np), TARTAN_ECORRUPT);
+    ck_assert_msg(strstr(s.text, "codec.axes"), "check said: %s", s.text);
+    char *got = answers(db, &rc);
+    ck_assert_ptr_null(got);
+    ck_assert_int_eq(rc, TARTAN_ECORRUPT);
+    ck_assert_int_eq(tartan_repair(db, NULL, NULL, NULL), TARTAN_ECORRUPT);
+    ck_assert_msg(strstr(tartan_errmsg(db), "codec.axes"), "repair said: %s", tartan_errmsg(db));
+    size_t np2;
+    ck_assert_int_eq(tartan_check(db, NULL, NULL, &np2), TARTAN_ECORRUPT);
+    ck_assert_uint_eq(np2, np);
+    tartan_close(db);
     free(want);
 }
 END_TEST
@@ -402,6 +440,7 @@ static Suite *suite(void)
         const TTest *t;
     } tests[] = {
         {"codec_copy", test_redundancy_codec_copy},
+        {"axes_code", test_redundancy_axes_code},
         {"centroid_copy", test_redundancy_centroid_copy},
         {"older_index", test_redundancy_older_index},
         {"model_import", test_redundancy_model_import},

@@ -990,7 +990,8 @@ static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, 
     plaid_set p;
     plaid_make(&p, dim, nbits, code_bytes, nd, lq, maxtok);
     float *got = residual_on_gpu(&p, code_bytes, 0);
-    kern_residual h = {dim, nbits, code_bytes, p.q, lq, p.qc, p.nc, p.w, p.hdocs, nd, NULL, 0};
+    kern_residual h = {dim, nbits,   code_bytes, p.q,  lq, p.qc, p.nc,
+                       p.w, p.hdocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
     float *cpu = host_poisoned(nd);
     expect_ok(kern_maxsim_residual(KERN_DEV_CPU, &h, cpu));
     double *ref = malloc(nd * sizeof(double)), *mag = malloc(nd * sizeof(double));

@@ -24,10 +24,21 @@
  * Shapes without this kernel (dims other than 64, 96 and 128, or a device whose shared memory
  * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
  * read from global memory as they are.
+ *
+ * Cost: on the H200 (bench codes10k_*: 10k documents of 50-90 tokens, Lq 32, dim 128, K 8,192,
+ * 32 bytes a token either way) this kernel took 136-138 us for one query and 838 us for 8,
+ * the scalar 2-bit kernel 63-67 and 330-333: 2.1 to 2.5 times as long (2026-11-29, two runs of
+ * 11 calls each, medians). The decode is the price: a token
+ * byte is a lookup in a table of 256 random entries (bank conflicts the scalar kernel avoids
+ * with a copy of its one small table per lane, which 64 KB of tables cannot have) and a store
+ * into the tile, which the MMAs then read back; the scalar kernel decodes into registers. Not
+ * tried yet: tables by nibble (16 entries of 4 values for a 1- or 2-bit position, small enough
+ * to copy per lane), and decoding a document once for several queries.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
@@ -37,7 +48,11 @@
 namespace
 {
 
-constexpr int AX_WARPS = 8; /* warps a CTA: the tables are loaded once for all of them */
+/* Warps a CTA (the tables are loaded once for all of them), 2 CTAs an SM: 6 warps fit the loop
+ * in 168 registers (80 bytes of spills at dim 128; 8 warps at 128 registers spilled 260, 4 at
+ * 196 none). H200, 10k documents of 70 tokens, Lq 32, dim 128: 137 us at 6 warps, 149 at 8,
+ * 153 at 4 (one query); 843, 843 and 984 us (8 queries). */
+constexpr int AX_WARPS = 6;
 constexpr int AX_TOK = 16;  /* tokens a step: two n8 tiles, independent MMA chains */
 /* Halves a tile row: dim rounded up to 64, so that rows start in bank 0 (swz). */
 __host__ __device__ constexpr int ax_row(int dim)
@@ -241,11 +256,13 @@ __device__ __forceinline__ void decode_step(const ax_layout &L, const __half *ta
  * q.C values, runs the MMAs and takes the max. Dynamic shared memory (mma_smem): the tables
  * (256 x coded halves, room for 256 x dim), then a tile a warp.
  */
-template <int KT>
-__global__ void __launch_bounds__(AX_WARPS * 32, 2) residual_axes_mma_kernel(ax_args a)
+template <int KT, int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_args a)
 {
     extern __shared__ __align__(16) unsigned char ax_smem[];
-    const ax_layout L = a.L;
+    /* The layout read where the launch put it (constant memory), not copied into registers:
+     * the loop needs all it has for the A fragments. */
+    const ax_layout &L = a.L;
     const kern_axes_job &j = a.j;
     constexpr int MT = 2;
     const int dim = 16 * KT, rs = ax_row(dim);
@@ -272,8 +289,8 @@ __global__ void __launch_bounds__(AX_WARPS * 32, 2) residual_axes_mma_kernel(ax_
 
     const bool words = L.rbytes % 4 == 0; /* decode_step's items: words, else bytes */
 
-    const long long warps = (long long)gridDim.x * AX_WARPS;
-    long long n = (long long)blockIdx.x * AX_WARPS + warp;
+    const long long warps = (long long)gridDim.x * WARPS;
+    long long n = (long long)blockIdx.x * WARPS + warp;
     while (n < j.nd) {
         const kern_pdoc doc = pair_doc(j, n);
         const int ntok = (int)doc.ntok;
@@ -431,9 +448,9 @@ __global__ void residual_axes_simple_kernel(ax_args a)
 /* The MMA kernel's dynamic shared memory: room for the tables of every dim coded, whatever the
  * code codes, so that a kernel always launches with the same size (kern_resident_ctas caches
  * the limit it sets by size: a smaller size set after a larger would refuse the larger). */
-size_t mma_smem(int dim)
+size_t mma_smem(int dim, int warps)
 {
-    return (size_t)256 * dim * 2 + (size_t)AX_WARPS * AX_TOK * ax_row(dim) * 2;
+    return (size_t)256 * dim * 2 + (size_t)warps * AX_TOK * ax_row(dim) * 2;
 }
 
 /* Whether the MMA kernel runs r: its dims, and its shared memory within the device's. */
@@ -448,16 +465,16 @@ bool mma_fits(const kern_axes_job &j)
         cudaGetLastError(); /* the exact kernel then reports what is wrong with the device */
         return false;
     }
-    return mma_smem(j.dim) <= (size_t)optin;
+    return mma_smem(j.dim, AX_WARPS) <= (size_t)optin;
 }
 
-template <int KT> int launch_mma(ax_args a)
+template <int KT, int WARPS, int MINB> int launch_mma(ax_args a)
 {
-    const size_t smem = mma_smem(16 * KT);
-    const void *fn = (const void *)residual_axes_mma_kernel<KT>;
+    const size_t smem = mma_smem(16 * KT, WARPS);
+    const void *fn = (const void *)residual_axes_mma_kernel<KT, WARPS, MINB>;
     int blocks = 0, rc;
-    if ((rc = kern_persistent_grid(fn, AX_WARPS * 32, smem, (a.j.nd + AX_WARPS - 1) / AX_WARPS,
-                                   &blocks)) != KERN_OK)
+    if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
+        KERN_OK)
         return rc;
     const long long nq = a.j.nq_all;
     a.af_units = (a.j.lq + 31) / 32;
@@ -473,13 +490,26 @@ template <int KT> int launch_mma(ax_args a)
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) {
-        residual_axes_mma_kernel<KT><<<blocks, AX_WARPS * 32, smem>>>(a);
+        residual_axes_mma_kernel<KT, WARPS, MINB><<<blocks, WARPS * 32, smem>>>(a);
         e = cudaGetLastError();
     }
     kern_scratch_free(af, af_bytes);
     if (e != cudaSuccess)
         return kern_cuda_fail(e, "launch of residual_axes_mma_kernel", __FILE__, __LINE__);
     return KERN_OK;
+}
+
+/* Warps a CTA (2 CTAs an SM, registers fitted to that): AX_WARPS, or 4 or 8 with
+ * TARTAN_GPU_AXES_WARPS=4 or 8 in the environment (benchmarks; see AX_WARPS). */
+template <int KT> int launch_warps(const ax_args &a)
+{
+    const char *e = getenv("TARTAN_GPU_AXES_WARPS");
+    const int w = e ? atoi(e) : 0;
+    if (w == 4)
+        return launch_mma<KT, 4, 2>(a);
+    if (w == 8)
+        return launch_mma<KT, 8, 2>(a);
+    return launch_mma<KT, AX_WARPS, 2>(a);
 }
 
 } // namespace
@@ -509,11 +539,11 @@ int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
         }
         switch (j->dim) {
         case 64:
-            return launch_mma<4>(a);
+            return launch_warps<4>(a);
         case 96:
-            return launch_mma<6>(a);
+            return launch_warps<6>(a);
         default:
-            return launch_mma<8>(a);
+            return launch_warps<8>(a);
         }
     }
     const long long blocks = (j->nd + 3) / 4;

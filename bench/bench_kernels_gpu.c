@@ -441,11 +441,30 @@ static void exact_call(void *p, int rep)
     KK(kern_cuda_exact_scores(&c->a, c->scores));
 }
 
-static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
-                            size_t K)
+/* The axes code's shape in the benchmarks: 8 positions of each width at dim 128, 32 bytes a
+ * token as the 2-bit scalar code, 120 dims coded (every kind of position, and dims that decode
+ * to 0), tables of random levels. */
+static const unsigned bench_axes[4] = {8, 8, 8, 8};
+
+static float *bench_axes_tables(void)
+{
+    const size_t n =
+        256 * ((size_t)bench_axes[0] + 2 * bench_axes[1] + 4 * bench_axes[2] + 8 * bench_axes[3]);
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)((double)(mix(555 + i) % 20001) / 10000.0 - 1.0) * 0.08f;
+    float *d = upload(h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+/* axes: the axes code (bench_axes, dim 128) instead of the nbits scalar one. */
+static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
+                             size_t K, int axes)
 {
     const size_t lq = 32, T = nq * lq;
-    const size_t rb = dim * nbits / 8;
+    const size_t rb = axes ? (size_t)bench_axes[0] + bench_axes[1] + bench_axes[2] + bench_axes[3]
+                           : dim * nbits / 8;
     int64_t *off = malloc((nd + 1) * 8), *qoff = malloc((nq + 1) * 8);
     off[0] = 0;
     for (size_t i = 0; i < nd; i++)
@@ -490,16 +509,26 @@ static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, 
                             .docs = upload(docs, nd * 4),
                             .per_q = nd,
                             .cross = 1};
+    if (axes) {
+        c.a.axes_dec = bench_axes_tables();
+        memcpy(c.a.axes_bytes, bench_axes, sizeof bench_axes);
+    }
     KK(kern_gpu_malloc((void **)&c.scores, nq * nd * 4));
     int reps = g_reps;
     g_reps = 11;
     double spread, us = time_call(exact_call, &c, &spread);
     g_reps = reps;
     char desc[160];
+    char code[32];
+    if (axes)
+        snprintf(code, sizeof code, "axes %u/%u/%u/%u", bench_axes[0], bench_axes[1], bench_axes[2],
+                 bench_axes[3]);
+    else
+        snprintf(code, sizeof code, "%u-bit", nbits);
     snprintf(desc, sizeof desc,
-             "exact %zu q x %zu docs (cross), %u-bit dim %zu, avg %.1f tok, K %zu: %.3f ms a "
+             "exact %zu q x %zu docs (cross), %s dim %zu, avg %.1f tok, K %zu: %.3f ms a "
              "query at 1M docs%s",
-             nq, nd, nbits, dim, (double)tot / nd, K, us / 1e3 / nq * (1e6 / nd),
+             nq, nd, code, dim, (double)tot / nd, K, us / 1e3 / nq * (1e6 / nd),
              kern_gpu_tune.residual_path == 2 ? ", exact fp32 kernel" : "");
     /* Bytes: each query's pass reads every document (codes 4 B + residual 32 B + norm 4 B a
      * token); the q.C table once. */
@@ -509,7 +538,35 @@ static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, 
     kern_gpu_free((void *)c.a.bucket_weights), kern_gpu_free((void *)c.a.doc_off);
     kern_gpu_free((void *)c.a.codes), kern_gpu_free((void *)c.a.residuals);
     kern_gpu_free((void *)c.a.inv_norms), kern_gpu_free((void *)c.a.docs), kern_gpu_free(c.scores);
+    kern_gpu_free((void *)c.a.axes_dec);
     free(off), free(qoff), free(q), free(st), free(codes), free(docs), free(res), free(inv);
+}
+
+static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
+                            size_t K)
+{
+    bench_exact_code(name, nq, nd, dim, nbits, K, 0);
+}
+
+/* The axes code against the 2-bit scalar code at the same bytes a token, batched exact scoring
+ * (kern_cuda_exact_scores) of Lq-32 queries against 10k documents of 50-90 tokens, dim 128,
+ * K 8,192: codes10k_2bit_* and codes10k_axes_* with 1 and 8 queries, each also on the exact
+ * fp32 kernels (_fp32); --only codes10k runs them all. */
+static void bench_axes_shapes(const char *only)
+{
+    static const size_t nqs[] = {1, 8};
+    for (int fp32 = 0; fp32 < 2; fp32++)
+        for (size_t i = 0; i < 2; i++)
+            for (int axes = 0; axes < 2; axes++) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "codes10k_%s_%zuq%s", axes ? "axes" : "2bit", nqs[i],
+                         fp32 ? "_fp32" : "");
+                if (!want(only, nm))
+                    continue;
+                kern_gpu_tune.residual_path = fp32 ? 2 : 0;
+                bench_exact_code(nm, nqs[i], 10000, 128, 2, 8192, axes);
+                kern_gpu_tune.residual_path = 0;
+            }
 }
 
 static void bench_exact(const char *name, size_t nq, size_t nd)
@@ -1000,6 +1057,7 @@ int main(int argc, char **argv)
         kern_gpu_tune.residual_asmem = kern_gpu_tune.residual_one = 0;
     }
     bench_big_dims(only);
+    bench_axes_shapes(only);
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);
     if (want(only, "topk_ncells"))

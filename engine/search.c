@@ -492,18 +492,6 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
         s.skip_damaged = params->skip_damaged != 0;
         r[0].skip_damaged = s.skip_damaged;
         r[0].damaged = &st.n_damaged;
-        if (r[0].axes.rot && dev == KERN_DEV_CUDA) {
-            /* The GPU kernels do not read the axes code yet: a search whose own parameters ask
-             * for a GPU is refused; one that the handle's device (or the library) sent there
-             * runs on the CPU, so that a handle that builds on a GPU can still calibrate. */
-            if (params->device == TARTAN_DEVICE_CUDA) {
-                rc = store_fail(&m, TARTAN_ENOTSUP,
-                                "the index holds the axes code (tartan_options.codec), which "
-                                "GPU searches do not read yet; search on the CPU");
-                goto restore;
-            }
-            dev = KERN_DEV_CPU;
-        }
         if (s.skip_damaged && dev == KERN_DEV_CUDA) {
             rc = store_fail(&m, TARTAN_ENOTSUP,
                             "skip_damaged: GPU searches do not skip damaged records; search on "

@@ -82,6 +82,12 @@ struct eng_gpu {
     unsigned nbits;
     dbuf centroids, weights, doc_off, codes, residuals, norms, live, alive, ivf_off, ivf_docs,
         ivf_scratch;
+    /* The residual code by principal axes (index/axes.h), where axes is set: the positions'
+     * decode tables and the rotation, rows the axes; the exact stage reads the rotated queries
+     * (qrot, written per chunk). */
+    int axes;
+    dbuf axes_dec, rot;
+    unsigned axes_bytes[4];
     /* Each document's distinct codes (udoc_off [next_docno + 1], ucodes [n_utok]), in the
      * order they first occur: the centroid interaction takes each query token's best over a
      * document's codes, which its distinct codes give with fewer rows read (a document of
@@ -111,7 +117,7 @@ struct eng_gpu {
     /* Search workspace. */
     dbuf q, q_off, ST, ST16, blk, colbest, tilekey, probes, colm, bits, counts, docs1, approx1, sel,
         docs2, approx2, docs3, scores, docs4, vals, allowed, list, done, next, exact_all, poff,
-        pair_q;
+        pair_q, qrot;
     int bits_dirty; /* bits may hold set bits (a search failed between marking and taking) */
     /* Streaming: the exact stage's documents, in two slots (one filling while the other is
      * scored), each page-locked on the host and copied whole to the device. */
@@ -177,13 +183,15 @@ static int dbuf_need(dbuf *b, size_t bytes, int keep, store_msg *m)
 
 static void mirror_reset(eng_gpu *g)
 {
-    dbuf *all[] = {&g->centroids,   &g->weights, &g->doc_off,  &g->codes,   &g->residuals,
-                   &g->norms,       &g->live,    &g->alive,    &g->ivf_off, &g->ivf_docs,
-                   &g->ivf_scratch, &g->c16,     &g->udoc_off, &g->ucodes};
+    dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off,     &g->codes,
+                   &g->residuals, &g->norms,    &g->live,        &g->alive,
+                   &g->ivf_off,   &g->ivf_docs, &g->ivf_scratch, &g->c16,
+                   &g->udoc_off,  &g->ucodes,   &g->axes_dec,    &g->rot};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dbuf_free(all[i]);
     g->valid = 0;
     g->c16_ok = 0;
+    g->axes = 0;
     g->K = g->next_docno = 0;
     g->n_docs = 0;
     g->n_tok = g->dead_tok = g->n_alive = g->n_utok = 0;
@@ -198,7 +206,7 @@ void eng_gpu_free_held(eng_gpu *g)
                   &g->counts,    &g->docs1,     &g->approx1, &g->sel,    &g->docs2,     &g->approx2,
                   &g->docs3,     &g->scores,    &g->docs4,   &g->vals,   &g->allowed,   &g->list,
                   &g->xs[0].dev, &g->xs[1].dev, &g->done,    &g->next,   &g->exact_all, &g->ST16,
-                  &g->poff,      &g->pair_q,    &g->colbest, &g->blk,    &g->tilekey};
+                  &g->poff,      &g->pair_q,    &g->colbest, &g->blk,    &g->tilekey,   &g->qrot};
     kern_cuda_copier_free(g->copier);
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
         dbuf_free(ws[i]);
@@ -233,9 +241,9 @@ void eng_gpu_set_slice(eng_gpu *g, size_t docs)
 
 void eng_gpu_describe(const eng_gpu *g, tartan_gpu_mode *mode, size_t *device_bytes)
 {
-    const dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off, &g->codes,   &g->residuals,
-                         &g->norms,     &g->live,     &g->alive,   &g->ivf_off, &g->ivf_docs,
-                         &g->c16,       &g->udoc_off, &g->ucodes};
+    const dbuf *all[] = {&g->centroids, &g->weights,  &g->doc_off, &g->codes,    &g->residuals,
+                         &g->norms,     &g->live,     &g->alive,   &g->ivf_off,  &g->ivf_docs,
+                         &g->c16,       &g->udoc_off, &g->ucodes,  &g->axes_dec, &g->rot};
     size_t b = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         b += all[i]->cap;
@@ -341,7 +349,8 @@ size_t eng_gpu_resident_bytes(const idx_reader *r)
 {
     const store_header *h = &r->h;
     return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4 + 4) +
-           (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 24;
+           (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 24 +
+           (r->axes.rot ? (idx_axes_decode_floats(&r->axes) + h->dim * h->dim) * 4 : 0);
 }
 
 /*
@@ -457,12 +466,13 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         if (g->valid && g->mode == TARTAN_GPU_RESIDENT && eng_gpu_resident_bytes(r) <= (fr + mine))
             mode = TARTAN_GPU_RESIDENT;
     }
+    const int axes = r->axes.rot != NULL;
     if (g->valid && g->mode == mode && g->K == h->n_centroids && g->next_docno == h->next_docno &&
-        g->n_docs == h->n_docs)
+        g->n_docs == h->n_docs && g->axes == axes)
         return 0;
     int full = !g->valid || g->mode != mode || g->K != h->n_centroids || g->dim != h->dim ||
                g->nbits != h->nbits || h->next_docno < g->next_docno ||
-               g->dead_tok > g->n_tok / 2;
+               g->dead_tok > g->n_tok / 2 || g->axes != axes;
     int rc = 0;
     if (full) {
         mirror_reset(g);
@@ -479,6 +489,15 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         KTRY(kern_cuda_upload(g->weights.p, r->codec.weights, sizeof r->codec.weights), "upload");
         if ((rc = upload_c16(g, r->centroids, m)))
             return rc;
+        if (axes) {
+            const size_t nd = idx_axes_decode_floats(&r->axes) * 4, nr = g->dim * g->dim * 4;
+            if ((rc = dbuf_need(&g->axes_dec, nd, 0, m)) || (rc = dbuf_need(&g->rot, nr, 0, m)))
+                return rc;
+            KTRY(kern_cuda_upload(g->axes_dec.p, r->axes_dec, nd), "upload");
+            KTRY(kern_cuda_upload(g->rot.p, r->axes.rot, nr), "upload");
+            memcpy(g->axes_bytes, r->axes_bytes, sizeof g->axes_bytes);
+            g->axes = 1;
+        }
         free(g->seen);
         g->seen = malloc(((size_t)g->K ? g->K : 1) * sizeof *g->seen);
         if (!g->seen || eng_grow((void **)&g->h_doc_off, &g->h_doc_cap, 1, sizeof(int64_t)) ||
@@ -784,7 +803,7 @@ static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t
     kern_cuda_exact a = {
         .dim = g->dim,
         .nbits = g->nbits,
-        .q = g->q.p,
+        .q = g->axes ? g->qrot.p : g->q.p,
         .q_off = g->q_off.p,
         .h_q_off = c->h_off,
         .nq = c->nq,
@@ -800,7 +819,9 @@ static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t
         .per_q = per_q,
         .cross = cross,
         .pair_q = pair_q,
+        .axes_dec = g->axes ? g->axes_dec.p : NULL,
     };
+    memcpy(a.axes_bytes, g->axes_bytes, sizeof a.axes_bytes);
     if (staged) {
         slot_args(staged, &a);
     } else if (g->mode == TARTAN_GPU_STREAMING) {
@@ -1158,6 +1179,13 @@ static int run_chunk(eng_gpu *g, idx_reader *r, const eng_search *s, int exhaust
         return rc;
     KTRY(kern_cuda_upload(g->q.p, q->emb + q->off[c->qa] * g->dim, c->T * g->dim * 4), "upload");
     KTRY(kern_cuda_upload(g->q_off.p, c->h_off, (nq + 1) * 8), "upload");
+    /* The axes code scores residuals against the rotated queries: qrot [T, dim], row t the
+     * rotation's rows' products with query token t. */
+    if (g->axes && (rc = dbuf_need(&g->qrot, c->T * g->dim * 4, 0, m)))
+        return rc;
+    if (g->axes)
+        KTRY(kern_centroid_scores(KERN_DEV_CUDA, g->q.p, c->T, g->rot.p, g->dim, g->dim, g->qrot.p),
+             "query rotation");
     /* The narrow copy for the interaction: where the table kernel can write it, the search is
      * adaptive (its interaction reads tens of thousands of candidates' rows a query; the fixed
      * stages read too few to pay for writing the copy: 16,807 queries/s without it, 15,528

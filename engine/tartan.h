@@ -256,10 +256,9 @@ typedef struct tartan_options {
  * tartan_options.codec. SCALAR: ColBERTv2's code, nbits a dimension through one fitted table.
  * AXES: the same bytes spent in the residuals' principal axes, more bits on the axes that vary
  * most, a table each (index/axes.h); nbits 1, 2 or 4 and dim up to 1024 (else TARTAN_EINVAL
- * when training). More faithful on anisotropic embeddings. Searched on the CPU only for now: a
- * search whose tartan_search_params.device is TARTAN_DEVICE_CUDA fails with TARTAN_ENOTSUP,
- * other searches of such an index run on the CPU whatever the handle's device. An index
- * trained with it is format version 3 (storage/FORMAT.md), which builds before it refuse.
+ * when training). More faithful on anisotropic embeddings; searched on the CPU and the GPU
+ * alike. An index trained with it is format version 3 (storage/FORMAT.md), which builds
+ * before it refuse.
  */
 #define TARTAN_CODEC_SCALAR 0u
 #define TARTAN_CODEC_AXES 1u

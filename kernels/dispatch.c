@@ -230,8 +230,6 @@ int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores)
         return rc;
     if (dev != KERN_DEV_CPU && !a->qc)
         return bad("maxsim_residual: the GPU kernel reads qc, not qcT");
-    if (dev != KERN_DEV_CPU && a->axes_dec)
-        return bad("maxsim_residual: the GPU kernels do not read the axes code yet");
     return DISPATCH(dev, kern_cpu_maxsim_residual(a, scores), kern_gpu_maxsim_residual(a, scores));
 }
 

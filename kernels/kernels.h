@@ -283,8 +283,10 @@ typedef struct kern_residual {
      * position of w-bit axes; the first axes_bytes[0] positions hold 8-bit axes, the next
      * axes_bytes[1] 4-bit ones, then axes_bytes[2] of 2-bit and axes_bytes[3] of 1-bit ones,
      * decoding to dims in order, and the dims past them decode to 0. nbits and bucket_weights
-     * are then not read; the token's residual takes the sum of axes_bytes bytes. CPU only for
-     * now (the GPU kernels answer KERN_EINVAL, the AMX screen KERN_ENODEV). */
+     * are then not read; the token's residual takes the sum of axes_bytes bytes. On the CPU
+     * and on CUDA (kernels/residual_axes_cuda.cu: the tables in shared memory as fp16 where
+     * they fit, at dims 64, 96 and 128, the residual term on the tensor cores at the scalar
+     * path's precision; elsewhere an exact fp32 kernel); the AMX screen answers KERN_ENODEV. */
     const float *axes_dec;
     unsigned axes_bytes[4];
 } kern_residual;
@@ -557,6 +559,12 @@ typedef struct kern_cuda_exact {
     /* A list of pairs instead of [nq, per_q]: pair i (i < per_q) is docs[i] against query
      * pair_q[i] (< nq), its score scores[i]. Not with cross. */
     const uint32_t *pair_q;
+    /* The residual code by principal axes (device memory; NULL: the scalar code), as in
+     * kern_residual: q holds the rotated queries, residuals the sum of axes_bytes bytes a
+     * token; nbits and bucket_weights are then not read. Last, so that initialisers that name
+     * only the fields before it keep the scalar code. */
+    const float *axes_dec;
+    unsigned axes_bytes[4];
 } kern_cuda_exact;
 
 int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores);

@@ -48,6 +48,7 @@
 #include "claim_cuda.cuh"
 #include "cuda_check.cuh"
 #include "frag_cuda.cuh"
+#include "residual_axes_cuda.h"
 #include "tune_cuda.h"
 
 namespace
@@ -1138,8 +1139,10 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
     }
     float *qcT = NULL;
     int rc;
-    /* One query of <= 32 rows on the one-query kernel: a [n_centroids, 32] table. */
-    const int one_v = a->lq == 0 ? -1 : one_query(false, (int)a->lq, (int)a->dim, (int)a->nbits);
+    /* One query of <= 32 rows on the one-query kernel: a [n_centroids, 32] table (not for the
+     * axes code, whose kernel reads the plain transpose). */
+    const int one_v =
+        a->lq == 0 || a->axes_dec ? -1 : one_query(false, (int)a->lq, (int)a->dim, (int)a->nbits);
     const bool perm = one_v >= 0 && one_v < ONE_COUNT && (ONE_VARIANTS[one_v].mode & RES_PERM);
     const size_t ldq = perm ? 32 : a->lq;
     /* The transposed table with the slack the fast kernel reads past its last row. */
@@ -1149,6 +1152,29 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
     if (a->lq > 0 && (rc = perm ? transpose_perm32(a->qc, qcT, a->lq, a->n_centroids)
                                 : transpose(a->qc, qcT, a->lq, a->n_centroids)) != KERN_OK)
         goto out;
+    if (a->axes_dec) {
+        kern_axes_job j;
+        j.dim = (int)a->dim;
+        j.code_bytes = (int)a->code_bytes;
+        j.lq = (int)a->lq;
+        j.q = a->q;
+        j.qcT = qcT;
+        j.ldq = (long long)ldq;
+        j.q_off = NULL;
+        j.per_q = (long long)a->nd;
+        j.cross = 0;
+        j.pair_q = NULL;
+        j.nq_all = 1;
+        j.dec = a->axes_dec;
+        for (int i = 0; i < 4; i++)
+            j.bytes[i] = a->axes_bytes[i];
+        j.docs = a->docs;
+        j.nd = (long long)a->nd;
+        j.scores = scores;
+        j.path = residual_path();
+        rc = kern_gpu_residual_axes(&j, "maxsim_residual");
+        goto out;
+    }
     {
         res_args r;
         r.dim = (int)a->dim;
@@ -1244,13 +1270,27 @@ __global__ void make_pdocs_kernel(const uint32_t *__restrict__ docs, long long n
 extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
 {
     cudaGetLastError(); /* a stale error of an earlier call is not this call's */
+    const bool axes = a && a->axes_dec;
     if (!a || !scores || !a->q || !a->q_off || !a->h_q_off || !a->ST || !a->doc_off || !a->codes ||
-        !a->residuals || !a->inv_norms || !a->docs || !a->bucket_weights || a->dim == 0 ||
-        (a->nbits != 1 && a->nbits != 2 && a->nbits != 4 && a->nbits != 8) ||
-        (a->dim * a->nbits) % 8 != 0 || (a->pair_q && (a->cross || a->nq == 0))) {
+        !a->residuals || !a->inv_norms || !a->docs || (!axes && !a->bucket_weights) ||
+        a->dim == 0 || a->dim > 0x7fffffff ||
+        (!axes && ((a->nbits != 1 && a->nbits != 2 && a->nbits != 4 && a->nbits != 8) ||
+                   (a->dim * a->nbits) % 8 != 0)) ||
+        (a->pair_q && (a->cross || a->nq == 0))) {
         kern_set_error("exact_scores (cuda): NULL argument, bad dim / nbits, or a pair list "
                        "with cross or no queries");
         return KERN_EINVAL;
+    }
+    /* The axes code's token bytes, and the dims they decode to (at most dim). */
+    size_t axes_rbytes = 0;
+    if (axes) {
+        const unsigned *b = a->axes_bytes;
+        axes_rbytes = (size_t)b[0] + b[1] + b[2] + b[3];
+        if ((size_t)b[0] + 2 * (size_t)b[1] + 4 * (size_t)b[2] + 8 * (size_t)b[3] > a->dim) {
+            kern_set_error("exact_scores (cuda): the axes code's bytes decode to more dims than "
+                           "dim");
+            return KERN_EINVAL;
+        }
     }
     const long long pairs = (long long)(a->pair_q ? a->per_q : a->nq * a->per_q);
     if (pairs == 0)
@@ -1262,7 +1302,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         return rc;
     make_pdocs_kernel<<<(unsigned)((npd + 255) / 256), 256>>>(
         a->docs, npd, a->doc_off, a->codes, a->residuals, a->inv_norms,
-        (long long)(a->dim * a->nbits / 8), pd);
+        (long long)(axes ? axes_rbytes : a->dim * a->nbits / 8), pd);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         rc = kern_cuda_fail(e, "launch of make_pdocs_kernel", __FILE__, __LINE__);
@@ -1273,6 +1313,29 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
         for (size_t q = 0; q < a->nq; q++) {
             const int64_t l = a->h_q_off[q + 1] - a->h_q_off[q];
             lq_max = l > lq_max ? (int)l : lq_max;
+        }
+        if (axes) {
+            kern_axes_job j;
+            j.dim = (int)a->dim;
+            j.code_bytes = 4;
+            j.lq = lq_max;
+            j.q = a->q;
+            j.qcT = a->ST;
+            j.ldq = (long long)a->ld;
+            j.q_off = a->q_off;
+            j.per_q = (long long)a->per_q;
+            j.cross = a->cross;
+            j.pair_q = a->pair_q;
+            j.nq_all = (long long)a->nq;
+            j.dec = a->axes_dec;
+            for (int i = 0; i < 4; i++)
+                j.bytes[i] = a->axes_bytes[i];
+            j.docs = pd;
+            j.nd = pairs;
+            j.scores = scores;
+            j.path = residual_path();
+            rc = kern_gpu_residual_axes(&j, "exact_scores");
+            goto out;
         }
         res_args r;
         r.dim = (int)a->dim;

@@ -826,6 +826,11 @@ typedef struct plaid_set {
     kern_pdoc *hdocs;   /* the same documents in host memory, for the CPU kernels */
     uint16_t **codes16; /* per doc, when code_bytes == 2 */
     void **dbufs;       /* device buffers to free, 3 per doc */
+    /* The axes code (plaid_make_axes), or dec NULL: the positions' tables (host) and the
+     * counts of 8-, 4-, 2- and 1-bit positions; rb: residual bytes a token either way. */
+    float *dec;
+    unsigned axes[4];
+    size_t rb;
 } plaid_set;
 
 static unsigned bucket_of(const uint8_t *packed, size_t j, unsigned nbits)
@@ -838,11 +843,40 @@ static unsigned bucket_of(const uint8_t *packed, size_t j, unsigned nbits)
     return b;
 }
 
-static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
-                       size_t lq, int maxtok)
+/* Dims the axes code of byte counts b decodes to. */
+static size_t axes_dims(const unsigned b[4])
+{
+    return (size_t)b[0] + 2 * (size_t)b[1] + 4 * (size_t)b[2] + 8 * (size_t)b[3];
+}
+
+/* One token of the axes code decoded in double, as kernels.h defines it: out [dim], the dims
+ * past the coded ones 0. */
+static void axes_decode(const plaid_set *p, const uint8_t *src, double *out)
+{
+    size_t d = 0, pos = 0;
+    for (unsigned w = 0; w < 4; w++) {
+        const size_t per = (size_t)1 << w;
+        for (unsigned k = 0; k < p->axes[w]; k++, pos++, d += per)
+            for (size_t e = 0; e < per; e++)
+                out[d + e] = p->dec[256 * d + src[pos] * per + e];
+    }
+    for (; d < p->dim; d++)
+        out[d] = 0;
+}
+
+static void plaid_make_code(plaid_set *p, size_t dim, unsigned nbits, const unsigned *axes,
+                            unsigned code_bytes, size_t nd, size_t lq, int maxtok)
 {
     memset(p, 0, sizeof *p);
     p->dim = dim, p->nbits = nbits, p->code_bytes = code_bytes, p->nd = nd, p->lq = lq;
+    if (axes) {
+        memcpy(p->axes, axes, sizeof p->axes);
+        /* Levels of rotated residuals: a few hundredths, each position's own. */
+        const size_t n = 256 * axes_dims(axes);
+        p->dec = malloc((n ? n : 1) * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            p->dec[i] = (float)(0.04 * gauss());
+    }
     p->nc = urnd(16, 600);
     p->q = rand_floats(lq * dim + 1, 1);
     normalise_rows(p->q, lq, dim);
@@ -868,7 +902,9 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
     p->hdocs = calloc(nd, sizeof *p->hdocs);
     p->codes16 = calloc(nd, sizeof *p->codes16);
     kern_pdoc *hd = calloc(nd, sizeof *hd);
-    size_t rb = dim * nbits / 8;
+    size_t rb = axes ? (size_t)axes[0] + axes[1] + axes[2] + axes[3] : dim * nbits / 8;
+    p->rb = rb;
+    double *dv = malloc(dim * sizeof(double));
     for (size_t n = 0; n < nd; n++) {
         uint32_t nt = n == 0 ? 0 : n == 1 ? 1 : (uint32_t)urnd(0, maxtok);
         p->ntok[n] = nt;
@@ -883,8 +919,11 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
             for (size_t b = 0; b < rb; b++)
                 p->res[n][t * rb + b] = (uint8_t)rnd();
             double s = 0;
+            if (axes)
+                axes_decode(p, p->res[n] + t * rb, dv);
             for (size_t j = 0; j < dim; j++) {
-                double v = p->cent[c * dim + j] + p->w[bucket_of(p->res[n] + t * rb, j, nbits)];
+                double v = p->cent[c * dim + j] +
+                           (axes ? dv[j] : p->w[bucket_of(p->res[n] + t * rb, j, nbits)]);
                 s += v * v;
             }
             p->inv[n][t] = (float)(1.0 / sqrt(s));
@@ -910,7 +949,13 @@ static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_b
         hd[n].ntok = nt;
     }
     p->ddocs = dev_put(hd, nd * sizeof *hd);
-    free(hd);
+    free(hd), free(dv);
+}
+
+static void plaid_make(plaid_set *p, size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
+                       size_t lq, int maxtok)
+{
+    plaid_make_code(p, dim, nbits, NULL, code_bytes, nd, lq, maxtok);
 }
 
 static void plaid_free(plaid_set *p)
@@ -923,7 +968,7 @@ static void plaid_free(plaid_set *p)
     kern_gpu_free(p->ddocs);
     free(p->codes), free(p->res), free(p->inv), free(p->ntok), free(p->dbufs);
     free(p->hdocs), free(p->codes16);
-    free(p->q), free(p->cent), free(p->w), free(p->qc);
+    free(p->q), free(p->cent), free(p->w), free(p->qc), free(p->dec);
 }
 
 /* The double-precision score of rows [r0, r1) of p's query against document n (-inf for an
@@ -931,18 +976,20 @@ static void plaid_free(plaid_set *p)
  * bounds the error of its fp16 operands (the centroid term, fp32 q.C, adds fp32 rounding only). */
 static double plaid_ref(const plaid_set *p, size_t n, size_t r0, size_t r1, double *mag)
 {
-    const size_t dim = p->dim, rb = dim * p->nbits / 8;
+    const size_t dim = p->dim, rb = p->rb;
     *mag = 0;
     if (p->ntok[n] == 0)
         return -INFINITY;
-    double sum = 0;
+    double sum = 0, *dv = malloc(dim * sizeof(double));
     for (size_t i = r0; i < r1; i++) {
         double best = -INFINITY, bres = 0;
         for (uint32_t t = 0; t < p->ntok[n]; t++) {
             uint32_t c = p->codes[n][t];
             double s = 0, r = 0;
+            if (p->dec)
+                axes_decode(p, p->res[n] + t * rb, dv);
             for (size_t j = 0; j < dim; j++) {
-                double wj = p->w[bucket_of(p->res[n] + t * rb, j, p->nbits)];
+                double wj = p->dec ? dv[j] : p->w[bucket_of(p->res[n] + t * rb, j, p->nbits)];
                 s += (double)p->q[i * dim + j] * (p->cent[c * dim + j] + wj);
                 r += fabs((double)p->q[i * dim + j] * wj);
             }
@@ -955,6 +1002,7 @@ static double plaid_ref(const plaid_set *p, size_t n, size_t r0, size_t r1, doub
         sum += best;
         *mag += bres;
     }
+    free(dv);
     return sum;
 }
 
@@ -967,13 +1015,20 @@ static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift
     memcpy(qh + shift, p->q, lq * dim * sizeof(float));
     float *qd = dev_put(qh, (lq * dim + 2) * 4), *qcd = dev_put(p->qc, lq * p->nc * 4 + 4);
     float *wd = dev_put(p->w, (1u << p->nbits) * 4);
+    float *decd = p->dec ? dev_put(p->dec, (256 * axes_dims(p->axes) + 1) * 4) : NULL;
     float *sd = dev_poisoned(nd);
     const float *qs = qd + shift;
     kern_residual a = {dim, p->nbits, code_bytes, qs,   lq, qcd,  p->nc,
                        wd,  p->ddocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
+    if (p->dec) { /* the axes code: no bucket weights */
+        a.bucket_weights = NULL;
+        a.axes_dec = decd;
+        memcpy(a.axes_bytes, p->axes, sizeof a.axes_bytes);
+    }
     expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
     float *got = dev_get_floats(sd, nd);
     kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);
+    kern_gpu_free(decd);
     free(qh);
     return got;
 }
@@ -984,22 +1039,30 @@ static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift
  * give the same scores bit for bit, so the automatic choice was that kernel; the exact fp32
  * kernel (2) must meet the reference too and differ from them somewhere (it rounds nothing
  * to fp16), so the knob does choose. */
-static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
-                               size_t lq, int maxtok, int paths)
+static void run_residual_code(size_t dim, unsigned nbits, const unsigned *axes, unsigned code_bytes,
+                              size_t nd, size_t lq, int maxtok, int paths)
 {
     plaid_set p;
-    plaid_make(&p, dim, nbits, code_bytes, nd, lq, maxtok);
+    plaid_make_code(&p, dim, nbits, axes, code_bytes, nd, lq, maxtok);
     float *got = residual_on_gpu(&p, code_bytes, 0);
     kern_residual h = {dim, nbits,   code_bytes, p.q,  lq, p.qc, p.nc,
                        p.w, p.hdocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
+    if (axes) {
+        h.axes_dec = p.dec;
+        memcpy(h.axes_bytes, axes, sizeof h.axes_bytes);
+    }
     float *cpu = host_poisoned(nd);
     expect_ok(kern_maxsim_residual(KERN_DEV_CPU, &h, cpu));
     double *ref = malloc(nd * sizeof(double)), *mag = malloc(nd * sizeof(double));
     for (size_t n = 0; n < nd; n++)
         ref[n] = plaid_ref(&p, n, 0, lq, &mag[n]);
-    char what[128];
-    snprintf(what, sizeof what, "residual dim %zu nbits %u code_bytes %u lq %zu", dim, nbits,
-             code_bytes, lq);
+    char what[160];
+    if (axes)
+        snprintf(what, sizeof what, "residual axes %u/%u/%u/%u dim %zu code_bytes %u lq %zu nd %zu",
+                 axes[0], axes[1], axes[2], axes[3], dim, code_bytes, lq, nd);
+    else
+        snprintf(what, sizeof what, "residual dim %zu nbits %u code_bytes %u lq %zu", dim, nbits,
+                 code_bytes, lq);
     double e = compare(what, got, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), 2e-4);
     compare_cpu(what, got, cpu, mag, nd, 2e-3, 2e-5 * (double)(lq + 1));
     fprintf(stderr, "%s: relative error %.3g\n", what, e);
@@ -1021,6 +1084,12 @@ static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, 
     }
     free(cpu), free(got), free(ref), free(mag);
     plaid_free(&p);
+}
+
+static void run_residual_paths(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd,
+                               size_t lq, int maxtok, int paths)
+{
+    run_residual_code(dim, nbits, NULL, code_bytes, nd, lq, maxtok, paths);
 }
 
 static void run_residual(size_t dim, unsigned nbits, unsigned code_bytes, size_t nd, size_t lq,
@@ -1140,14 +1209,14 @@ END_TEST
  * table (q_off), pairs as kern_cuda_exact_scores takes them. */
 typedef struct exact_set {
     kern_cuda_exact a;
-    void *bufs[10];
+    void *bufs[11];
     size_t pairs;
 } exact_set;
 
 static void exact_make(exact_set *x, const plaid_set *p, const int64_t *qoff, size_t nq,
                        const uint32_t *docs, size_t per_q, int cross)
 {
-    const size_t nd = p->nd, rb = p->dim * p->nbits / 8, T = (size_t)qoff[nq];
+    const size_t nd = p->nd, rb = p->rb, T = (size_t)qoff[nq];
     int64_t *doff = malloc((nd + 1) * 8);
     doff[0] = 0;
     for (size_t n = 0; n < nd; n++)
@@ -1201,6 +1270,12 @@ static void exact_make(exact_set *x, const plaid_set *p, const int64_t *qoff, si
                              .docs = b[8],
                              .per_q = per_q,
                              .cross = cross};
+    if (p->dec) { /* the axes code: no bucket weights */
+        b[10] = dev_put(p->dec, (256 * axes_dims(p->axes) + 1) * 4);
+        x->a.bucket_weights = NULL;
+        x->a.axes_dec = b[10];
+        memcpy(x->a.axes_bytes, p->axes, sizeof x->a.axes_bytes);
+    }
     free(doff), free(codes), free(inv), free(res), free(st);
 }
 
@@ -1216,7 +1291,7 @@ static float *exact_on_gpu(const exact_set *x)
 
 static void exact_free(exact_set *x)
 {
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 11; i++)
         kern_gpu_free(x->bufs[i]);
 }
 
@@ -1225,8 +1300,8 @@ static void exact_free(exact_set *x)
  * (cross), with missing (KERN_NO_DOC) and empty documents among them: the automatic choice,
  * the MMA kernel forced (the same bits, also from queries off 16-byte alignment) and the
  * exact kernel (other bits), each against the reference. */
-static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_q, int cross,
-                              int maxtok)
+static void run_exact_code(size_t dim, unsigned nbits, const unsigned *axes, size_t nq,
+                           size_t per_q, int cross, int maxtok)
 {
     static const int64_t lens[] = {32, 70, 1, 33, 17, 32, 64, 5};
     int64_t *qoff = malloc((nq + 1) * 8);
@@ -1238,7 +1313,7 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
         lq_max = (size_t)l > lq_max ? (size_t)l : lq_max;
     }
     plaid_set p;
-    plaid_make(&p, dim, nbits, 4, urnd(20, 60), (size_t)qoff[nq], maxtok);
+    plaid_make_code(&p, dim, nbits, axes, 4, urnd(20, 60), (size_t)qoff[nq], maxtok);
     const size_t pairs = nq * per_q, nlist = cross ? per_q : pairs;
     uint32_t *docs = malloc(nlist * 4);
     for (size_t i = 0; i < nlist; i++)
@@ -1254,9 +1329,13 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
                      ? -INFINITY
                      : plaid_ref(&p, d, (size_t)qoff[qi], (size_t)qoff[qi + 1], &mag[n]);
     }
-    char what[128];
-    snprintf(what, sizeof what, "batched dim %zu nbits %u nq %zu per_q %zu cross %d", dim, nbits,
-             nq, per_q, cross);
+    char what[160];
+    if (axes)
+        snprintf(what, sizeof what, "batched axes %u/%u/%u/%u dim %zu nq %zu per_q %zu cross %d",
+                 axes[0], axes[1], axes[2], axes[3], dim, nq, per_q, cross);
+    else
+        snprintf(what, sizeof what, "batched dim %zu nbits %u nq %zu per_q %zu cross %d", dim,
+                 nbits, nq, per_q, cross);
     const int saved = kern_gpu_tune.residual_path;
     float *got[5];
     for (int path = 0; path < 3; path++) {
@@ -1339,6 +1418,12 @@ static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_
     plaid_free(&p);
 }
 
+static void run_exact_batched(size_t dim, unsigned nbits, size_t nq, size_t per_q, int cross,
+                              int maxtok)
+{
+    run_exact_code(dim, nbits, NULL, nq, per_q, cross, maxtok);
+}
+
 /* The batched layout (q_off: GPU search's exact stage, calibration) at the dims past 256 and
  * at 64, 128 and 256 (the query's fragments in registers, packed once for all warps), every
  * nbits: few documents with long ones among them, and many short ones (warps walk several
@@ -1356,6 +1441,128 @@ START_TEST(test_kernels_gpu_residual_batched)
             run_exact_batched(dims[di], nbits[bi], 8, 300, (int)(rnd() & 1), 10);
         }
     }
+}
+END_TEST
+
+/* ---- the axes code (index/axes.h) -------------------------------------------------------- */
+
+/* A random split of dim's axes into counts of 8-, 4-, 2- and 1-bit byte positions: mode 0 all
+ * four widths (every dim coded, or dims left over that decode to 0), 1 to 4 one width only
+ * (8, 4, 2 or 1 bits), filling dim or not. */
+static void axes_split(size_t dim, int mode, unsigned b[4])
+{
+    memset(b, 0, 4 * sizeof *b);
+    if (mode == 0) {
+        size_t rem = dim;
+        b[0] = (unsigned)urnd(1, dim / 8);
+        rem -= b[0];
+        b[1] = (unsigned)urnd(1, rem / 8);
+        rem -= 2 * (size_t)b[1];
+        b[2] = (unsigned)urnd(1, rem / 16);
+        rem -= 4 * (size_t)b[2];
+        b[3] = (unsigned)((rnd() & 1) ? rem / 8 : urnd(1, rem / 8));
+        rem -= 8 * (size_t)b[3];
+        if (rnd() & 1) /* every dim coded: the rest as 8-bit axes */
+            b[0] += (unsigned)rem;
+    } else {
+        const unsigned w = (unsigned)mode - 1, per = 1u << w;
+        b[w] = (unsigned)((rnd() & 1) ? dim / per : urnd(1, dim / per));
+    }
+}
+
+/* The axes code through kern_maxsim_residual on the GPU, against the double-precision reference
+ * and the CPU kernel (run_residual_code's tolerances, those of the scalar code), at dims 64,
+ * 96 and 128 (the MMA kernel, also forced, and the exact fp32 kernel forced: paths), every
+ * mode of axes_split, code_bytes 2 and 4, ragged documents with empty ones, query rows under,
+ * at and over 32; token bytes that are not a multiple of 4 and residuals at odd addresses
+ * come with the random splits and plaid_make. Dims the MMA kernel lacks (48, 256) take the
+ * exact kernel, and forcing the MMA kernel there is an error. Many documents: each warp walks
+ * several. */
+START_TEST(test_kernels_gpu_residual_axes)
+{
+    static const size_t dims[] = {64, 96, 128};
+    static const size_t lqs[] = {1, 17, 32, 33, 70};
+    unsigned b[4];
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int mode = 0; mode < 5; mode++)
+            for (size_t li = 0; li < sizeof lqs / sizeof lqs[0]; li++) {
+                axes_split(dims[di], mode, b);
+                run_residual_code(dims[di], 2, b, (rnd() & 1) ? 2 : 4, urnd(3, 60), lqs[li], 120,
+                                  1);
+            }
+    axes_split(128, 0, b);
+    run_residual_code(128, 2, b, 2, 6000, 32, 24, 1);
+    axes_split(96, 0, b);
+    run_residual_code(96, 2, b, 4, 3000, 7, 33, 1);
+    axes_split(128, 0, b);
+    run_residual_code(128, 2, b, 2, 500, 0, 12, 0); /* a query without rows */
+    static const size_t other[] = {48, 256};
+    for (size_t di = 0; di < 2; di++) {
+        axes_split(other[di], 0, b);
+        run_residual_code(other[di], 2, b, 4, urnd(3, 60), urnd(1, 40), 100, 0);
+    }
+}
+END_TEST
+
+/* The same code through kern_cuda_exact_scores: pairs [nq, per_q], crossed, and as a list
+ * (run_exact_code: the automatic choice, the MMA and exact kernels forced, queries off
+ * 16-byte alignment, each against the reference). */
+START_TEST(test_kernels_gpu_residual_axes_batched)
+{
+    static const size_t dims[] = {64, 96, 128};
+    unsigned b[4];
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int mode = 0; mode < 5; mode++) {
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, urnd(1, 6), urnd(1, 30), 0, 100);
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, urnd(2, 6), urnd(1, 30), 1, 100);
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, 8, 300, (int)(rnd() & 1), 10);
+        }
+}
+END_TEST
+
+/* Byte counts that decode to more dims than dim are refused on both calls, before any work. */
+START_TEST(test_kernels_gpu_residual_axes_bad_arguments)
+{
+    const size_t dim = 64;
+    const unsigned ok[4] = {8, 8, 4, 3}, bad[4] = {8, 8, 4, 4}; /* 64 dims, then 72 */
+    plaid_set p;
+    plaid_make_code(&p, dim, 2, ok, 4, 5, 3, 10);
+    float *qd = dev_put(p.q, 3 * dim * 4), *qcd = dev_put(p.qc, 3 * p.nc * 4 + 4);
+    float *decd = dev_put(p.dec, 256 * 64 * 4);
+    float *sd = dev_poisoned(5);
+    kern_residual a = {.dim = dim,
+                       .nbits = 2,
+                       .code_bytes = 4,
+                       .q = qd,
+                       .lq = 3,
+                       .qc = qcd,
+                       .n_centroids = p.nc,
+                       .docs = p.ddocs,
+                       .nd = 5,
+                       .axes_dec = decd};
+    memcpy(a.axes_bytes, bad, sizeof a.axes_bytes);
+    ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd), KERN_EINVAL);
+    ck_assert_int_gt(strlen(kern_last_error()), 0);
+    memcpy(a.axes_bytes, ok, sizeof a.axes_bytes);
+    expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
+    plaid_free(&p);
+
+    plaid_make_code(&p, dim, 2, ok, 4, 20, 5, 10);
+    const int64_t qoff[2] = {0, 5};
+    const uint32_t docs[4] = {0, 3, 7, 19};
+    exact_set x;
+    exact_make(&x, &p, qoff, 1, docs, 4, 0);
+    memcpy(x.a.axes_bytes, bad, sizeof x.a.axes_bytes);
+    ck_assert_int_eq(kern_cuda_exact_scores(&x.a, sd), KERN_EINVAL);
+    memcpy(x.a.axes_bytes, ok, sizeof x.a.axes_bytes);
+    expect_ok(kern_cuda_exact_scores(&x.a, sd));
+    expect_ok(kern_cuda_sync());
+    exact_free(&x);
+    plaid_free(&p);
+    kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(decd), kern_gpu_free(sd);
 }
 END_TEST
 
@@ -2640,6 +2847,9 @@ int main(void)
         {"residual_variants", test_kernels_gpu_residual_variants_many_docs, 300},
         {"residual_big_dims", test_kernels_gpu_residual_big_dims, 600},
         {"residual_batched", test_kernels_gpu_residual_batched, 600},
+        {"residual_axes", test_kernels_gpu_residual_axes, 300},
+        {"residual_axes_batched", test_kernels_gpu_residual_axes_batched, 300},
+        {"residual_axes_bad_arguments", test_kernels_gpu_residual_axes_bad_arguments, 60},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"adaptive_stages", test_kernels_gpu_adaptive_stages, 120},

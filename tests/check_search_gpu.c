@@ -86,10 +86,14 @@ static void corpus_free(corpus *c)
     free(c->topics);
 }
 
+/* The residual code open_ix's indexes train (TARTAN_CODEC_*). */
+static unsigned ix_codec = TARTAN_CODEC_SCALAR;
+
 static tartan_db *open_ix(size_t dim, unsigned nbits, size_t K, tartan_gpu_mode mode)
 {
     tartan_options o;
     tartan_options_init(&o);
+    o.codec = ix_codec;
     o.flags = TARTAN_CREATE;
     o.dim = dim;
     o.nbits = nbits;
@@ -676,6 +680,74 @@ START_TEST(test_gpu_dims_nbits)
 }
 END_TEST
 
+/*
+ * The residual code by principal axes on the GPU: the tensor-core kernel (dims 64, 96, 128)
+ * and the exact fp32 one (48, 256), at nbits 1, 2 and 4. Exhaustive and default searches
+ * against the CPU's, which reads the code on its own path (kern_residual); then documents
+ * added after a search (the mirror catches up), and the streaming mode against the resident
+ * one, equal to the bit.
+ */
+START_TEST(test_gpu_axes_code)
+{
+    struct {
+        size_t dim;
+        unsigned nbits;
+    } set[] = {{128, 2}, {128, 4}, {96, 1}, {64, 2}, {48, 2}, {256, 4}};
+    ix_codec = TARTAN_CODEC_AXES;
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++) {
+        fixture_dir_remove();
+        fixture_dir_create("check-search-gpu");
+        corpus c;
+        corpus_make(&c, set[i].dim, 500, 10, 0);
+        tartan_db *db = open_ix(set[i].dim, set[i].nbits, 64, TARTAN_GPU_RESIDENT);
+        ck_assert_uint_eq(db->opts.codec, TARTAN_CODEC_AXES);
+        add_range(db, &c, 0, 400);
+        tartan_results *res[2] = {NULL, NULL};
+        for (int round = 0; round < 2; round++) {
+            if (round)
+                add_range(db, &c, 400, 100);
+            for (int ex = 0; ex < 2; ex++) {
+                tartan_search_params p;
+                tartan_search_params_init(&p, 10);
+                p.exhaustive = ex;
+                tartan_results *a = search(db, &c, &p, TARTAN_DEVICE_CPU);
+                tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+                if (ex)
+                    expect_close(&c, a, b, TOL);
+                else
+                    ck_assert_uint_le(expect_plaid(db, &c, a, b, TOL) * 10,
+                                      a->offsets[a->n_queries]);
+                tartan_results_free(a);
+                if (round)
+                    res[ex] = b;
+                else
+                    tartan_results_free(b);
+            }
+        }
+        tartan_close(db);
+        tartan_options o;
+        tartan_options_init(&o);
+        o.gpu_mode = TARTAN_GPU_STREAMING;
+        ck_assert_int_eq(tartan_open(ixpath, &o, &db), 0);
+        for (int ex = 0; ex < 2; ex++) {
+            tartan_search_params p;
+            tartan_search_params_init(&p, 10);
+            p.exhaustive = ex;
+            tartan_results *b = search(db, &c, &p, TARTAN_DEVICE_CUDA);
+            ck_assert_uint_eq(expect_close(&c, res[ex], b, 0.0), 0);
+            tartan_results_free(b);
+            tartan_results_free(res[ex]);
+        }
+        tartan_gpu_mode mode;
+        eng_gpu_describe(db->gpu, &mode, NULL);
+        ck_assert_int_eq(mode, TARTAN_GPU_STREAMING);
+        tartan_close(db);
+        corpus_free(&c);
+    }
+    ix_codec = TARTAN_CODEC_SCALAR;
+}
+END_TEST
+
 /* TARTAN_DEVICE steers AUTO; a bad value is refused with a message. */
 START_TEST(test_gpu_device_env)
 {
@@ -920,6 +992,7 @@ int main(void)
         {"device_env", test_gpu_device_env, 0},
         {"adaptive_families", test_gpu_adaptive_families, 0},
         {"calibration_matches_cpu", test_gpu_calibration_matches_cpu, 0},
+        {"axes_code", test_gpu_axes_code, 0},
     };
     return FX_RUN("search_gpu", cases, FX_DIR | FX_GPU, 300);
 }

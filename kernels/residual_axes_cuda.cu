@@ -1,0 +1,557 @@
+/*
+ * residual_axes_cuda.cu: residual-fused MaxSim on the axes code (index/axes.h), on CUDA GPUs.
+ *
+ * The scalar kernels (residual_cuda.cu) decode in registers: lane (g, t4) of an MMA owns the
+ * dims [t4 dim/4, (t4 + 1) dim/4) of token g, which are its own packed bytes, all of one width.
+ * The axes code packs axes of four widths at byte positions chosen per index (kernels.h,
+ * kern_residual.axes_dec), so a lane's quarter of the bytes decodes to a count of values known
+ * only at run time, and the register layout of the MMA's B operand cannot follow it. Here each
+ * warp decodes a step of 16 tokens into a tile of its own in shared memory instead (fp16, never
+ * global memory), every lane taking whole packed bytes through their positions' tables (also in
+ * shared memory, fp16: 256 x dims coded entries, 64 KB at dim 128), then reads the MMA's B
+ * fragments from the tile and the query's A fragments (packed once a call) from registers: the
+ * residual term on the tensor cores (mma.sync m16n8k16, fp32 accumulation) at the scalar GPU
+ * path's precision (query and levels rounded to fp16 in the residual term only; q.C, norms, max
+ * and sum in fp32).
+ *
+ * The tile's columns hold the dims in an order of their own, so that every byte's values land
+ * on an aligned run and move as one load and one store: the 1-bit axes first (8 values, 16
+ * bytes), then the 2-bit (4 values), the 4-bit (2) and the 8-bit, then the dims without bits
+ * (0, written once). The A fragments are packed in the same order (dim_of). Within a k step,
+ * lane t4 takes the 4 columns 16 kt + 4 t4 .. + 3, one 8-byte load; the rows' columns are
+ * swizzled (swz) so that a half warp's loads fall in distinct banks.
+ *
+ * Shapes without this kernel (dims other than 64, 96 and 128, or a device whose shared memory
+ * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
+ * read from global memory as they are.
+ *
+ * Cost: on the H200 (bench codes10k_*: 10k documents of 50-90 tokens, Lq 32, dim 128, K 8,192,
+ * 32 bytes a token either way) this kernel took 136-138 us for one query and 838 us for 8,
+ * the scalar 2-bit kernel 63-67 and 330-333: 2.1 to 2.5 times as long (2026-11-29, two runs of
+ * 11 calls each, medians). The decode is the price: a token
+ * byte is a lookup in a table of 256 random entries (bank conflicts the scalar kernel avoids
+ * with a copy of its one small table per lane, which 64 KB of tables cannot have) and a store
+ * into the tile, which the MMAs then read back; the scalar kernel decodes into registers. Not
+ * tried yet: tables by nibble (16 entries of 4 values for a 1- or 2-bit position, small enough
+ * to copy per lane), and decoding a document once for several queries.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "claim_cuda.cuh"
+#include "cuda_check.cuh"
+#include "frag_cuda.cuh"
+#include "residual_axes_cuda.h"
+
+namespace
+{
+
+/* Warps a CTA (the tables are loaded once for all of them), 2 CTAs an SM: 6 warps fit the loop
+ * in 168 registers (80 bytes of spills at dim 128; 8 warps at 128 registers spilled 260, 4 at
+ * 196 none). H200, 10k documents of 70 tokens, Lq 32, dim 128: 137 us at 6 warps, 149 at 8,
+ * 153 at 4 (one query); 843, 843 and 984 us (8 queries). */
+constexpr int AX_WARPS = 6;
+constexpr int AX_TOK = 16; /* tokens a step: two n8 tiles, independent MMA chains */
+/* Halves a tile row: dim rounded up to 64, so that rows start in bank 0 (swz). */
+__host__ __device__ constexpr int ax_row(int dim)
+{
+    return (dim + 63) / 64 * 64;
+}
+
+/* The code's layout, derived once a call on the host. Byte positions [0, p1) hold 8-bit axes,
+ * [p1, p2) 4-bit, [p2, p3) 2-bit, [p3, rbytes) 1-bit; the axes of the 4-, 2- and 1-bit
+ * positions start at dims d1, d2, d3; coded dims in all. Tile columns: 1-bit values from 0,
+ * 2-bit from c2, 4-bit from c1, 8-bit from c0, uncoded dims from coded. */
+struct ax_layout {
+    int rbytes, coded;
+    int p1, p2, p3;
+    int d1, d2, d3;
+    int c2, c1, c0;
+};
+
+ax_layout make_layout(const unsigned b[4])
+{
+    ax_layout L;
+    L.p1 = (int)b[0];
+    L.p2 = L.p1 + (int)b[1];
+    L.p3 = L.p2 + (int)b[2];
+    L.rbytes = L.p3 + (int)b[3];
+    L.d1 = (int)b[0];
+    L.d2 = L.d1 + 2 * (int)b[1];
+    L.d3 = L.d2 + 4 * (int)b[2];
+    L.coded = L.d3 + 8 * (int)b[3];
+    L.c2 = 8 * (int)b[3];
+    L.c1 = L.c2 + 4 * (int)b[2];
+    L.c0 = L.c1 + 2 * (int)b[1];
+    return L;
+}
+
+struct ax_args {
+    kern_axes_job j;
+    ax_layout L;
+    const uint4 *af; /* packed A fragments (pack_axes_afrag_kernel) */
+    int af_units;
+};
+
+/* The dim held by tile column c. */
+__device__ __forceinline__ int dim_of(const ax_layout &L, int c)
+{
+    if (c < L.c2)
+        return L.d3 + c;
+    if (c < L.c1)
+        return L.d2 + (c - L.c2);
+    if (c < L.c0)
+        return L.d1 + (c - L.c1);
+    if (c < L.coded)
+        return c - L.c0;
+    return c;
+}
+
+__device__ __forceinline__ uint32_t pack_h2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint4 &a, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t load_code(const void *codes, int code_bytes, long long t)
+{
+    return code_bytes == 2 ? (uint32_t)__ldg(static_cast<const uint16_t *>(codes) + t)
+                           : __ldg(static_cast<const uint32_t *>(codes) + t);
+}
+
+/* Pair n's document, and its query: rows, first row and the number of rows. */
+__device__ __forceinline__ kern_pdoc pair_doc(const kern_axes_job &j, long long n)
+{
+    return j.docs[j.q_off && j.cross ? n % j.per_q : n];
+}
+
+__device__ __forceinline__ long long pair_query(const kern_axes_job &j, long long n,
+                                                long long &row0, int &lq)
+{
+    if (!j.q_off) {
+        row0 = 0;
+        lq = j.lq;
+        return 0;
+    }
+    const long long qi = j.pair_q ? (long long)__ldg(j.pair_q + n) : n / j.per_q;
+    row0 = j.q_off[qi];
+    lq = (int)(j.q_off[qi + 1] - row0);
+    return qi;
+}
+
+/* Every query's A fragments in tile-column order: fragment (mt, kt) of 32-row unit u of query
+ * qi for lane l at [((qi * units + u) * 2 + mt) * KT + kt] * 32 + l, rows g, g + 8 (+ 16 mt)
+ * and columns 16 kt + 4 t4 .. + 3 as (a0: row g cols 0-1, a1: row g+8 cols 0-1, a2: row g
+ * cols 2-3, a3: row g+8 cols 2-3); rows past the query's are 0. */
+__global__ void pack_axes_afrag_kernel(ax_args a, int KT, long long nq, uint4 *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_q = (long long)a.af_units * 2 * KT * 32;
+    if (i >= nq * per_q)
+        return;
+    const long long qi = i / per_q;
+    const int r = (int)(i % per_q), lane = r & 31, kt = (r >> 5) % KT, mt = (r >> 5) / KT % 2;
+    const int u = (r >> 5) / (2 * KT), g = lane >> 2, t4 = lane & 3;
+    long long row0 = 0;
+    int lq = a.j.lq;
+    if (a.j.q_off) {
+        row0 = a.j.q_off[qi];
+        lq = (int)(a.j.q_off[qi + 1] - row0);
+    }
+    const int dim = a.j.dim;
+    float x[2][4];
+    for (int h = 0; h < 2; h++) {
+        const int row = 32 * u + 16 * mt + g + 8 * h;
+        for (int e = 0; e < 4; e++)
+            x[h][e] =
+                row < lq ? a.j.q[(row0 + row) * dim + dim_of(a.L, 16 * kt + 4 * t4 + e)] : 0.f;
+    }
+    out[i] = make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
+                        pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+}
+
+/* The swizzle of tile row t: its columns XOR 8 s(t) (whole 8-half blocks, so that a byte's run
+ * of 1, 2, 4 or 8 values stays one aligned store). With rows a multiple of 64 halves apart,
+ * s(t) = 2 (t & 3) + bit 2 of t puts a half warp's B loads (rows g 0..3, 8 bytes at 4 t4) in
+ * 16 distinct bank pairs, and spreads the decode's stores (16 rows at once) over 8 bank
+ * groups instead of 1. */
+__device__ __forceinline__ int swz(int t)
+{
+    return 8 * (2 * (t & 3) + ((t >> 2) & 1));
+}
+
+/* Byte v of position p into row (a tile row, swizzle sw) through the tables tab (fp16,
+ * positions in order, as kern_residual.axes_dec). Each width's values are one aligned run in
+ * the table and in the row (the column order above). */
+__device__ __forceinline__ void put_byte(const ax_layout &L, const __half *__restrict__ tab,
+                                         __half *__restrict__ row, int sw, int p, uint32_t v)
+{
+    if (p < L.p1) {
+        row[(L.c0 + p) ^ sw] = tab[256 * p + v];
+    } else if (p < L.p2) {
+        const int k = p - L.p1;
+        *reinterpret_cast<uint32_t *>(row + ((L.c1 + 2 * k) ^ sw)) =
+            *reinterpret_cast<const uint32_t *>(tab + 256 * (L.d1 + 2 * k) + 2 * v);
+    } else if (p < L.p3) {
+        const int k = p - L.p2;
+        *reinterpret_cast<uint2 *>(row + ((L.c2 + 4 * k) ^ sw)) =
+            *reinterpret_cast<const uint2 *>(tab + 256 * (L.d2 + 4 * k) + 4 * v);
+    } else {
+        const int k = p - L.p3;
+        *reinterpret_cast<uint4 *>(row + ((8 * k) ^ sw)) =
+            *reinterpret_cast<const uint4 *>(tab + 256 * (L.d3 + 8 * k) + 8 * v);
+    }
+}
+
+/* A warp decodes tokens tok0 .. tok0 + AX_TOK - 1 of doc (those past its end repeat its last
+ * token, so that they never change the max) into tile [AX_TOK][rs]: lane l takes token l % 16
+ * and its items (G bytes each; G 4: words, where rbytes is a multiple of 4) l / 16, + 2, ...:
+ * position-major, so that the lanes of an instruction share a position and so its width (a
+ * token-major order had lanes of all four widths in one instruction, each width's branch run
+ * in turn). */
+template <int G>
+__device__ __forceinline__ void decode_step(const ax_layout &L, const __half *tab, __half *tile,
+                                            int rs, const kern_pdoc &doc, int tok0, int lane)
+{
+    const int per = L.rbytes / G, t = lane & (AX_TOK - 1), sw = swz(t);
+    const int tok = min(tok0 + t, (int)doc.ntok - 1);
+    const uint8_t *src = doc.residuals + (long long)tok * L.rbytes;
+    const bool al4 = G == 4 && ((uintptr_t)doc.residuals & 3) == 0;
+    __half *row = tile + t * rs;
+#pragma unroll 2
+    for (int k = lane / AX_TOK; k < per; k += 32 / AX_TOK) {
+        if (G == 1) {
+            put_byte(L, tab, row, sw, k, __ldg(src + k));
+        } else {
+            uint32_t w;
+            if (al4) {
+                w = __ldg(reinterpret_cast<const uint32_t *>(src) + k);
+            } else {
+                w = 0;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w |= (uint32_t)__ldg(src + 4 * k + e) << (8 * e);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                put_byte(L, tab, row, sw, 4 * k + e, (w >> (8 * e)) & 0xffu);
+        }
+    }
+}
+
+/*
+ * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
+ * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
+ * query and each step of AX_TOK tokens it decodes the step into its tile, gathers the tokens'
+ * q.C values, runs the MMAs and takes the max. Dynamic shared memory (mma_smem): the tables
+ * (256 x coded halves, room for 256 x dim), then a tile a warp.
+ */
+template <int KT, int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_args a)
+{
+    extern __shared__ __align__(16) unsigned char ax_smem[];
+    /* The layout read where the launch put it (constant memory), not copied into registers:
+     * the loop needs all it has for the A fragments. */
+    const ax_layout &L = a.L;
+    const kern_axes_job &j = a.j;
+    constexpr int MT = 2;
+    const int dim = 16 * KT, rs = ax_row(dim);
+    __half *const tab = reinterpret_cast<__half *>(ax_smem);
+    const int tab_halves = 256 * L.coded;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __half *const tile = tab + 256 * dim + warp * (AX_TOK * rs);
+
+    /* The tables as fp16, 4 floats a load where they are 16-byte aligned. */
+    if (((uintptr_t)j.dec & 15) == 0) {
+        for (int i = threadIdx.x; i < tab_halves / 4; i += blockDim.x) {
+            const float4 f = __ldg(reinterpret_cast<const float4 *>(j.dec) + i);
+            *reinterpret_cast<uint2 *>(tab + 4 * i) =
+                make_uint2(pack_h2(f.x, f.y), pack_h2(f.z, f.w));
+        }
+    } else {
+        for (int i = threadIdx.x; i < tab_halves; i += blockDim.x)
+            tab[i] = __float2half_rn(__ldg(j.dec + i));
+    }
+    /* The warp's tile at 0: the columns of the dims without bits are never written again. */
+    for (int i = lane; i < AX_TOK * rs / 2; i += 32)
+        reinterpret_cast<uint32_t *>(tile)[i] = 0u;
+    __syncthreads();
+
+    const bool words = L.rbytes % 4 == 0; /* decode_step's items: words, else bytes */
+
+    const long long warps = (long long)gridDim.x * WARPS;
+    long long n = (long long)blockIdx.x * WARPS + warp;
+    while (n < j.nd) {
+        const kern_pdoc doc = pair_doc(j, n);
+        const int ntok = (int)doc.ntok;
+        float total = 0.f;
+        if (ntok > 0) {
+            long long row0;
+            int lq;
+            const long long qi = pair_query(j, n, row0, lq);
+            const float *qcT = j.qcT + row0;
+            const int units = (lq + 31) / 32;
+            for (int u = 0; u < units; u++) {
+                uint4 af[MT][KT];
+                const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++)
+                        af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
+                float rmax[MT][2];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    rmax[mt][0] = rmax[mt][1] = -INFINITY;
+                const float *qb = qcT + 32 * u + g;
+                for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK) {
+                    /* The codes and norms of the lane's accumulator columns, then their q.C
+                     * values: in flight while the step decodes. */
+                    float qv[2][MT][2][2], nrm[2][2];
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int tc = min(tok0 + 8 * jt + 2 * t4 + e, ntok - 1);
+                            const uint32_t c = load_code(doc.codes, j.code_bytes, tc);
+                            nrm[jt][e] = __ldg(doc.inv_norms + tc);
+                            const float *row = qb + (long long)c * j.ldq;
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
+                        }
+                    if (words)
+                        decode_step<4>(L, tab, tile, rs, doc, tok0, lane);
+                    else
+                        decode_step<1>(L, tab, tile, rs, doc, tok0, lane);
+                    __syncwarp();
+                    float acc[2][MT][4];
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                acc[jt][mt][e] = 0.f;
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+                        for (int jt = 0; jt < 2; jt++) {
+                            const int r = 8 * jt + g;
+                            const uint2 b = *reinterpret_cast<const uint2 *>(
+                                tile + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+                                mma16816(acc[jt][mt], af[mt][kt], b.x, b.y);
+                        }
+                    /* The tile is read (its values are in registers) before the next step
+                     * writes it. */
+                    __syncwarp();
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const float s0 =
+                                    (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
+                                const float s1 =
+                                    (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
+                                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+                            }
+                }
+                float part = 0.f;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float m = quad_max(rmax[mt][h]);
+                        if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
+                            part += m;
+                    }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    part += __shfl_xor_sync(0xffffffffu, part, o);
+                total += part;
+            }
+        }
+        if (lane == 0)
+            j.scores[n] = ntok > 0 ? total : KERN_EMPTY_SCORE;
+        unsigned long long t = 0;
+        if (lane == 0)
+            t = kern_claim();
+        n = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+    }
+    if (lane == 0)
+        kern_claims_done();
+}
+
+/* Exact fp32 path: a warp a pair, a lane a token, the query rows outermost; the tables read
+ * from global memory in fp32 as the CPU kernel reads them. */
+__global__ void residual_axes_simple_kernel(ax_args a)
+{
+    const kern_axes_job &j = a.j;
+    const ax_layout L = a.L;
+    const int lane = threadIdx.x & 31;
+    const long long n = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= j.nd)
+        return;
+    const kern_pdoc doc = pair_doc(j, n);
+    const int ntok = (int)doc.ntok, dim = j.dim;
+    if (ntok == 0) {
+        if (lane == 0)
+            j.scores[n] = KERN_EMPTY_SCORE;
+        return;
+    }
+    long long row0;
+    int lq;
+    pair_query(j, n, row0, lq);
+    const float *qp = j.q + row0 * dim, *qcT = j.qcT + row0;
+    float total = 0.f;
+    for (int i = 0; i < lq; i++) {
+        const float *qi = qp + (long long)i * dim;
+        float m = -INFINITY;
+        for (int t = lane; t < ntok; t += 32) {
+            const uint8_t *rp = doc.residuals + (long long)t * L.rbytes;
+            float s = 0.f;
+            int d = 0; /* the first dim of position p's values, and of its table */
+            for (int p = 0; p < L.rbytes; p++) {
+                const int per = p < L.p1 ? 1 : p < L.p2 ? 2 : p < L.p3 ? 4 : 8;
+                const float *tv = j.dec + 256LL * d + (int)rp[p] * per;
+                for (int e = 0; e < per; e++)
+                    s = fmaf(qi[d + e], tv[e], s);
+                d += per;
+            }
+            const uint32_t c = load_code(doc.codes, j.code_bytes, t);
+            m = fmaxf(m, (qcT[(long long)c * j.ldq + i] + s) * doc.inv_norms[t]);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        total += m;
+    }
+    if (lane == 0)
+        j.scores[n] = total;
+}
+
+/* The MMA kernel's dynamic shared memory: room for the tables of every dim coded, whatever the
+ * code codes, so that a kernel always launches with the same size (kern_resident_ctas caches
+ * the limit it sets by size: a smaller size set after a larger would refuse the larger). */
+size_t mma_smem(int dim, int warps)
+{
+    return (size_t)256 * dim * 2 + (size_t)warps * AX_TOK * ax_row(dim) * 2;
+}
+
+/* Whether the MMA kernel runs r: its dims, and its shared memory within the device's. */
+bool mma_fits(const kern_axes_job &j)
+{
+    if (j.dim != 64 && j.dim != 96 && j.dim != 128)
+        return false;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* the exact kernel then reports what is wrong with the device */
+        return false;
+    }
+    return mma_smem(j.dim, AX_WARPS) <= (size_t)optin;
+}
+
+template <int KT, int WARPS, int MINB> int launch_mma(ax_args a)
+{
+    const size_t smem = mma_smem(16 * KT, WARPS);
+    const void *fn = (const void *)residual_axes_mma_kernel<KT, WARPS, MINB>;
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
+        KERN_OK)
+        return rc;
+    const long long nq = a.j.nq_all;
+    a.af_units = (a.j.lq + 31) / 32;
+    const long long nf = nq * a.af_units * 2 * KT * 32;
+    const size_t af_bytes = (size_t)(nf > 0 ? nf : 1) * sizeof(uint4);
+    uint4 *af = NULL;
+    if ((rc = kern_scratch((void **)&af, af_bytes)) != KERN_OK)
+        return rc;
+    a.af = af;
+    cudaError_t e = cudaSuccess;
+    if (nf > 0) {
+        pack_axes_afrag_kernel<<<(unsigned)((nf + 255) / 256), 256>>>(a, KT, nq, af);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) {
+        residual_axes_mma_kernel<KT, WARPS, MINB><<<blocks, WARPS * 32, smem>>>(a);
+        e = cudaGetLastError();
+    }
+    kern_scratch_free(af, af_bytes);
+    if (e != cudaSuccess)
+        return kern_cuda_fail(e, "launch of residual_axes_mma_kernel", __FILE__, __LINE__);
+    return KERN_OK;
+}
+
+/* Warps a CTA (2 CTAs an SM, registers fitted to that): AX_WARPS, or 4 or 8 with
+ * TARTAN_GPU_AXES_WARPS=4 or 8 in the environment (benchmarks; see AX_WARPS). */
+template <int KT> int launch_warps(const ax_args &a)
+{
+    const char *e = getenv("TARTAN_GPU_AXES_WARPS");
+    const int w = e ? atoi(e) : 0;
+    if (w == 4)
+        return launch_mma<KT, 4, 2>(a);
+    if (w == 8)
+        return launch_mma<KT, 8, 2>(a);
+    return launch_mma<KT, AX_WARPS, 2>(a);
+}
+
+} // namespace
+
+int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
+{
+    ax_args a;
+    a.j = *j;
+    a.L = make_layout(j->bytes);
+    a.af = NULL;
+    a.af_units = 0;
+    if (a.L.coded > j->dim) {
+        kern_set_error("%s (cuda): the axes code's bytes decode to more dims than dim", who);
+        return KERN_EINVAL;
+    }
+    if (j->nd == 0)
+        return KERN_OK;
+    const bool fast = j->path != 2 && j->lq > 0 && mma_fits(*j);
+    if (j->path == 1 && !fast && j->lq > 0) {
+        kern_set_error("%s (cuda): no MMA kernel for the axes code at dim %d here", who, j->dim);
+        return KERN_EINVAL;
+    }
+    if (fast) {
+        if (j->nq_all * (long long)((j->lq + 31) / 32) * 2 * 8 * 32 / 256 > 0x7fffffffLL) {
+            kern_set_error("%s (cuda): too many queries", who);
+            return KERN_EINVAL;
+        }
+        switch (j->dim) {
+        case 64:
+            return launch_warps<4>(a);
+        case 96:
+            return launch_warps<6>(a);
+        default:
+            return launch_warps<8>(a);
+        }
+    }
+    const long long blocks = (j->nd + 3) / 4;
+    if (blocks > 0x7fffffffLL) {
+        kern_set_error("%s (cuda): too many documents", who);
+        return KERN_EINVAL;
+    }
+    residual_axes_simple_kernel<<<(unsigned)blocks, 128>>>(a);
+    KERN_CUDA_LAUNCHED("residual_axes_simple_kernel");
+    return KERN_OK;
+}

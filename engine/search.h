@@ -169,7 +169,7 @@ int eng_search_call(tartan_db *db, const tartan_queries *queries,
 /* Maps a kernel status to an engine code, with the kernel's message. */
 int eng_kern_fail(int krc, store_msg *m, const char *what);
 
-/* For an index of the axes code (r->axes.rot not NULL): points a's query at a rotated copy
+/* For an index of the axes code (r->axes not NULL): points a's query at a rotated copy
  * (*qr, which the caller frees after the kernel) and a's decode tables at the reader's.
  * ENOMEM. */
 int eng_axes_query(const idx_reader *r, kern_residual *a, float **qr, store_msg *m);

@@ -162,7 +162,7 @@ static int score_chunk(scan *c, size_t n, store_msg *m)
         float *qr = NULL;
         store_msg am;
         int krc = 0;
-        if (c->r->axes.rot && eng_axes_query(c->r, &a, &qr, &am))
+        if (c->r->axes && eng_axes_query(c->r, &a, &qr, &am))
             krc = KERN_ENOMEM;
         else
             krc = c->screen && !qr

@@ -350,7 +350,7 @@ size_t eng_gpu_resident_bytes(const idx_reader *r)
     const store_header *h = &r->h;
     return (size_t)h->n_tokens * (4 + h->token_bytes + 4 + 4 + 4) +
            (size_t)h->n_centroids * (h->dim * 6 + 16) + (size_t)h->next_docno * 24 +
-           (r->axes.rot ? (idx_axes_decode_floats(&r->axes) + h->dim * h->dim) * 4 : 0);
+           (r->axes ? (idx_axes_decode_floats(r->axes) + h->dim * h->dim) * 4 : 0);
 }
 
 /*
@@ -466,7 +466,7 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         if (g->valid && g->mode == TARTAN_GPU_RESIDENT && eng_gpu_resident_bytes(r) <= (fr + mine))
             mode = TARTAN_GPU_RESIDENT;
     }
-    const int axes = r->axes.rot != NULL;
+    const int axes = r->axes != NULL;
     if (g->valid && g->mode == mode && g->K == h->n_centroids && g->next_docno == h->next_docno &&
         g->n_docs == h->n_docs && g->axes == axes)
         return 0;
@@ -490,11 +490,11 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
         if ((rc = upload_c16(g, r->centroids, m)))
             return rc;
         if (axes) {
-            const size_t nd = idx_axes_decode_floats(&r->axes) * 4, nr = g->dim * g->dim * 4;
+            const size_t nd = idx_axes_decode_floats(r->axes) * 4, nr = g->dim * g->dim * 4;
             if ((rc = dbuf_need(&g->axes_dec, nd, 0, m)) || (rc = dbuf_need(&g->rot, nr, 0, m)))
                 return rc;
             KTRY(kern_cuda_upload(g->axes_dec.p, r->axes_dec, nd), "upload");
-            KTRY(kern_cuda_upload(g->rot.p, r->axes.rot, nr), "upload");
+            KTRY(kern_cuda_upload(g->rot.p, r->axes->rot, nr), "upload");
             memcpy(g->axes_bytes, r->axes_bytes, sizeof g->axes_bytes);
             g->axes = 1;
         }

@@ -93,7 +93,7 @@ int eng_axes_query(const idx_reader *r, kern_residual *a, float **qr, store_msg 
     *qr = malloc((a->lq ? a->lq : 1) * a->dim * sizeof(float));
     if (!*qr)
         return store_fail(m, ENOMEM, "search: out of memory for a rotated query");
-    idx_axes_rotate(&r->axes, a->q, a->lq, *qr);
+    idx_axes_rotate(r->axes, a->q, a->lq, *qr);
     a->q = *qr;
     a->axes_dec = r->axes_dec;
     memcpy(a->axes_bytes, r->axes_bytes, sizeof a->axes_bytes);
@@ -451,7 +451,7 @@ static int exact_scores(idx_reader *r, const eng_search *s, size_t qi, const uin
         .nd = n,
     };
     float *qr = NULL;
-    if (r->axes.rot && (rc = eng_axes_query(r, &a, &qr, m)))
+    if (r->axes && (rc = eng_axes_query(r, &a, &qr, m)))
         return rc;
     int krc = kern_maxsim_residual(KERN_DEV_CPU, &a, score);
     free(qr);

@@ -156,13 +156,15 @@ typedef struct idx_reader {
     store_header h;         /* dim, nbits, n_centroids, code_bytes, token_bytes, counts */
     int trained;            /* 0: no centroids, codec or documents yet */
     idx_codec codec;        /* valid when trained */
-    /* The residual code by principal axes when the index was trained with it (axes.rot not
+    /* The residual code by principal axes when the index was trained with it (axes not
      * NULL; codec is then unused), with the kernels' decode tables (kern_residual.axes_dec,
-     * axes_bytes). Owned: idx_reader_close frees them (a copy of a reader must not be closed
-     * as well). */
-    idx_axes axes;
-    float *axes_dec;
+     * axes_bytes). Shared and read-only: readers of the same code hold one parsed copy
+     * (reader.c's cache), which idx_reader_close releases (a copy of a reader must not be
+     * closed as well). */
+    const idx_axes *axes;
+    const float *axes_dec;
     unsigned axes_bytes[4];
+    void *axes_ref;
     const float *centroids; /* [n_centroids, dim], in the map; NULL when untrained */
     int verify;             /* check each document's checksum on read (default 1) */
     /* A partition of the documents (the multi-GPU search, engine/search_gpus.c): with

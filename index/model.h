@@ -60,6 +60,8 @@ void idx_model_free(idx_model *mod);
  * none, TARTAN_ECORRUPT when the record is damaged or does not fit h's dim and nbits.
  */
 int idx_axes_get(store_txn *txn, const store_header *h, idx_axes *x, store_msg *m);
+/* The same from the record's bytes blob [len] (idx_axes_get's checks, without the read). */
+int idx_axes_parse(const void *blob, size_t len, const store_header *h, idx_axes *x, store_msg *m);
 
 /* Loads the stored model of a trained index (copies): TARTAN_ENOTTRAINED if none. */
 int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_msg *m);

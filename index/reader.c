@@ -5,12 +5,104 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "index.h"
 #include "model.h"
 #include "tartan.h"
+
+/*
+ * The axes code, parsed once for every reader of it. Parsing a record rebuilds the rotation,
+ * its transpose, the levels and the kernels' decode tables (about 0.5 MB at dim 128, 4 MB at
+ * 384), which each search's reader did before this cache. An entry is found by the record's
+ * bytes (compared in full: a checksum would let two codes of one length share an entry, a
+ * wrong decode no check could see), so a retrained or other index never takes a stale one.
+ * The cache holds a reference to each of its AXES_CACHED most recent entries; readers hold
+ * one each; the last release frees an entry.
+ */
+typedef struct axes_entry {
+    unsigned refs;
+    uint8_t *blob; /* the record's bytes, the key */
+    size_t len;
+    idx_axes axes;
+    float *dec;
+    unsigned bytes[4];
+} axes_entry;
+
+#define AXES_CACHED 4
+static pthread_mutex_t axes_mu = PTHREAD_MUTEX_INITIALIZER;
+static axes_entry *axes_cache[AXES_CACHED]; /* most recently used first */
+
+static void axes_entry_free(axes_entry *e)
+{
+    idx_axes_free(&e->axes);
+    free(e->dec);
+    free(e->blob);
+    free(e);
+}
+
+static void axes_release(void *ref)
+{
+    axes_entry *e = ref;
+    if (!e)
+        return;
+    pthread_mutex_lock(&axes_mu);
+    const unsigned left = --e->refs;
+    pthread_mutex_unlock(&axes_mu);
+    if (!left)
+        axes_entry_free(e);
+}
+
+/* The parsed code of record blob [len], a reference taken; NULL and m set on failure. */
+static axes_entry *axes_acquire(const uint8_t *blob, size_t len, const store_header *h,
+                                store_msg *m, int *rc)
+{
+    pthread_mutex_lock(&axes_mu);
+    for (int i = 0; i < AXES_CACHED; i++) {
+        axes_entry *e = axes_cache[i];
+        if (e && e->len == len && !memcmp(e->blob, blob, len)) {
+            e->refs++;
+            memmove(axes_cache + 1, axes_cache, i * sizeof *axes_cache);
+            axes_cache[0] = e;
+            pthread_mutex_unlock(&axes_mu);
+            return e;
+        }
+    }
+    pthread_mutex_unlock(&axes_mu);
+    /* Parsed outside the lock: two readers missing at once both parse, and both enter. */
+    axes_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->blob = malloc(len ? len : 1))) {
+        free(e);
+        *rc = store_fail(m, ENOMEM, "out of memory");
+        return NULL;
+    }
+    memcpy(e->blob, blob, len);
+    e->len = len;
+    if ((*rc = idx_axes_parse(blob, len, h, &e->axes, m))) {
+        free(e->blob);
+        free(e);
+        return NULL;
+    }
+    if (!(e->dec = malloc(idx_axes_decode_floats(&e->axes) * sizeof(float)))) {
+        axes_entry_free(e);
+        *rc = store_fail(m, ENOMEM, "out of memory");
+        return NULL;
+    }
+    idx_axes_decode_tables(&e->axes, e->dec, e->bytes);
+    e->refs = 2; /* the reader's and the cache's */
+    pthread_mutex_lock(&axes_mu);
+    axes_entry *out = axes_cache[AXES_CACHED - 1];
+    memmove(axes_cache + 1, axes_cache, (AXES_CACHED - 1) * sizeof *axes_cache);
+    axes_cache[0] = e;
+    const unsigned left = out ? --out->refs : 1;
+    pthread_mutex_unlock(&axes_mu);
+    if (!left)
+        axes_entry_free(out);
+    return e;
+}
 
 int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
 {
@@ -28,13 +120,16 @@ int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
         if ((rc = store_centroids_get(r->txn, r->h.n_centroids, r->h.dim, &r->centroids, m)) ||
             (rc = store_codec_get(r->txn, r->h.nbits, r->codec.cutoffs, r->codec.weights, m)))
             goto fail;
-        if ((rc = idx_axes_get(r->txn, &r->h, &r->axes, m)) == 0) {
-            r->axes_dec = malloc(idx_axes_decode_floats(&r->axes) * sizeof(float));
-            if (!r->axes_dec) {
-                rc = store_fail(m, ENOMEM, "out of memory");
+        const void *blob;
+        size_t len;
+        if ((rc = store_meta_get(r->txn, IDX_META_AXES, &blob, &len, m)) == 0) {
+            axes_entry *e = axes_acquire(blob, len, &r->h, m, &rc);
+            if (!e)
                 goto fail;
-            }
-            idx_axes_decode_tables(&r->axes, r->axes_dec, r->axes_bytes);
+            r->axes_ref = e;
+            r->axes = &e->axes;
+            r->axes_dec = e->dec;
+            memcpy(r->axes_bytes, e->bytes, sizeof r->axes_bytes);
         } else if (rc != TARTAN_ENOTFOUND)
             goto fail;
         r->trained = 1;
@@ -42,8 +137,6 @@ int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
     return 0;
 fail:
     store_read_end(env, r->txn);
-    idx_axes_free(&r->axes);
-    free(r->axes_dec);
     memset(r, 0, sizeof *r);
     return rc;
 }
@@ -52,8 +145,9 @@ void idx_reader_close(idx_reader *r)
 {
     if (!r)
         return;
-    idx_axes_free(&r->axes);
-    free(r->axes_dec);
+    axes_release(r->axes_ref);
+    r->axes_ref = NULL;
+    r->axes = NULL;
     r->axes_dec = NULL;
     if (!r->txn)
         return;
@@ -157,8 +251,8 @@ void idx_reader_decompress(const idx_reader *r, const kern_pdoc *doc, float *out
         for (uint32_t t = 0; t < n; t++)
             codes[t] = r->h.code_bytes == 2 ? ((const uint16_t *)doc->codes)[t0 + t]
                                             : ((const uint32_t *)doc->codes)[t0 + t];
-        if (r->axes.rot)
-            idx_axes_decompress(&r->axes, r->centroids, codes, doc->residuals + (size_t)t0 * tb, n,
+        if (r->axes)
+            idx_axes_decompress(r->axes, r->centroids, codes, doc->residuals + (size_t)t0 * tb, n,
                                 out + (size_t)t0 * r->h.dim);
         else
             idx_codec_decompress(&r->codec, r->centroids, codes, doc->residuals + (size_t)t0 * tb,

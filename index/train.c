@@ -234,15 +234,10 @@ int idx_model_train(kern_dev dev, float *x, size_t n, size_t dim, unsigned nbits
                                  &g, out, NULL, m);
 }
 
-int idx_axes_get(store_txn *txn, const store_header *h, idx_axes *x, store_msg *m)
+int idx_axes_parse(const void *blob, size_t len, const store_header *h, idx_axes *x, store_msg *m)
 {
-    const void *d;
-    size_t len;
-    int rc = store_meta_get(txn, IDX_META_AXES, &d, &len, m);
-    if (rc)
-        return rc;
     char why[200];
-    if (idx_axes_load(x, d, len, why))
+    if (idx_axes_load(x, blob, len, why))
         return store_fail(m, TARTAN_ECORRUPT, "meta '%s': %s", IDX_META_AXES, why);
     if (x->dim != h->dim || x->nbits != h->nbits) {
         unsigned xd = x->dim, xn = x->nbits;
@@ -252,6 +247,14 @@ int idx_axes_get(store_txn *txn, const store_header *h, idx_axes *x, store_msg *
                           IDX_META_AXES, xd, xn, h->dim, h->nbits);
     }
     return 0;
+}
+
+int idx_axes_get(store_txn *txn, const store_header *h, idx_axes *x, store_msg *m)
+{
+    const void *d;
+    size_t len;
+    int rc = store_meta_get(txn, IDX_META_AXES, &d, &len, m);
+    return rc ? rc : idx_axes_parse(d, len, h, x, m);
 }
 
 int idx_model_load(store_txn *txn, const store_header *h, idx_model *out, store_msg *m)

@@ -552,9 +552,9 @@ START_TEST(test_axes_index_end_to_end)
         idx_reader r;
         store_msg m = {{0}};
         ck_assert_int_eq(idx_reader_open(db->env, &r, &m), 0);
-        ck_assert_ptr_nonnull(r.axes.rot);
-        ck_assert_uint_eq(r.axes.dim, c.dim);
-        ck_assert_uint_eq(idx_axes_token_bytes(&r.axes), r.h.token_bytes);
+        ck_assert_ptr_nonnull(r.axes);
+        ck_assert_uint_eq(r.axes->dim, c.dim);
+        ck_assert_uint_eq(idx_axes_token_bytes(r.axes), r.h.token_bytes);
         idx_reader_close(&r);
     }
     size_t rows, nq = 6, lq = 8;
@@ -618,6 +618,87 @@ START_TEST(test_axes_index_end_to_end)
 }
 END_TEST
 
+/* The decode tables rebuilt from the stored record, against a reader's. */
+static void expect_reader_code(tartan_db *db, const idx_reader *r)
+{
+    store_txn *txn;
+    store_msg m = {{0}};
+    idx_axes x;
+    ck_assert_int_eq(store_read_begin(db->env, &txn, &m), 0);
+    ck_assert_int_eq(idx_axes_get(txn, &r->h, &x, &m), 0);
+    store_read_end(db->env, txn);
+    const size_t n = idx_axes_decode_floats(&x);
+    ck_assert_uint_eq(n, idx_axes_decode_floats(r->axes));
+    float *dec = malloc(n * sizeof(float));
+    unsigned bytes[4];
+    idx_axes_decode_tables(&x, dec, bytes);
+    ck_assert_int_eq(memcmp(dec, r->axes_dec, n * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(bytes, r->axes_bytes, sizeof bytes), 0);
+    ck_assert_int_eq(memcmp(x.rot, r->axes->rot, (size_t)x.dim * x.dim * sizeof(float)), 0);
+    idx_axes_free(&x);
+    free(dec);
+}
+
+START_TEST(test_axes_reader_cache)
+{
+    /* Readers share one parsed copy of a code (reader.c's cache): two readers of an index, or
+     * of two indexes holding the same record, get the same tables; indexes trained on other
+     * documents get their own. A reader keeps its copy while other codes push it out of the
+     * cache (6 codes, the cache holds 4; the sanitizer build sees a use after free), and a
+     * reader opened after that parses the record again, to the same values. */
+    enum { N = 6 };
+    fixture_dir_create("axescache");
+    tartan_db *db[N];
+    char path[N][4096];
+    for (int i = 0; i < N; i++) {
+        fx_corpus c;
+        fx_corpus_default(&c, 60, 100 + i);
+        snprintf(path[i], sizeof path[i], "%s-%d", ixpath, i);
+        db[i] = open_axes(path[i], i == 3 ? 4 : 2, TARTAN_CODEC_AXES, c.dim);
+        fx_add_range(db[i], &c, 0, c.n_docs);
+        fx_corpus_free(&c);
+    }
+    store_msg m = {{0}};
+    idx_reader r0, r0b, ri;
+    ck_assert_int_eq(idx_reader_open(db[0]->env, &r0, &m), 0);
+    ck_assert_int_eq(idx_reader_open(db[0]->env, &r0b, &m), 0);
+    ck_assert_ptr_nonnull(r0.axes);
+    ck_assert_ptr_eq(r0.axes, r0b.axes);
+    ck_assert_ptr_eq(r0.axes_dec, r0b.axes_dec);
+    idx_reader_close(&r0b);
+    for (int i = 1; i < N; i++) {
+        ck_assert_int_eq(idx_reader_open(db[i]->env, &ri, &m), 0);
+        ck_assert_ptr_nonnull(ri.axes);
+        ck_assert_ptr_ne(ri.axes, r0.axes);
+        expect_reader_code(db[i], &ri);
+        idx_reader_close(&ri);
+    }
+    expect_reader_code(db[0], &r0); /* still whole after its entry left the cache */
+    ck_assert_int_eq(idx_reader_open(db[0]->env, &r0b, &m), 0);
+    expect_reader_code(db[0], &r0b);
+    idx_reader_close(&r0b);
+    idx_reader_close(&r0);
+    /* A model exported and imported: the same record, so the same entry. */
+    void *model;
+    size_t mlen;
+    ck_assert_int_eq(tartan_model_export(db[1], &model, &mlen), 0);
+    char p2[4096];
+    snprintf(p2, sizeof p2, "%s-copy", ixpath);
+    tartan_db *dbc = open_axes(p2, 2, TARTAN_CODEC_SCALAR, 32);
+    ck_assert_int_eq(tartan_model_import(dbc, model, mlen), 0);
+    tartan_free(model);
+    ck_assert_int_eq(idx_reader_open(db[1]->env, &r0, &m), 0);
+    ck_assert_int_eq(idx_reader_open(dbc->env, &ri, &m), 0);
+    ck_assert_ptr_eq(r0.axes, ri.axes);
+    idx_reader_close(&ri);
+    idx_reader_close(&r0);
+    tartan_close(dbc);
+    for (int i = 0; i < N; i++)
+        tartan_close(db[i]);
+    fixture_dir_remove();
+}
+END_TEST
+
 START_TEST(test_axes_refused_cleanly)
 {
     /* A codec value out of range is refused at open; the axes code at nbits 8 is refused when
@@ -662,6 +743,7 @@ int main(void)
         {"axes_stored_form", test_axes_stored_form, 0},
         {"axes_index_end_to_end", test_axes_index_end_to_end, 0},
         {"axes_refused_cleanly", test_axes_refused_cleanly, 0},
+        {"axes_reader_cache", test_axes_reader_cache, 0},
     };
     return FX_RUN("axes", cases, 0, 60);
 }

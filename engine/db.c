@@ -92,7 +92,7 @@ static int check_options(const tartan_options *o, store_msg *m)
     if (o->kmeans_iters < 1)
         return store_fail(m, TARTAN_EINVAL, "kmeans_iters is %d; it must be at least 1",
                           o->kmeans_iters);
-    if (o->codec > TARTAN_CODEC_AXES)
+    if (o->codec > TARTAN_CODEC_AUTO)
         return store_fail(m, TARTAN_EINVAL, "codec is %u; it must be a TARTAN_CODEC_ value",
                           o->codec);
     if (o->dim > (1u << 16))

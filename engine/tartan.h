@@ -262,6 +262,11 @@ typedef struct tartan_options {
  */
 #define TARTAN_CODEC_SCALAR 0u
 #define TARTAN_CODEC_AXES 1u
+/* AUTO: both fitted on most of the held-out residuals, the axes code kept only where it cuts
+ * the error on the rest (unseen by either fit) by 10% or more, else the scalar code; where the
+ * axes code cannot code the index (nbits 8, dim above 1024), the scalar code. An index records
+ * the code chosen, not AUTO. */
+#define TARTAN_CODEC_AUTO 2u
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */
 TARTAN_API void tartan_options_init(tartan_options *o);

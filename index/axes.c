@@ -411,6 +411,33 @@ static void bucket_levels(const idx_axes *x, float *rp, uint8_t *idx)
     }
 }
 
+double idx_axes_sq_error(const idx_axes *x, const float *residuals, size_t n)
+{
+    const size_t d = x->dim, ch = n < COMPRESS_CHUNK ? n : COMPRESS_CHUNK;
+    float *rp = malloc((ch ? ch : 1) * d * sizeof *rp);
+    uint8_t *idx = malloc(d);
+    double e = 0.0;
+    if (!rp || !idx) {
+        e = -1.0;
+        n = 0;
+    }
+    for (size_t i0 = 0; i0 < n; i0 += ch) {
+        const size_t m = n - i0 < ch ? n - i0 : ch;
+        idx_axes_rotate(x, residuals + i0 * d, m, rp);
+        for (size_t t = 0; t < m; t++) {
+            float *v = rp + t * d;
+            float orig[IDX_AXES_MAX_DIM];
+            memcpy(orig, v, d * sizeof *v);
+            bucket_levels(x, v, idx);
+            for (size_t a = 0; a < d; a++)
+                e += ((double)orig[a] - v[a]) * ((double)orig[a] - v[a]);
+        }
+    }
+    free(rp);
+    free(idx);
+    return e;
+}
+
 /* The token-at-a-time compression (when the chunks' scratch cannot be had). */
 static void compress_slow(const idx_axes *x, const float *centroids, const float *emb,
                           const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms);

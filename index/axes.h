@@ -59,6 +59,10 @@ int idx_axes_fit(idx_axes *x, size_t dim, unsigned nbits, const float *residuals
                  unsigned iters);
 void idx_axes_free(idx_axes *x);
 
+/* The summed squared error of coding residuals [n, dim] (their rotation against its levels;
+ * the rotation is orthonormal, so the residuals' own error); -1 when out of memory. */
+double idx_axes_sq_error(const idx_axes *x, const float *residuals, size_t n);
+
 /* Compresses n tokens as idx_codec_compress does (codes index rows of centroids). */
 void idx_axes_compress(const idx_axes *x, const float *centroids, const float *emb,
                        const uint32_t *codes, size_t n, uint8_t *packed, float *inv_norms);

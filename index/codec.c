@@ -366,6 +366,17 @@ unsigned idx_codec_bucket(const idx_codec *c, float v)
     return bucket_of(c->cutoffs, c->nbits, v);
 }
 
+double idx_codec_sq_error(const idx_codec *c, const float *residuals, size_t n)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < n * c->dim; i++) {
+        const double r =
+            (double)residuals[i] - c->weights[bucket_of(c->cutoffs, c->nbits, residuals[i])];
+        e += r * r;
+    }
+    return e;
+}
+
 /* Packs len dims (len * nbits a multiple of 8) of bucket indices into len * nbits / 8 bytes,
  * each field the bit-reversed bucket index (see rev8). */
 static inline __attribute__((always_inline)) void pack_run(const uint8_t *b, size_t len,

@@ -75,6 +75,9 @@ void idx_codec_compress(const idx_codec *c, const float *centroids, const float 
  * equal to a cutoff goes to the lower bucket.
  */
 unsigned idx_codec_bucket(const idx_codec *c, float v);
+/* The summed squared error of coding residuals [n, dim] (each value against its bucket's
+ * weight). */
+double idx_codec_sq_error(const idx_codec *c, const float *residuals, size_t n);
 
 /* Unpacks one token's bucket indices: packed [token_bytes] -> buckets [dim]. */
 void idx_codec_unpack(const idx_codec *c, const uint8_t *packed, uint8_t *buckets);

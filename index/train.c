@@ -41,12 +41,13 @@ void idx_model_free(idx_model *mod)
     idx_axes_free(&mod->axes);
 }
 
-/* Rank 0's axes code to every member: its size, then its stored form. */
+/* Rank 0's axes code to every member: its size, then its stored form; size 0 when rank 0 has
+ * none (TARTAN_CODEC_AUTO kept the scalar code). */
 static int bcast_axes(idx_group *g, idx_axes *x, store_msg *m)
 {
-    uint64_t len = g->rank == 0 ? idx_axes_bytes(x) : 0;
+    uint64_t len = g->rank == 0 && x->rot ? idx_axes_bytes(x) : 0;
     int rc = idx_group_bcast(g, &len, sizeof len, m);
-    if (rc)
+    if (rc || len == 0)
         return rc;
     uint8_t *blob = malloc(len ? len : 1);
     if (g->rank == 0 && blob)
@@ -59,6 +60,61 @@ static int bcast_axes(idx_group *g, idx_axes *x, store_msg *m)
         rc = store_fail(m, TARTAN_EGROUP, "the axes code from rank 0: %s", why);
     free(blob);
     return idx_group_check(g, rc, m);
+}
+
+/*
+ * TARTAN_CODEC_AUTO: both codes fitted on the first held-out residuals and judged by their
+ * error on the last fifth (AUTO_CHECK_SHARE), unseen by either fit; the axes code (fitted on
+ * the first part, *x) only where it cuts that error by AUTO_MARGIN or more, else none (the
+ * scalar code). Measured (bench/RESULTS.md, "Codec fidelity"): where the axes code lowered the
+ * token error by 28-45% (model 3, SciFact) it raised recall against exact search by
+ * 0.009-0.025; where the two errors were within 3% (models 1 and 2) recall moved either way,
+ * by up to 0.026 against the axes code (model 1, 100k documents). Fewer than AUTO_MIN_HELD
+ * residuals judge nothing (a per-axis fit on a few hundred overfits): the scalar code.
+ * Returns 0, with or without a code (without, where memory or a fit fails: the scalar code,
+ * fitted on every residual, is always there).
+ */
+#define AUTO_CHECK_SHARE 5
+#define AUTO_MARGIN 0.10
+#define AUTO_MIN_HELD 4000
+static int choose_axes(size_t dim, unsigned nbits, const float *res, size_t held, idx_axes *x)
+{
+    if (held < AUTO_MIN_HELD)
+        return 0;
+    /* Every AUTO_CHECK_SHARE-th residual checks, the others fit: the held-out rows come in the
+     * sample's order, so a tail would check on the corpus's last documents only. */
+    const size_t nc = held / AUTO_CHECK_SHARE, nf = held - nc;
+    float *fit = malloc(nf * dim * sizeof *fit), *check = malloc(nc * dim * sizeof *check);
+    if (!fit || !check) {
+        free(fit);
+        free(check);
+        return 0; /* no memory to weigh them: the scalar code stands */
+    }
+    for (size_t i = 0, f = 0, c = 0; i < held; i++) {
+        const int to_check = i % AUTO_CHECK_SHARE == AUTO_CHECK_SHARE - 1 && c < nc;
+        memcpy(to_check ? check + c++ * dim : fit + f++ * dim, res + i * dim, dim * sizeof *res);
+    }
+    idx_codec sc;
+    idx_axes ax;
+    if (idx_codec_fit(&sc, dim, nbits, fit, nf, CODEC_FIT_ITERS) ||
+        idx_axes_fit(&ax, dim, nbits, fit, nf, CODEC_FIT_ITERS)) {
+        free(fit);
+        free(check);
+        return 0; /* no fit to weigh: the scalar code, fitted on every residual, stands */
+    }
+    const double es = idx_codec_sq_error(&sc, check, nc), ea = idx_axes_sq_error(&ax, check, nc);
+    free(fit);
+    free(check);
+    const int take = ea >= 0 && ea <= (1.0 - AUTO_MARGIN) * es;
+    if (idx_trace())
+        fprintf(stderr,
+                "codec auto: error on %zu unseen residuals, scalar %.6g, axes %.6g (%.3f): %s\n",
+                nc, es, ea, es > 0 ? ea / es : 0.0, take ? "axes" : "scalar");
+    if (take)
+        *x = ax;
+    else
+        idx_axes_free(&ax);
+    return 0;
 }
 
 /* Removes the rows skip [ns] (ascending) from x [n, dim], keeping the others in order: each run
@@ -84,6 +140,10 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
                           store_msg *m)
 {
     memset(out, 0, sizeof *out);
+    /* AUTO weighs the axes code where it can code the index at all. */
+    if (codec == TARTAN_CODEC_AUTO &&
+        ((nbits != 1 && nbits != 2 && nbits != 4) || dim > IDX_AXES_MAX_DIM || dim * nbits % 8))
+        codec = TARTAN_CODEC_SCALAR;
     if (codec == TARTAN_CODEC_AXES &&
         ((nbits != 1 && nbits != 2 && nbits != 4) || dim > IDX_AXES_MAX_DIM))
         return idx_group_check(
@@ -194,9 +254,13 @@ int idx_model_train_group(kern_dev dev, float *x, size_t n, size_t dim, unsigned
         if (g->rank == 0 && idx_axes_fit(&out->axes, dim, nbits, all, held, CODEC_FIT_ITERS))
             rc =
                 store_fail(m, TARTAN_ETRAIN, "fitting the axes code on %zu residuals failed", held);
+    } else if (codec == TARTAN_CODEC_AUTO && g->rank == 0) {
+        rc = choose_axes(dim, nbits, all, held, &out->axes);
+    }
+    if (codec != TARTAN_CODEC_SCALAR) {
         if ((rc = idx_group_check(g, rc, m)) || (rc = bcast_axes(g, &out->axes, m)))
             goto done;
-        if (idx_trace() && g->rank == 0)
+        if (idx_trace() && g->rank == 0 && out->axes.rot)
             fprintf(stderr, "axes code: %u / %u / %u / %u axes at 8 / 4 / 2 / 1 bits of %zu\n",
                     out->axes.n8, out->axes.n4, out->axes.n2, out->axes.n1, dim);
     }

@@ -305,9 +305,10 @@ class Index:
             each, the top k merged), or 'auto'/None (the TARTAN_GPU_SPLIT variable, else
             copies while one fits in a third of a GPU's memory).
         codec: the residual code a training fits: 'scalar' (default: one table for every
-            dimension) or 'axes' (the residuals' principal axes, more bits where they vary
-            most: more faithful at the same bytes; nbits 1, 2 or 4; searched on the CPU only
-            for now). An index keeps the code it was trained with.
+            dimension), 'axes' (the residuals' principal axes, more bits where they vary
+            most: more faithful at the same bytes on anisotropic embeddings; nbits 1, 2 or
+            4) or 'auto' (axes where it cuts the held-out error by 10% or more, else
+            scalar). An index keeps the code it was trained with.
 
     The index is a context manager (``with tartan.Index(...) as ix:``) and closes on exit.
     Threads may share one Index: searches run at once (the GIL is released), changes are
@@ -329,8 +330,9 @@ class Index:
             _raise("EINVAL", f"gpu_mode is 'auto', 'resident' or 'streaming', not {gpu_mode!r}")
         if gpu_split not in _GPU_SPLITS:
             _raise("EINVAL", f"gpu_split is 'auto', 'documents' or 'queries', not {gpu_split!r}")
-        if codec not in ("scalar", "axes"):
-            _raise("EINVAL", f"codec is 'scalar' or 'axes', not {codec!r}")
+        codecs = {"scalar": 0, "axes": 1, "auto": 2}
+        if codec not in codecs:
+            _raise("EINVAL", f"codec is 'scalar', 'axes' or 'auto', not {codec!r}")
         if gpu_devices is None:
             ndev = 0
         elif gpu_devices == "all":
@@ -346,7 +348,7 @@ class Index:
                           sample_docs=sample_docs or 0, seed=seed, map_size=map_size or 0,
                           device=_device_code(device), gpu_mode=_GPU_MODES[gpu_mode],
                           gpu_devices=ndev, gpu_split=_GPU_SPLITS[gpu_split],
-                          codec=1 if codec == "axes" else 0)
+                          codec=codecs[codec])
         self._lock = threading.Lock()
         self._db: Optional[_tartan.Db] = None
         self._pending_flags: Optional[int] = None

@@ -259,3 +259,11 @@ def test_axes_codec(tmp_path, corpus):
         assert len(hits) == 3 and all(len(h) == 5 for h in hits)
     with tartan.Index(tmp_path / "ax", device="cpu") as ix:  # reopened: the code is stored
         assert ix.search(qs[:3], k=5, exhaustive=True) == hits
+    # 'auto' on this small corpus (too few held-out residuals to judge) keeps the scalar code:
+    # the same hits as an index built with it.
+    found = []
+    for codec in ("auto", "scalar"):
+        with tartan.Index(tmp_path / codec, dim=32, create=True, codec=codec, device="cpu") as ix:
+            ix.add(ids, docs)
+            found.append(ix.search(qs[:3], k=5, exhaustive=True))
+    assert found[0] == found[1]

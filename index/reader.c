@@ -18,14 +18,16 @@
  * The axes code, parsed once for every reader of it. Parsing a record rebuilds the rotation,
  * its transpose, the levels and the kernels' decode tables (about 0.5 MB at dim 128, 4 MB at
  * 384), which each search's reader did before this cache. An entry is found by the record's
- * bytes (compared in full: a checksum would let two codes of one length share an entry, a
- * wrong decode no check could see), so a retrained or other index never takes a stale one.
+ * whole stored value, its checksum included (compared in full: a checksum alone would let two
+ * codes of one length share an entry, a wrong decode no check could see), so a retrained or
+ * other index never takes a stale one; a value equal to an entry's was checked when the entry
+ * was made, so a hit skips the checksum too (store_meta_raw).
  * The cache holds a reference to each of its AXES_CACHED most recent entries; readers hold
  * one each; the last release frees an entry.
  */
 typedef struct axes_entry {
     unsigned refs;
-    uint8_t *blob; /* the record's bytes, the key */
+    uint8_t *blob; /* the record's stored value (store_meta_raw), the key */
     size_t len;
     idx_axes axes;
     float *dec;
@@ -56,10 +58,15 @@ static void axes_release(void *ref)
         axes_entry_free(e);
 }
 
-/* The parsed code of record blob [len], a reference taken; NULL and m set on failure. */
-static axes_entry *axes_acquire(const uint8_t *blob, size_t len, const store_header *h,
-                                store_msg *m, int *rc)
+/* The parsed code of the index's record, a reference taken; NULL with *rc TARTAN_ENOTFOUND (no
+ * record, no message) or an error. */
+static axes_entry *axes_acquire(store_txn *txn, const store_header *h, store_msg *m, int *rc)
 {
+    const void *raw, *data;
+    size_t len, dlen;
+    if ((*rc = store_meta_raw(txn, IDX_META_AXES, &raw, &len, m)))
+        return NULL;
+    const uint8_t *blob = raw;
     pthread_mutex_lock(&axes_mu);
     for (int i = 0; i < AXES_CACHED; i++) {
         axes_entry *e = axes_cache[i];
@@ -72,7 +79,10 @@ static axes_entry *axes_acquire(const uint8_t *blob, size_t len, const store_hea
         }
     }
     pthread_mutex_unlock(&axes_mu);
-    /* Parsed outside the lock: two readers missing at once both parse, and both enter. */
+    /* Checked and parsed outside the lock: two readers missing at once both parse, and both
+     * enter. */
+    if ((*rc = store_meta_get(txn, IDX_META_AXES, &data, &dlen, m)))
+        return NULL;
     axes_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->blob = malloc(len ? len : 1))) {
         free(e);
@@ -81,7 +91,7 @@ static axes_entry *axes_acquire(const uint8_t *blob, size_t len, const store_hea
     }
     memcpy(e->blob, blob, len);
     e->len = len;
-    if ((*rc = idx_axes_parse(blob, len, h, &e->axes, m))) {
+    if ((*rc = idx_axes_parse(data, dlen, h, &e->axes, m))) {
         free(e->blob);
         free(e);
         return NULL;
@@ -120,12 +130,8 @@ int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
         if ((rc = store_centroids_get(r->txn, r->h.n_centroids, r->h.dim, &r->centroids, m)) ||
             (rc = store_codec_get(r->txn, r->h.nbits, r->codec.cutoffs, r->codec.weights, m)))
             goto fail;
-        const void *blob;
-        size_t len;
-        if ((rc = store_meta_get(r->txn, IDX_META_AXES, &blob, &len, m)) == 0) {
-            axes_entry *e = axes_acquire(blob, len, &r->h, m, &rc);
-            if (!e)
-                goto fail;
+        axes_entry *e = axes_acquire(r->txn, &r->h, m, &rc);
+        if (e) {
             r->axes_ref = e;
             r->axes = &e->axes;
             r->axes_dec = e->dec;

@@ -62,7 +62,7 @@ int store_meta_put(store_txn *t, const char *name, const void *data, size_t len,
     return store_format_raise(t, store_format_needs(name, nlen), m);
 }
 
-int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)
+int store_meta_raw(store_txn *t, const char *name, const void **value, size_t *len, store_msg *m)
 {
     size_t nlen;
     if (!name_ok(name, &nlen))
@@ -74,18 +74,30 @@ int store_meta_get(store_txn *t, const char *name, const void **data, size_t *le
         return TARTAN_ENOTFOUND;
     if (rc)
         return store_map_lmdb(m, rc, "reading a meta record");
-    if (d.mv_size < META_HEAD)
-        return store_fail(m, TARTAN_ECORRUPT, "meta record '%s' has %zu bytes", name, d.mv_size);
-    const uint8_t *p = d.mv_data;
+    *value = d.mv_data;
+    *len = d.mv_size;
+    return 0;
+}
+
+int store_meta_get(store_txn *t, const char *name, const void **data, size_t *len, store_msg *m)
+{
+    const void *v;
+    size_t vlen;
+    int rc = store_meta_raw(t, name, &v, &vlen, m);
+    if (rc)
+        return rc;
+    if (vlen < META_HEAD)
+        return store_fail(m, TARTAN_ECORRUPT, "meta record '%s' has %zu bytes", name, vlen);
+    const uint8_t *p = v;
     uint32_t want;
     memcpy(&want, p, 4);
-    uint32_t got = store_meta_crc(name, nlen, p + META_HEAD, d.mv_size - META_HEAD);
+    uint32_t got = store_meta_crc(name, strlen(name), p + META_HEAD, vlen - META_HEAD);
     if (got != want)
         return store_fail(m, TARTAN_ECORRUPT,
                           "meta record '%s': checksum mismatch (stored %08x, computed %08x)", name,
                           want, got);
     *data = p + META_HEAD;
-    *len = d.mv_size - META_HEAD;
+    *len = vlen - META_HEAD;
     return 0;
 }
 

@@ -190,6 +190,11 @@ int store_format_version(store_txn *txn, unsigned *version, store_msg *m);
 int store_format_raise(store_txn *t, unsigned v, store_msg *m);
 int store_meta_get(store_txn *txn, const char *name, const void **data, size_t *len,
                    store_msg *m);
+/* The whole stored value of a meta record (its checksum, then its data), NOT checked: for a
+ * caller that compares it byte for byte with a value store_meta_get checked before (a copy of
+ * a large record parsed once), so that an unchanged record is not checksummed again. Errors as
+ * store_meta_get's, but for the checksum. */
+int store_meta_raw(store_txn *txn, const char *name, const void **value, size_t *len, store_msg *m);
 /* Deletes a meta record: 0, or TARTAN_ENOTFOUND (no message). */
 int store_meta_del(store_txn *txn, const char *name, store_msg *m);
 

@@ -16,6 +16,7 @@
 #include "probe.h"
 #include "gpu.h"
 #include "gpus.h"
+#include "model.h"
 #include "plan.h"
 
 /* Each thread keeps its last message per kind: one for calls on handles (tagged with the
@@ -213,12 +214,31 @@ int tartan_info(tartan_db *db, tartan_index_info *info)
         return eng_fail(db, rc, &m);
     store_header h;
     store_usage u;
-    if (!(rc = store_header_get(txn, &h, &m)))
-        rc = store_usage_get(db->env, txn, &u, &m);
+    unsigned format = 0, codec = TARTAN_CODEC_SCALAR, axes[4] = {0, 0, 0, 0};
+    if (!(rc = store_header_get(txn, &h, &m)) && !(rc = store_usage_get(db->env, txn, &u, &m)))
+        rc = store_format_version(txn, &format, &m);
+    if (!rc) {
+        /* The code's counts from the head of its record (dim, nbits, then the four counts). */
+        const void *d;
+        size_t len;
+        store_msg am = {{0}};
+        int arc = store_meta_get(txn, IDX_META_AXES, &d, &len, &am);
+        if (arc != TARTAN_ENOTFOUND)
+            codec = TARTAN_CODEC_AXES;
+        if (arc == 0 && len >= 24) {
+            uint32_t c[6];
+            memcpy(c, d, sizeof c);
+            for (int i = 0; i < 4; i++)
+                axes[i] = c[2 + i];
+        }
+    }
     store_read_end(db->env, txn);
     if (rc)
         return eng_fail(db, rc, &m);
     memset(info, 0, sizeof *info);
+    info->format = format;
+    info->codec = codec;
+    memcpy(info->axes_bits, axes, sizeof axes);
     info->n_docs = h.n_docs;
     info->n_tokens = h.n_tokens;
     info->dim = h.dim;

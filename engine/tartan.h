@@ -409,6 +409,12 @@ typedef struct tartan_index_info {
     uint64_t bytes_free; /* pages of the file holding nothing live (reused later) */
     uint64_t bytes_file; /* size of the data file */
     uint64_t map_size;   /* current LMDB map size */
+    uint32_t
+        format;     /* the on-disk format version (storage/FORMAT.md): 2, or 3 with the axes code */
+    uint32_t codec; /* the residual code the index holds: TARTAN_CODEC_SCALAR or _AXES (never
+                       AUTO: the code it chose); SCALAR until trained */
+    uint32_t axes_bits[4]; /* with the axes code, its counts of axes at 8, 4, 2 and 1 bits (0 0 0 0
+                              where its record is damaged: tartan_check names it); else 0 */
 } tartan_index_info;
 
 /*

@@ -733,6 +733,13 @@ START_TEST(test_axes_auto_chooses)
             ck_assert_uint_eq(format_of(db), 2);
         }
         idx_reader_close(&rd);
+        /* tartan_info names the code kept, its counts filling the budget, and the format. */
+        tartan_index_info in;
+        ck_assert_int_eq(tartan_info(db, &in), 0);
+        ck_assert_uint_eq(in.codec, k == 0 ? TARTAN_CODEC_AXES : TARTAN_CODEC_SCALAR);
+        ck_assert_uint_eq(in.format, k == 0 ? 3 : 2);
+        const unsigned *b = in.axes_bits;
+        ck_assert_uint_eq(8 * b[0] + 4 * b[1] + 2 * b[2] + b[3], k == 0 ? c.dim * 2 : 0);
         size_t np = 99;
         ck_assert_int_eq(tartan_check(db, NULL, NULL, &np), 0);
         ck_assert_uint_eq(np, 0);

@@ -46,6 +46,12 @@ int tool_cmd_info(int argc, char **argv)
     printf("nbits          %u\n", i.nbits);
     printf("centroids      %u%s\n", i.n_centroids, i.n_centroids ? "" : " (not trained yet)");
     printf("code bytes     %u\n", i.code_bytes);
+    if (i.codec == TARTAN_CODEC_AXES)
+        printf("residual code  axes: %u / %u / %u / %u axes at 8 / 4 / 2 / 1 bits\n",
+               i.axes_bits[0], i.axes_bits[1], i.axes_bits[2], i.axes_bits[3]);
+    else
+        printf("residual code  scalar\n");
+    printf("format         %u\n", i.format);
     printf("ivf entries    %llu (%.1f per document)\n", (unsigned long long)i.ivf_entries,
            i.n_docs ? (double)i.ivf_entries / (double)i.n_docs : 0.0);
     printf("space:\n");

@@ -257,6 +257,7 @@ def test_axes_codec(tmp_path, corpus):
         assert ix.check().ok
         hits = ix.search(qs[:3], k=5, exhaustive=True)
         assert len(hits) == 3 and all(len(h) == 5 for h in hits)
+        assert (ix.info().codec, ix.info().format) == ("axes", 3)
     with tartan.Index(tmp_path / "ax", device="cpu") as ix:  # reopened: the code is stored
         assert ix.search(qs[:3], k=5, exhaustive=True) == hits
     # 'auto' on this small corpus (too few held-out residuals to judge) keeps the scalar code:
@@ -266,4 +267,5 @@ def test_axes_codec(tmp_path, corpus):
         with tartan.Index(tmp_path / codec, dim=32, create=True, codec=codec, device="cpu") as ix:
             ix.add(ids, docs)
             found.append(ix.search(qs[:3], k=5, exhaustive=True))
+            assert (ix.info().codec, ix.info().format) == ("scalar", 2)
     assert found[0] == found[1]

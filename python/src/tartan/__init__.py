@@ -250,6 +250,8 @@ class IndexInfo:
     bytes_free: int
     bytes_file: int
     map_size: int
+    format: int = 2  # the on-disk format version: 3 with the axes code
+    codec: str = "scalar"  # the residual code the index holds: 'scalar' or 'axes'
 
 
 @dataclass(frozen=True)
@@ -608,7 +610,8 @@ class Index:
         """What the index holds (documents, tokens, dimension, ...) and its bytes by part."""
         db = self._handle()
         if db is None:
-            return IndexInfo(**{f: 0 for f in IndexInfo.__dataclass_fields__})
+            return IndexInfo(**{f: 0 for f in IndexInfo.__dataclass_fields__
+                                if f not in ("format", "codec")})
         return IndexInfo(**db.info())
 
     def __len__(self) -> int:

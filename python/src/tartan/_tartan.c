@@ -687,14 +687,15 @@ static PyObject *Db_info(DbObject *self, PyObject *unused)
     }
     typedef unsigned long long ull;
     d = Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "n_docs", (ull)in.n_docs, "n_tokens",
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "n_docs", (ull)in.n_docs, "n_tokens",
         (ull)in.n_tokens, "dim", (ull)in.dim, "nbits", (ull)in.nbits, "n_centroids",
         (ull)in.n_centroids, "code_bytes", (ull)in.code_bytes, "bytes_residuals",
         (ull)in.bytes_residuals, "bytes_codes", (ull)in.bytes_codes, "bytes_norms",
         (ull)in.bytes_norms, "bytes_docs", (ull)in.bytes_docs, "bytes_ivf", (ull)in.bytes_ivf,
         "ivf_entries", (ull)in.ivf_entries, "bytes_ids", (ull)in.bytes_ids, "bytes_centroids",
         (ull)in.bytes_centroids, "bytes_meta", (ull)in.bytes_meta, "bytes_free", (ull)in.bytes_free,
-        "bytes_file", (ull)in.bytes_file, "map_size", (ull)in.map_size);
+        "bytes_file", (ull)in.bytes_file, "map_size", (ull)in.map_size, "format", (ull)in.format,
+        "codec", in.codec == TARTAN_CODEC_AXES ? "axes" : "scalar");
 done:
     db_leave(self);
     return d;

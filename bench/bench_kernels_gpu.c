@@ -549,14 +549,15 @@ static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, 
 }
 
 /* The axes code against the 2-bit scalar code at the same bytes a token, batched exact scoring
- * (kern_cuda_exact_scores) of Lq-32 queries against 10k documents of 50-90 tokens, dim 128,
- * K 8,192: codes10k_2bit_* and codes10k_axes_* with 1 and 8 queries, each also on the exact
- * fp32 kernels (_fp32); --only codes10k runs them all. */
+ * (kern_cuda_exact_scores, cross pairs) of Lq-32 queries against 10k documents of 50-90
+ * tokens, dim 128, K 8,192: codes10k_2bit_* and codes10k_axes_* with 1, 8 and 64 queries (64:
+ * an exhaustive search's batch), the first two also on the exact fp32 kernels (_fp32);
+ * --only codes10k runs them all. */
 static void bench_axes_shapes(const char *only)
 {
-    static const size_t nqs[] = {1, 8};
+    static const size_t nqs[] = {1, 8, 64};
     for (int fp32 = 0; fp32 < 2; fp32++)
-        for (size_t i = 0; i < 2; i++)
+        for (size_t i = 0; i < (fp32 ? 2 : 3); i++)
             for (int axes = 0; axes < 2; axes++) {
                 char nm[64];
                 snprintf(nm, sizeof nm, "codes10k_%s_%zuq%s", axes ? "axes" : "2bit", nqs[i],

@@ -25,15 +25,34 @@
  * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
  * read from global memory as they are.
  *
- * Cost: on the H200 (bench codes10k_*: 10k documents of 50-90 tokens, Lq 32, dim 128, K 8,192,
- * 32 bytes a token either way) this kernel took 136-138 us for one query and 838 us for 8,
- * the scalar 2-bit kernel 63-67 and 330-333: 2.1 to 2.5 times as long (2026-11-29, two runs of
- * 11 calls each, medians). The decode is the price: a token
- * byte is a lookup in a table of 256 random entries (bank conflicts the scalar kernel avoids
- * with a copy of its one small table per lane, which 64 KB of tables cannot have) and a store
- * into the tile, which the MMAs then read back; the scalar kernel decodes into registers. Not
- * tried yet: tables by nibble (16 entries of 4 values for a 1- or 2-bit position, small enough
- * to copy per lane), and decoding a document once for several queries.
+ * Two variants of that kernel share its decode. Cross pairs of 4 queries or more (exhaustive
+ * search's batches) take residual_axes_cross_kernel: a CTA decodes each document once for the
+ * W queries of its warps (below). One query of 32 rows or fewer (kern_maxsim_residual, or a
+ * list of one query's pairs) keeps its A fragments in shared memory, one copy a CTA (AS): the
+ * 64 registers they took a lane fit 8 warps a CTA in 128 registers instead of 6 in 168, and
+ * the kernel was latency-bound at 12 warps an SM (ncu, one query: issue slots 27% busy, L1
+ * 49%, a third of the stalls on global loads).
+ *
+ * Cost, H200 (bench codes10k_*: 10k documents of 50-90 tokens, cross pairs, Lq 32, dim 128,
+ * K 8,192, 32 bytes a token either way; medians of 11 calls, one run, 2026-11-29):
+ *   queries   axes before   axes now   scalar 2-bit
+ *   1         136 us        120 us     63 us
+ *   8         840           470        330
+ *   64        6,358         3,110      2,458
+ * Floors (790 TFLOP/s for the MMAs at dim 128, 4.3 TB/s for each input read once): 7 us for
+ * one query, 58 for 8, 465 for 64, all MMA-bound; the kernels sit far above them, bound by the
+ * latency of the decode and of the q.C gathers at 12 to 16 warps an SM (at 64 queries the
+ * gathers alone move 5.7 GB from L2: ncu, cross kernel, L1 65% busy, issue 38%). The decode
+ * is the price against the scalar code: a token byte is a lookup in a table of 256 random
+ * entries (bank conflicts the scalar kernel avoids with a copy of its one small table per
+ * lane, which 64 KB of tables cannot have) and a store into the tile, which the MMAs then read
+ * back; the scalar kernel decodes into registers.
+ * Tried and dropped: the per-warp kernel with its loads (words, codes, then q.C) a step ahead
+ * (142.7 against 143.5 us for one query: latency of global loads was not what held it);
+ * 10 warps a CTA with A in shared memory (126 against 120 us; 96 registers, spills).
+ * Not tried: tables by nibble (16 entries of 4 values for a 1- or 2-bit position: the codec's
+ * tables factor so, but kernels.h's contract and the tests' random tables do not), and
+ * decoding into registers along a K order fitted to the layout.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -53,6 +72,10 @@ namespace
  * 196 none). H200, 10k documents of 70 tokens, Lq 32, dim 128: 137 us at 6 warps, 149 at 8,
  * 153 at 4 (one query); 843, 843 and 984 us (8 queries). */
 constexpr int AX_WARPS = 6;
+/* Warps a CTA with one query's A fragments in shared memory (AS): 8 fit in 128 registers
+ * (24 bytes of spills at dim 128), 16 an SM. One query, codes10k: 120 us at 8, 126 at 10 (96
+ * registers, 156 bytes of spills), 136 for the 6 warps with A in registers. */
+constexpr int AXS_WARPS = 8;
 constexpr int AX_TOK = 16; /* tokens a step: two n8 tiles, independent MMA chains */
 /* Halves a tile row: dim rounded up to 64, so that rows start in bank 0 (swz). */
 __host__ __device__ constexpr int ax_row(int dim)
@@ -93,6 +116,7 @@ struct ax_args {
     ax_layout L;
     const uint4 *af; /* packed A fragments (pack_axes_afrag_kernel) */
     int af_units;
+    int ahead; /* the cross kernel reads a document ahead (TARTAN_GPU_AXES_AHEAD=0: not) */
 };
 
 /* The dim held by tile column c. */
@@ -249,6 +273,22 @@ __device__ __forceinline__ void decode_step(const ax_layout &L, const __half *ta
     }
 }
 
+/* The tables (n halves) into shared memory as fp16 by the whole CTA, 4 floats a load where
+ * they are 16-byte aligned. */
+__device__ __forceinline__ void load_tables(const float *__restrict__ dec, int n, __half *tab)
+{
+    if (((uintptr_t)dec & 15) == 0) {
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            const float4 f = __ldg(reinterpret_cast<const float4 *>(dec) + i);
+            *reinterpret_cast<uint2 *>(tab + 4 * i) =
+                make_uint2(pack_h2(f.x, f.y), pack_h2(f.z, f.w));
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            tab[i] = __float2half_rn(__ldg(dec + i));
+    }
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -256,7 +296,7 @@ __device__ __forceinline__ void decode_step(const ax_layout &L, const __half *ta
  * q.C values, runs the MMAs and takes the max. Dynamic shared memory (mma_smem): the tables
  * (256 x coded halves, room for 256 x dim), then a tile a warp.
  */
-template <int KT, int WARPS, int MINB>
+template <int KT, int WARPS, int MINB, bool AS>
 __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_args a)
 {
     extern __shared__ __align__(16) unsigned char ax_smem[];
@@ -270,21 +310,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
     const int tab_halves = 256 * L.coded;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     __half *const tile = tab + 256 * dim + warp * (AX_TOK * rs);
+    /* AS: the one query's A fragments (one unit) in shared memory after the tiles. */
+    uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim + WARPS * (AX_TOK * rs));
 
-    /* The tables as fp16, 4 floats a load where they are 16-byte aligned. */
-    if (((uintptr_t)j.dec & 15) == 0) {
-        for (int i = threadIdx.x; i < tab_halves / 4; i += blockDim.x) {
-            const float4 f = __ldg(reinterpret_cast<const float4 *>(j.dec) + i);
-            *reinterpret_cast<uint2 *>(tab + 4 * i) =
-                make_uint2(pack_h2(f.x, f.y), pack_h2(f.z, f.w));
-        }
-    } else {
-        for (int i = threadIdx.x; i < tab_halves; i += blockDim.x)
-            tab[i] = __float2half_rn(__ldg(j.dec + i));
-    }
+    load_tables(j.dec, tab_halves, tab);
     /* The warp's tile at 0: the columns of the dims without bits are never written again. */
     for (int i = lane; i < AX_TOK * rs / 2; i += 32)
         reinterpret_cast<uint32_t *>(tile)[i] = 0u;
+    if (AS)
+        for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
+            sa[i] = __ldg(a.af + i);
     __syncthreads();
 
     const bool words = L.rbytes % 4 == 0; /* decode_step's items: words, else bytes */
@@ -303,12 +338,14 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
             const int units = (lq + 31) / 32;
             for (int u = 0; u < units; u++) {
                 uint4 af[MT][KT];
-                const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
+                if (!AS) {
+                    const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int kt = 0; kt < KT; kt++)
-                        af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
+                        for (int kt = 0; kt < KT; kt++)
+                            af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
+                }
                 float rmax[MT][2];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -354,7 +391,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                                 tile + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
 #pragma unroll
                             for (int mt = 0; mt < MT; mt++)
-                                mma16816(acc[jt][mt], af[mt][kt], b.x, b.y);
+                                mma16816(acc[jt][mt],
+                                         AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt], b.x,
+                                         b.y);
                         }
                     /* The tile is read (its values are in registers) before the next step
                      * writes it. */
@@ -393,6 +432,303 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
         if (lane == 0)
             t = kern_claim();
         n = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+    }
+    if (lane == 0)
+        kern_claims_done();
+}
+
+/* The cross kernel reads a chunk's first packed words a document ahead (tokens of 32 bytes or
+ * fewer in whole words): AXP_WORDS a lane, a step's 16 tokens taking 2 lanes each. */
+constexpr int AXP_WORDS = 4;
+
+/* Step tok0's packed words of the lane (token tok0 + lane % 16, clamped to the document;
+ * words lane / 16, + 2, ... of its per), as decode_step<4> takes them. */
+__device__ __forceinline__ void step_words(const kern_pdoc &doc, int rbytes, int tok0, int lane,
+                                           uint32_t (&w)[AXP_WORDS])
+{
+    const int per = rbytes / 4, tok = min(tok0 + (lane & (AX_TOK - 1)), (int)doc.ntok - 1);
+    const uint8_t *src = doc.residuals + (long long)tok * rbytes;
+    const bool al4 = ((uintptr_t)doc.residuals & 3) == 0;
+#pragma unroll
+    for (int i = 0; i < AXP_WORDS; i++) {
+        const int k = lane / AX_TOK + 2 * i;
+        w[i] = 0;
+        if (k < per) {
+            if (al4) {
+                w[i] = __ldg(reinterpret_cast<const uint32_t *>(src) + k);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w[i] |= (uint32_t)__ldg(src + 4 * k + e) << (8 * e);
+            }
+        }
+    }
+}
+
+/* Decodes step_words's words into the lane's tile row (decode_step<4>'s work from registers).
+ * A word at a time, shifted out of w (which is spent): unrolled, the compiler ran every width's
+ * branch of every byte at once and spilled. */
+__device__ __forceinline__ void put_words(const ax_layout &L, const __half *tab, __half *tile,
+                                          int rs, int lane, uint32_t (&w)[AXP_WORDS])
+{
+    const int per = L.rbytes / 4, t = lane & (AX_TOK - 1), sw = swz(t);
+    __half *row = tile + t * rs;
+#pragma unroll 1
+    for (int i = 0; i < AXP_WORDS; i++) {
+        const int k = lane / AX_TOK + 2 * i;
+        const uint32_t v = w[0];
+#pragma unroll
+        for (int x = 0; x + 1 < AXP_WORDS; x++)
+            w[x] = w[x + 1];
+        if (k < per) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                put_byte(L, tab, row, sw, 4 * k + e, (v >> (8 * e)) & 0xffu);
+        }
+    }
+}
+
+/*
+ * Cross mode (every query against the same document list, as exhaustive search asks): a CTA
+ * takes W queries (a group; warp w the group's query w) and one document at a time, and its
+ * warps decode the document once for all of them, chunks of W steps of AX_TOK tokens (warp w
+ * step w) into W tiles the CTA shares, then each warp runs its query's MMAs over every tile of
+ * the chunk. The per-warp kernel above decodes a document once a query: with 8 or more queries
+ * that decode was most of its time, and here it is divided by W. Items are (group, document),
+ * group-major and claimed by the CTA (claim_cuda.cuh), so that a warp's query changes rarely
+ * and its A fragments (one 32-row unit) stay in registers from one document to the next. A
+ * query's running row maxima wait in shared memory between the chunks of a document longer
+ * than a chunk, room for AXC_UNITS units (queries of more rows take the kernel above).
+ */
+constexpr int AXC_UNITS = 3;
+
+/* The q.C values and inverse norms of the lane's accumulator columns of a step whose codes and
+ * norms are code[0..AX_TOK), nrm[0..AX_TOK) (shared memory), its query's rows at qb. */
+template <int MT>
+__device__ __forceinline__ void cross_gather(const float *qb, long long ldq, const uint32_t *code,
+                                             const float *nrm, int t4, float (&qv)[2][MT][2][2],
+                                             float (&nv)[2][2])
+{
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int t = 8 * jt + 2 * t4 + e;
+            nv[jt][e] = nrm[t];
+            const float *row = qb + (long long)code[t] * ldq;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
+        }
+}
+constexpr int AXC_WARPS = 6;
+
+/* What warp reads of item's first chunk (cross kernel): the packed words of its step and,
+ * lanes < AX_TOK, the code and norm of its token (the last token's past the end). */
+__device__ __forceinline__ void first_chunk(const kern_axes_job &j, const ax_layout &L,
+                                            long long item, int warp, int lane,
+                                            uint32_t (&w)[AXP_WORDS], uint32_t &c, float &nv)
+{
+    const kern_pdoc doc = j.docs[item % j.per_q];
+    const int ntok = (int)doc.ntok;
+    if (warp * AX_TOK >= ntok)
+        return;
+    step_words(doc, L.rbytes, warp * AX_TOK, lane, w);
+    const int tc = min(warp * AX_TOK + (lane & (AX_TOK - 1)), ntok - 1);
+    c = load_code(doc.codes, j.code_bytes, tc);
+    nv = __ldg(doc.inv_norms + tc);
+}
+
+template <int KT, int W, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+    residual_axes_cross_kernel(ax_args a, long long groups)
+{
+    extern __shared__ __align__(16) unsigned char ax_smem[];
+    __shared__ long long next_item[2]; /* by turns: a turn's is read before it is written again */
+    const ax_layout &L = a.L;
+    const kern_axes_job &j = a.j;
+    constexpr int MT = 2, CH = W * AX_TOK;
+    const int dim = 16 * KT, rs = ax_row(dim);
+    __half *const tab = reinterpret_cast<__half *>(ax_smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __half *const tiles = tab + 256 * dim;
+    __half *const tile = tiles + warp * (AX_TOK * rs);
+    /* Row maxima kept between chunks: [unit][mt][h] a lane, lanes adjacent (no conflicts). */
+    float *const keeps = reinterpret_cast<float *>(tiles + W * AX_TOK * rs);
+    float *const keep = keeps + warp * (AXC_UNITS * MT * 2 * 32) + lane;
+    /* The chunk's codes and inverse norms (past the end: the last token's), read by the
+     * decoding warps: a step's q.C gathers then wait for one load, not a load and a load at
+     * the address it returns. */
+    uint32_t *const s_code = reinterpret_cast<uint32_t *>(keeps + W * (AXC_UNITS * MT * 2 * 32));
+    float *const s_nrm = reinterpret_cast<float *>(s_code + CH);
+
+    /* Items are claimed one ahead, so that the next document's first chunk is read while this
+     * one's MMAs run (ahead: tokens of whole words, AXP_WORDS a lane at most); without that the
+     * CTA waited for its residuals at the start of every document (64 queries, codes10k: 3,087
+     * against 3,380 us). Not at 8 warps, whose 128 registers it would spill. */
+    if (threadIdx.x == 0)
+        next_item[0] = gridDim.x + (long long)kern_claim();
+    load_tables(j.dec, 256 * L.coded, tab);
+    for (int i = lane; i < AX_TOK * rs / 2; i += 32)
+        reinterpret_cast<uint32_t *>(tile)[i] = 0u;
+    __syncthreads();
+
+    const bool words = L.rbytes % 4 == 0;
+    const bool ahead = W < 8 && a.ahead && words && L.rbytes <= 8 * AXP_WORDS;
+    const long long items = groups * j.per_q;
+    long long item = blockIdx.x, nxt = next_item[0];
+    long long af_q = -1; /* the query whose unit 0 af holds */
+    uint4 af[MT][KT];
+    uint32_t pw[AXP_WORDS], pc = 0; /* the first chunk of item, read ahead */
+    float pn = 0.f;
+    if (ahead && item < items)
+        first_chunk(j, L, item, warp, lane, pw, pc, pn);
+    int turn = 1;
+    while (item < items) {
+        const long long grp = item / j.per_q, d = item % j.per_q;
+        const kern_pdoc doc = j.docs[d];
+        const int ntok = (int)doc.ntok;
+        const long long qi = grp * W + warp;
+        long long row0 = 0;
+        int lq = 0;
+        if (qi < j.nq_all) {
+            row0 = j.q_off[qi];
+            lq = (int)(j.q_off[qi + 1] - row0);
+        }
+        const int units = (lq + 31) / 32;
+        const float *qcT = j.qcT + row0;
+        float total = 0.f;
+        /* ntok is the CTA's: every warp takes the same chunks and barriers. */
+        for (int c0 = 0; c0 < ntok; c0 += CH) {
+            if (c0 + warp * AX_TOK < ntok) {
+                if (ahead && c0 == 0) {
+                    if (lane < AX_TOK) {
+                        s_code[warp * AX_TOK + lane] = pc;
+                        s_nrm[warp * AX_TOK + lane] = pn;
+                    }
+                    put_words(L, tab, tile, rs, lane, pw);
+                } else {
+                    if (lane < AX_TOK) {
+                        const int tc = min(c0 + warp * AX_TOK + lane, ntok - 1);
+                        s_code[warp * AX_TOK + lane] = load_code(doc.codes, j.code_bytes, tc);
+                        s_nrm[warp * AX_TOK + lane] = __ldg(doc.inv_norms + tc);
+                    }
+                    if (words)
+                        decode_step<4>(L, tab, tile, rs, doc, c0 + warp * AX_TOK, lane);
+                    else
+                        decode_step<1>(L, tab, tile, rs, doc, c0 + warp * AX_TOK, lane);
+                }
+            }
+            __syncthreads();
+            const int steps = min(W, (ntok - c0 + AX_TOK - 1) / AX_TOK);
+            const bool last = c0 + CH >= ntok;
+            if (ahead && last && nxt < items)
+                first_chunk(j, L, nxt, warp, lane, pw, pc, pn);
+            for (int u = 0; u < units; u++) {
+                if (units > 1 || af_q != qi) {
+                    const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int kt = 0; kt < KT; kt++)
+                            af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
+                    af_q = units > 1 ? -1 : qi;
+                }
+                float rmax[MT][2];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        rmax[mt][h] = c0 == 0 ? -INFINITY : keep[((u * MT + mt) * 2 + h) * 32];
+                const float *qb = qcT + 32 * u + g;
+                /* The q.C values of step s + 1 are in flight while step s's MMAs run. */
+                float qv[2][MT][2][2], nrm[2][2];
+                cross_gather<MT>(qb, j.ldq, s_code, s_nrm, t4, qv, nrm);
+                for (int s = 0; s < steps; s++) {
+                    float qn[2][MT][2][2], nn[2][2];
+                    const int sn = min(s + 1, steps - 1) * AX_TOK;
+                    cross_gather<MT>(qb, j.ldq, s_code + sn, s_nrm + sn, t4, qn, nn);
+                    const __half *ts = tiles + s * (AX_TOK * rs);
+                    float acc[2][MT][4];
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                acc[jt][mt][e] = 0.f;
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+                        for (int jt = 0; jt < 2; jt++) {
+                            const int r = 8 * jt + g;
+                            const uint2 b = *reinterpret_cast<const uint2 *>(
+                                ts + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+                                mma16816(acc[jt][mt], af[mt][kt], b.x, b.y);
+                        }
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const float s0 =
+                                    (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
+                                const float s1 =
+                                    (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
+                                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+                            }
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            nrm[jt][e] = nn[jt][e];
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    qv[jt][mt][h][e] = qn[jt][mt][h][e];
+                        }
+                }
+                if (!last) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            keep[((u * MT + mt) * 2 + h) * 32] = rmax[mt][h];
+                    continue;
+                }
+                float part = 0.f;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float m = quad_max(rmax[mt][h]);
+                        if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
+                            part += m;
+                    }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    part += __shfl_xor_sync(0xffffffffu, part, o);
+                total += part;
+            }
+            /* Every warp is done with the tiles before the next chunk (or item) decodes. */
+            __syncthreads();
+        }
+        if (ahead && ntok <= 0 && nxt < items)
+            first_chunk(j, L, nxt, warp, lane, pw, pc, pn);
+        if (qi < j.nq_all && lane == 0)
+            j.scores[qi * j.per_q + d] = ntok > 0 ? total : KERN_EMPTY_SCORE;
+        if (threadIdx.x == 0)
+            next_item[turn] = gridDim.x + (long long)kern_claim();
+        __syncthreads();
+        item = nxt;
+        nxt = next_item[turn];
+        turn ^= 1;
     }
     if (lane == 0)
         kern_claims_done();
@@ -468,19 +804,24 @@ bool mma_fits(const kern_axes_job &j)
     return mma_smem(j.dim, AX_WARPS) <= (size_t)optin;
 }
 
-template <int KT, int WARPS, int MINB> int launch_mma(ax_args a)
+/* The cross kernel's dynamic shared memory: the tables as mma_smem's, W tiles, the kept row
+ * maxima of AXC_UNITS units a warp, and a chunk's codes and norms. */
+size_t cross_smem(int dim, int warps)
 {
-    const size_t smem = mma_smem(16 * KT, WARPS);
-    const void *fn = (const void *)residual_axes_mma_kernel<KT, WARPS, MINB>;
-    int blocks = 0, rc;
-    if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
-        KERN_OK)
-        return rc;
+    return mma_smem(dim, warps) + (size_t)warps * AXC_UNITS * 2 * 2 * 32 * sizeof(float) +
+           (size_t)warps * AX_TOK * (sizeof(uint32_t) + sizeof(float));
+}
+
+/* Packs every query's A fragments (pack_axes_afrag_kernel) into scratch (*af of *bytes, for
+ * kern_scratch_free) and runs launch(a) with them. */
+template <int KT, class F> int with_afrag(ax_args a, F launch, const char *what)
+{
     const long long nq = a.j.nq_all;
     a.af_units = (a.j.lq + 31) / 32;
     const long long nf = nq * a.af_units * 2 * KT * 32;
     const size_t af_bytes = (size_t)(nf > 0 ? nf : 1) * sizeof(uint4);
     uint4 *af = NULL;
+    int rc;
     if ((rc = kern_scratch((void **)&af, af_bytes)) != KERN_OK)
         return rc;
     a.af = af;
@@ -490,13 +831,66 @@ template <int KT, int WARPS, int MINB> int launch_mma(ax_args a)
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) {
-        residual_axes_mma_kernel<KT, WARPS, MINB><<<blocks, WARPS * 32, smem>>>(a);
+        launch(a);
         e = cudaGetLastError();
     }
     kern_scratch_free(af, af_bytes);
     if (e != cudaSuccess)
-        return kern_cuda_fail(e, "launch of residual_axes_mma_kernel", __FILE__, __LINE__);
+        return kern_cuda_fail(e, what, __FILE__, __LINE__);
     return KERN_OK;
+}
+
+template <int KT, int WARPS, int MINB, bool AS = false> int launch_mma(const ax_args &a)
+{
+    const size_t smem = mma_smem(16 * KT, WARPS) + (AS ? (size_t)2 * KT * 32 * sizeof(uint4) : 0);
+    const void *fn = (const void *)residual_axes_mma_kernel<KT, WARPS, MINB, AS>;
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
+        KERN_OK)
+        return rc;
+    return with_afrag<KT>(
+        a,
+        [=](const ax_args &b) {
+            residual_axes_mma_kernel<KT, WARPS, MINB, AS><<<blocks, WARPS * 32, smem>>>(b);
+        },
+        "launch of residual_axes_mma_kernel");
+}
+
+template <int KT, int W, int MINB> int launch_cross(const ax_args &a)
+{
+    const size_t smem = cross_smem(16 * KT, W);
+    const void *fn = (const void *)residual_axes_cross_kernel<KT, W, MINB>;
+    const long long groups = (a.j.nq_all + W - 1) / W;
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid(fn, W * 32, smem, groups * a.j.per_q, &blocks)) != KERN_OK)
+        return rc;
+    return with_afrag<KT>(
+        a,
+        [=](const ax_args &b) {
+            residual_axes_cross_kernel<KT, W, MINB><<<blocks, W * 32, smem>>>(b, groups);
+        },
+        "launch of residual_axes_cross_kernel");
+}
+
+/* Whether j takes the cross kernel: crossed pairs of AXC_MIN_Q queries or more (fewer leave
+ * most of a CTA's warps without a query), of AXC_UNITS units at most, and its shared memory
+ * within the device's. TARTAN_GPU_AXES_CROSS=0 in the environment turns it off (benchmarks). */
+constexpr long long AXC_MIN_Q = 4;
+
+bool cross_fits(const kern_axes_job &j, int warps)
+{
+    const char *e = getenv("TARTAN_GPU_AXES_CROSS");
+    if ((e && atoi(e) == 0) || !j.cross || !j.q_off || j.pair_q || j.nq_all < AXC_MIN_Q ||
+        j.lq > 32 * AXC_UNITS)
+        return false;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return cross_smem(j.dim, warps) + 64 <= (size_t)optin;
 }
 
 /* Warps a CTA (2 CTAs an SM, registers fitted to that): AX_WARPS, or 4 or 8 with
@@ -505,6 +899,24 @@ template <int KT> int launch_warps(const ax_args &a)
 {
     const char *e = getenv("TARTAN_GPU_AXES_WARPS");
     const int w = e ? atoi(e) : 0;
+    /* The cross kernel: 8 warps for 8 queries or fewer (one group, none idle), else AXC_WARPS
+     * (8 spill at 128 registers and read no document ahead). H200, codes10k: 8 queries 468 us
+     * at 8 warps, 469 at 6 (483 and 571 with the read-ahead off); 64 queries 3,087 at 6,
+     * 3,612 at 8. */
+    const int cw = w == 4 || w == 8 ? w : a.j.nq_all <= 8 ? 8 : AXC_WARPS;
+    if (cross_fits(a.j, cw)) {
+        if (cw == 4)
+            return launch_cross<KT, 4, 2>(a);
+        if (cw == 8)
+            return launch_cross<KT, 8, 2>(a);
+        return launch_cross<KT, AXC_WARPS, 2>(a);
+    }
+    /* One query of one unit: its A fragments in shared memory, once a CTA, so that the
+     * registers they took hold more warps (AXS_WARPS; TARTAN_GPU_AXES_ASMEM=0 in the
+     * environment: not, for benchmarks). */
+    const char *as = getenv("TARTAN_GPU_AXES_ASMEM");
+    if ((!as || atoi(as) != 0) && w == 0 && a.j.nq_all == 1 && a.j.lq <= 32)
+        return launch_mma<KT, AXS_WARPS, 2, true>(a);
     if (w == 4)
         return launch_mma<KT, 4, 2>(a);
     if (w == 8)
@@ -521,6 +933,8 @@ int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
     a.L = make_layout(j->bytes);
     a.af = NULL;
     a.af_units = 0;
+    const char *ahead = getenv("TARTAN_GPU_AXES_AHEAD");
+    a.ahead = !ahead || atoi(ahead) != 0;
     if (a.L.coded > j->dim) {
         kern_set_error("%s (cuda): the axes code's bytes decode to more dims than dim", who);
         return KERN_EINVAL;

@@ -1504,9 +1504,9 @@ START_TEST(test_kernels_gpu_residual_axes)
 }
 END_TEST
 
-/* The same code through kern_cuda_exact_scores: pairs [nq, per_q], crossed, and as a list
- * (run_exact_code: the automatic choice, the MMA and exact kernels forced, queries off
- * 16-byte alignment, each against the reference). */
+/* The same code through kern_cuda_exact_scores: pairs [nq, per_q], crossed (4 queries or
+ * more: the cross kernel), and as a list (run_exact_code: the automatic choice, the MMA and
+ * exact kernels forced, queries off 16-byte alignment, each against the reference). */
 START_TEST(test_kernels_gpu_residual_axes_batched)
 {
     static const size_t dims[] = {64, 96, 128};
@@ -1519,6 +1519,10 @@ START_TEST(test_kernels_gpu_residual_axes_batched)
             run_exact_code(dims[di], 2, b, urnd(2, 6), urnd(1, 30), 1, 100);
             axes_split(dims[di], mode, b);
             run_exact_code(dims[di], 2, b, 8, 300, (int)(rnd() & 1), 10);
+            /* Crossed, many queries (groups of a CTA's warps, the last part empty) against
+             * documents longer than the cross kernel's chunks. */
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, 13, 40, 1, 300);
         }
 }
 END_TEST

@@ -400,12 +400,10 @@ static void bucket_levels(const idx_axes *x, float *rp, uint8_t *idx)
     for (size_t a = 0; a < d; a++) {
         unsigned w = a < coded ? idx_axes_width(x, a) : 0, b = 0;
         const float *cut = x->cutoffs + a * (IDX_AXES_LEVELS - 1);
-        if (w == 8) /* a binary search over 255 cutoffs (the count of those below) */
-            for (unsigned step = 128; step > 0; step >>= 1)
-                b += cut[b + step - 1] < rp[a] ? step : 0;
-        else
-            for (unsigned k = 0; k + 1 < (1u << w); k++)
-                b += cut[k] < rp[a];
+        /* A binary search over the 2^w - 1 ascending cutoffs: the count of those below (w
+         * compares instead of 2^w - 1; a NaN counts none). */
+        for (unsigned step = (1u << w) >> 1; step > 0; step >>= 1)
+            b += cut[b + step - 1] < rp[a] ? step : 0;
         idx[a] = (uint8_t)b;
         rp[a] = w ? x->levels[a * IDX_AXES_LEVELS + b] : 0.0f;
     }

@@ -165,6 +165,20 @@ static double compare(const char *what, const float *got, const double *ref, con
     return e;
 }
 
+/* The aggregate bound of the residual kernels: 2e-4 of the scores' norm, widened where the
+ * residual terms are larger. fp16 rounds those terms, so its error scales with them (mag sums
+ * |q_j w_j|, about sqrt(dim) times the L2 size that the rounding errors add up to), and a score
+ * that cancels to near zero (the centroid term against the residual one) must not shrink the
+ * bound: seed 4021885315793 gave dim 96 nbits 8 2.43e-4 of its scores, 2e-6 of mag's norm. */
+static double residual_agg(const double *ref, const double *mag, size_t n, size_t dim)
+{
+    double r2 = 0, m2 = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i]))
+            r2 += ref[i] * ref[i], m2 += mag[i] * mag[i] / (double)dim;
+    return 2e-4 * (m2 > r2 && r2 > 0 ? sqrt(m2 / r2) : 1.0);
+}
+
 /* The GPU result against the CPU kernel's (same semantics, its own fp32 arithmetic): empty
  * documents alike, values within the same tolerance as against the reference. */
 static void compare_cpu(const char *what, const float *got, const float *cpu, const double *mag,
@@ -1063,9 +1077,10 @@ static void run_residual_code(size_t dim, unsigned nbits, const unsigned *axes, 
     else
         snprintf(what, sizeof what, "residual dim %zu nbits %u code_bytes %u lq %zu", dim, nbits,
                  code_bytes, lq);
-    double e = compare(what, got, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), 2e-4);
+    const double agg = residual_agg(ref, mag, nd, dim);
+    double e = compare(what, got, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), agg);
     compare_cpu(what, got, cpu, mag, nd, 2e-3, 2e-5 * (double)(lq + 1));
-    fprintf(stderr, "%s: relative error %.3g\n", what, e);
+    fprintf(stderr, "%s: relative error %.3g (bound %.3g)\n", what, e, agg);
     if (paths) {
         const int saved = kern_gpu_tune.residual_path;
         kern_gpu_tune.residual_path = 1;
@@ -1075,7 +1090,7 @@ static void run_residual_code(size_t dim, unsigned nbits, const unsigned *axes, 
         kern_gpu_tune.residual_path = saved;
         ck_assert_msg(memcmp(mma, got, nd * sizeof(float)) == 0,
                       "%s: the automatic choice is not the MMA kernel", what);
-        compare(what, exact, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), 2e-4);
+        compare(what, exact, ref, mag, nd, 2e-3, 1e-5 * (double)(lq + 1), agg);
         int differs = 0;
         for (size_t n = 0; n < nd; n++)
             differs |= p.ntok[n] > 0 && lq > 0 && memcmp(&exact[n], &mma[n], 4) != 0;
@@ -1398,7 +1413,8 @@ static void run_exact_code(size_t dim, unsigned nbits, const unsigned *axes, siz
     size_t scored = 0;
     for (size_t n = 0; n < pairs; n++)
         scored += isfinite(ref[n]) != 0;
-    const double agg = 2e-4 * (scored < 16 ? sqrt(16.0 / (double)(scored ? scored : 1)) : 1.0);
+    const double agg = residual_agg(ref, mag, pairs, dim) *
+                       (scored < 16 ? sqrt(16.0 / (double)(scored ? scored : 1)) : 1.0);
     double e = compare(what, got[0], ref, mag, pairs, 2e-3, abs_tol, agg);
     compare(what, got[2], ref, mag, pairs, 2e-3, abs_tol, agg);
     ck_assert_msg(memcmp(got[0], got[1], pairs * sizeof(float)) == 0,
@@ -1410,7 +1426,7 @@ static void run_exact_code(size_t dim, unsigned nbits, const unsigned *axes, siz
     for (size_t n = 0; n < pairs; n++)
         differs |= isfinite(ref[n]) && memcmp(&got[1][n], &got[2][n], 4) != 0;
     ck_assert_msg(differs || !scored, "%s: the exact kernel gave the MMA kernel's bits", what);
-    fprintf(stderr, "%s: relative error %.3g\n", what, e);
+    fprintf(stderr, "%s: relative error %.3g (bound %.3g)\n", what, e, agg);
     for (int path = 0; path < 5; path++)
         free(got[path]);
     exact_free(&x);

@@ -218,19 +218,15 @@ int tartan_info(tartan_db *db, tartan_index_info *info)
     if (!(rc = store_header_get(txn, &h, &m)) && !(rc = store_usage_get(db->env, txn, &u, &m)))
         rc = store_format_version(txn, &format, &m);
     if (!rc) {
-        /* The code's counts from the head of its record (dim, nbits, then the four counts). */
+        /* The code's counts from the head of its record (left 0 where it is too short). */
         const void *d;
         size_t len;
         store_msg am = {{0}};
         int arc = store_meta_get(txn, IDX_META_AXES, &d, &len, &am);
         if (arc != TARTAN_ENOTFOUND)
             codec = TARTAN_CODEC_AXES;
-        if (arc == 0 && len >= 24) {
-            uint32_t c[6];
-            memcpy(c, d, sizeof c);
-            for (int i = 0; i < 4; i++)
-                axes[i] = c[2 + i];
-        }
+        if (arc == 0)
+            (void)idx_axes_counts(d, len, axes);
     }
     store_read_end(db->env, txn);
     if (rc)

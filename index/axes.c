@@ -592,6 +592,17 @@ void idx_axes_save(const idx_axes *x, uint8_t *out)
     }
 }
 
+int idx_axes_counts(const uint8_t *blob, size_t len, unsigned counts[4])
+{
+    uint32_t h[6];
+    if (len < HEADER_BYTES)
+        return -1;
+    memcpy(h, blob, sizeof h);
+    for (int i = 0; i < 4; i++)
+        counts[i] = h[2 + i];
+    return 0;
+}
+
 int idx_axes_load(idx_axes *out, const uint8_t *blob, size_t len, char *err)
 {
     uint32_t h[6];

@@ -98,5 +98,8 @@ void idx_axes_decode_tables(const idx_axes *x, float *dec, unsigned bytes[4]);
 size_t idx_axes_bytes(const idx_axes *x);
 void idx_axes_save(const idx_axes *x, uint8_t *out);
 int idx_axes_load(idx_axes *x, const uint8_t *blob, size_t len, char *err);
+/* The counts of 8-, 4-, 2- and 1-bit axes from the head of a stored code (tartan_info), without
+ * parsing the rest: 0, or -1 (counts untouched) where blob is shorter than the head. */
+int idx_axes_counts(const uint8_t *blob, size_t len, unsigned counts[4]);
 
 #endif

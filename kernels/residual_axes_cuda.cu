@@ -289,6 +289,50 @@ __device__ __forceinline__ void load_tables(const float *__restrict__ dec, int n
     }
 }
 
+/* One step of AX_TOK decoded tokens (tile ts, rows rs halves apart, swizzled) against a 32-row
+ * unit of the query: its residual terms on the tensor cores, A fragment (mt, kt) from
+ * afrag(mt, kt), then the lane's row maxima rmax [mt][h] taken over (residual term + q.C qv)
+ * times the inverse norm nrm of the lane's accumulator columns. SYNC: a __syncwarp once the
+ * tile is read (the per-warp kernel's next step then writes it). Shared by both MMA kernels. */
+template <int KT, int MT, bool SYNC, class AF>
+__device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF afrag,
+                                         const float (&qv)[2][MT][2][2], const float (&nrm)[2][2],
+                                         float (&rmax)[MT][2])
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    float acc[2][MT][4];
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[jt][mt][e] = 0.f;
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+#pragma unroll
+        for (int jt = 0; jt < 2; jt++) {
+            const int r = 8 * jt + g;
+            const uint2 b =
+                *reinterpret_cast<const uint2 *>(ts + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                mma16816(acc[jt][mt], afrag(mt, kt), b.x, b.y);
+        }
+    if (SYNC)
+        __syncwarp();
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float s0 = (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
+                const float s1 = (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
+                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+            }
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -374,42 +418,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                     else
                         decode_step<1>(L, tab, tile, rs, doc, tok0, lane);
                     __syncwarp();
-                    float acc[2][MT][4];
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                acc[jt][mt][e] = 0.f;
-#pragma unroll
-                    for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-                        for (int jt = 0; jt < 2; jt++) {
-                            const int r = 8 * jt + g;
-                            const uint2 b = *reinterpret_cast<const uint2 *>(
-                                tile + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
-#pragma unroll
-                            for (int mt = 0; mt < MT; mt++)
-                                mma16816(acc[jt][mt],
-                                         AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt], b.x,
-                                         b.y);
-                        }
-                    /* The tile is read (its values are in registers) before the next step
-                     * writes it. */
-                    __syncwarp();
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                const float s0 =
-                                    (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
-                                const float s1 =
-                                    (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
-                                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
-                            }
+                    step_max<KT, MT, true>(
+                        tile, rs, lane,
+                        [&](int mt, int kt) {
+                            return AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt];
+                        },
+                        qv, nrm, rmax);
                 }
                 float part = 0.f;
 #pragma unroll
@@ -650,38 +664,9 @@ __global__ void __launch_bounds__(W * 32, MINB)
                     float qn[2][MT][2][2], nn[2][2];
                     const int sn = min(s + 1, steps - 1) * AX_TOK;
                     cross_gather<MT>(qb, j.ldq, s_code + sn, s_nrm + sn, t4, qn, nn);
-                    const __half *ts = tiles + s * (AX_TOK * rs);
-                    float acc[2][MT][4];
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                acc[jt][mt][e] = 0.f;
-#pragma unroll
-                    for (int kt = 0; kt < KT; kt++)
-#pragma unroll
-                        for (int jt = 0; jt < 2; jt++) {
-                            const int r = 8 * jt + g;
-                            const uint2 b = *reinterpret_cast<const uint2 *>(
-                                ts + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
-#pragma unroll
-                            for (int mt = 0; mt < MT; mt++)
-                                mma16816(acc[jt][mt], af[mt][kt], b.x, b.y);
-                        }
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                const float s0 =
-                                    (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
-                                const float s1 =
-                                    (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
-                                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
-                            }
+                    step_max<KT, MT, false>(
+                        tiles + s * (AX_TOK * rs), rs, lane,
+                        [&](int mt, int kt) { return af[mt][kt]; }, qv, nrm, rmax);
 #pragma unroll
                     for (int jt = 0; jt < 2; jt++)
 #pragma unroll

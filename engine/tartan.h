@@ -257,15 +257,18 @@ typedef struct tartan_options {
  * AXES: the same bytes spent in the residuals' principal axes, more bits on the axes that vary
  * most, a table each (index/axes.h); nbits 1, 2 or 4 and dim up to 1024 (else TARTAN_EINVAL
  * when training). More faithful on anisotropic embeddings; searched on the CPU and the GPU
- * alike. An index trained with it is format version 3 (storage/FORMAT.md), which builds
- * before it refuse.
+ * alike, but the GPU has tensor-core kernels for it at dims 64, 96 and 128 only: at 256 to
+ * 768, where the scalar code has them, a GPU search of an axes index runs an exact fp32
+ * kernel, tens of times slower (d 384: 120x exhaustive, 47x default search). An index trained
+ * with it is format version 3 (storage/FORMAT.md), which builds before it refuse.
  */
 #define TARTAN_CODEC_SCALAR 0u
 #define TARTAN_CODEC_AXES 1u
 /* AUTO: both fitted on most of the held-out residuals, the axes code kept only where it cuts
  * the error on the rest (unseen by either fit) by 10% or more, else the scalar code; where the
- * axes code cannot code the index (nbits 8, dim above 1024), the scalar code. An index records
- * the code chosen, not AUTO. */
+ * axes code cannot code the index (nbits 8, dim above 1024) or the GPU would read it far slower
+ * than the scalar code (dims 256 to 768, above), the scalar code. An index records the code
+ * chosen, not AUTO. */
 #define TARTAN_CODEC_AUTO 2u
 
 /* Fills *o with the defaults above. o: out, not NULL. Any thread. */

@@ -260,6 +260,15 @@ int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *app
     return kern_cpu_maxsim_residual_amx(a, approx, bound);
 }
 
+int kern_residual_mma_dim(size_t dim, int axes)
+{
+    /* The axes code: residual_axes_cuda.cu's mma_fits asks this. The scalar code:
+     * residual_cuda.cu's run_residual (64, 96, 128, 256, and big_dim's 320 to 768). */
+    if (dim == 64 || dim == 96 || dim == 128)
+        return 1;
+    return !axes && (dim == 256 || dim == 320 || dim == 384 || dim == 512 || dim == 768);
+}
+
 int kern_maxsim_residual_screen_usable(kern_dev dev)
 {
     return dev == KERN_DEV_CPU && kern_cpu_amx_usable();

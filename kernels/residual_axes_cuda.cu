@@ -777,7 +777,7 @@ size_t mma_smem(int dim, int warps)
 /* Whether the MMA kernel runs r: its dims, and its shared memory within the device's. */
 bool mma_fits(const kern_axes_job &j)
 {
-    if (j.dim != 64 && j.dim != 96 && j.dim != 128)
+    if (!kern_residual_mma_dim((size_t)j.dim, 1))
         return false;
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||

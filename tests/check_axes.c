@@ -728,41 +728,53 @@ START_TEST(test_axes_auto_chooses)
      * error, and the scalar code where it does not: 2,500 documents of 40 tokens about 64
      * topics (all sampled: 100,000 tokens, 5,000 held out), their residuals drawn with
      * falling variances (decay 0.85: the last axis's sigma 0.6% of the first's) or equal ones
-     * (decay 1, where the axes code has nothing to gain). The index records the code chosen:
-     * version 3 with codec.axes, or version 2 without. */
-    static const double decays[] = {0.85, 1.0};
-    for (int k = 0; k < 2; k++) {
+     * (decay 1, where the axes code has nothing to gain). At dim 256 the GPU multiplies only
+     * the scalar code on its tensor cores, so the falling variances keep the scalar code there.
+     * The index records the code chosen: version 3 with codec.axes, or version 2 without. */
+    static const struct {
+        size_t dim;
+        double decay;
+        int axes;
+    } cases[] = {{32, 0.85, 1}, {32, 1.0, 0}, {256, 0.85, 0}};
+    ck_assert(kern_residual_mma_dim(128, 1) && kern_residual_mma_dim(256, 0));
+    ck_assert(!kern_residual_mma_dim(256, 1) && !kern_residual_mma_dim(32, 0));
+    for (int k = 0; k < 3; k++) {
         fixture_dir_create("axesauto");
         rng_state = 4200 + (uint64_t)k;
-        fx_corpus_spec spec = {
-            .dim = 32, .n_docs = 2500, .n_topics = 64, .min_len = 40, .max_len = 40, .noise = 0.0};
+        fx_corpus_spec spec = {.dim = cases[k].dim,
+                               .n_docs = 2500,
+                               .n_topics = 64,
+                               .min_len = 40,
+                               .max_len = 40,
+                               .noise = 0.0};
         fx_corpus c;
         fx_corpus_make(&c, &spec);
-        double Q[32 * 32], sig[32];
-        float *r = draw(c.n_rows, c.dim, 1.5, decays[k], Q, sig);
+        double *Q = xmalloc(c.dim * c.dim * sizeof *Q), *sig = xmalloc(c.dim * sizeof *sig);
+        float *r = draw(c.n_rows, c.dim, 1.5, cases[k].decay, Q, sig);
         for (size_t i = 0; i < c.n_rows * c.dim; i++)
             c.emb[i] += r[i];
         free(r);
+        free(Q);
+        free(sig);
+        const int want = cases[k].axes;
         tartan_db *db = open_axes(ixpath, 2, TARTAN_CODEC_AUTO, c.dim);
         fx_add_range(db, &c, 0, c.n_docs);
         idx_reader rd;
         store_msg m = {{0}};
         ck_assert_int_eq(idx_reader_open(db->env, &rd, &m), 0);
-        if (k == 0) {
+        if (want)
             ck_assert_ptr_nonnull(rd.axes);
-            ck_assert_uint_eq(format_of(db), 3);
-        } else {
+        else
             ck_assert_ptr_null(rd.axes);
-            ck_assert_uint_eq(format_of(db), 2);
-        }
+        ck_assert_uint_eq(format_of(db), want ? 3 : 2);
         idx_reader_close(&rd);
         /* tartan_info names the code kept, its counts filling the budget, and the format. */
         tartan_index_info in;
         ck_assert_int_eq(tartan_info(db, &in), 0);
-        ck_assert_uint_eq(in.codec, k == 0 ? TARTAN_CODEC_AXES : TARTAN_CODEC_SCALAR);
-        ck_assert_uint_eq(in.format, k == 0 ? 3 : 2);
+        ck_assert_uint_eq(in.codec, want ? TARTAN_CODEC_AXES : TARTAN_CODEC_SCALAR);
+        ck_assert_uint_eq(in.format, want ? 3 : 2);
         const unsigned *b = in.axes_bits;
-        ck_assert_uint_eq(8 * b[0] + 4 * b[1] + 2 * b[2] + b[3], k == 0 ? c.dim * 2 : 0);
+        ck_assert_uint_eq(8 * b[0] + 4 * b[1] + 2 * b[2] + b[3], want ? c.dim * 2 : 0);
         size_t np = 99;
         ck_assert_int_eq(tartan_check(db, NULL, NULL, &np), 0);
         ck_assert_uint_eq(np, 0);

@@ -309,7 +309,8 @@ class Index:
         codec: the residual code a training fits: 'scalar' (default: one table for every
             dimension), 'axes' (the residuals' principal axes, more bits where they vary
             most: more faithful at the same bytes on anisotropic embeddings; nbits 1, 2 or
-            4) or 'auto' (axes where it cuts the held-out error by 10% or more, else
+            4; GPU search is fast on it at dims 64, 96 and 128 only) or 'auto' (axes where
+            it cuts the held-out error by 10% or more and the GPU reads it fast, else
             scalar). An index keeps the code it was trained with.
 
     The index is a context manager (``with tartan.Index(...) as ix:``) and closes on exit.

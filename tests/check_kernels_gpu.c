@@ -1021,8 +1021,9 @@ static double plaid_ref(const plaid_set *p, size_t n, size_t r0, size_t r1, doub
 }
 
 /* The GPU's scores of p's query (kern_maxsim_residual), on device buffers made here; the query
- * shift floats past a 256-byte boundary (1: not 16-byte aligned, so not read as float4). */
-static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift)
+ * shift floats past a 256-byte boundary (1: not 16-byte aligned, so not read as float4). *rc:
+ * the call's return (the scores NULL unless KERN_OK). */
+static float *residual_try(const plaid_set *p, unsigned code_bytes, int shift, int *rc)
 {
     const size_t dim = p->dim, lq = p->lq, nd = p->nd;
     float *qh = calloc(lq * dim + 2, sizeof(float));
@@ -1039,11 +1040,21 @@ static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift
         a.axes_dec = decd;
         memcpy(a.axes_bytes, p->axes, sizeof a.axes_bytes);
     }
-    expect_ok(kern_maxsim_residual(KERN_DEV_CUDA, &a, sd));
-    float *got = dev_get_floats(sd, nd);
+    *rc = kern_maxsim_residual(KERN_DEV_CUDA, &a, sd);
+    float *got = NULL;
+    if (*rc == KERN_OK)
+        got = dev_get_floats(sd, nd);
     kern_gpu_free(qd), kern_gpu_free(qcd), kern_gpu_free(wd), kern_gpu_free(sd);
     kern_gpu_free(decd);
     free(qh);
+    return got;
+}
+
+static float *residual_on_gpu(const plaid_set *p, unsigned code_bytes, int shift)
+{
+    int rc;
+    float *got = residual_try(p, code_bytes, shift, &rc);
+    expect_ok(rc);
     return got;
 }
 
@@ -1544,6 +1555,32 @@ START_TEST(test_kernels_gpu_residual_axes_batched)
 END_TEST
 
 /* Byte counts that decode to more dims than dim are refused on both calls, before any work. */
+START_TEST(test_kernels_gpu_residual_mma_dims)
+{
+    /* kern_residual_mma_dim, which training's codec auto weighs, against the kernels: with the
+     * MMA path forced, each code runs at the dims it names and is refused at the others (an
+     * H100 or H200 holds every table these dims need in a CTA's shared memory). */
+    static const size_t dims[] = {48, 64, 96, 128, 192, 256, 384};
+    const int saved = kern_gpu_tune.residual_path;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        for (int axes = 0; axes < 2; axes++) {
+            const size_t dim = dims[i];
+            const unsigned layout[4] = {0, 0, (unsigned)dim / 4, 0}; /* every dim 2 bits */
+            plaid_set p;
+            plaid_make_code(&p, dim, 2, axes ? layout : NULL, 4, 5, 3, 10);
+            kern_gpu_tune.residual_path = 1;
+            int rc;
+            float *got = residual_try(&p, 4, 0, &rc);
+            kern_gpu_tune.residual_path = saved;
+            const int want = kern_residual_mma_dim(dim, axes) ? KERN_OK : KERN_EINVAL;
+            ck_assert_msg(rc == want, "dim %zu, %s code: %d from the forced MMA path, want %d", dim,
+                          axes ? "axes" : "scalar", rc, want);
+            free(got);
+            plaid_free(&p);
+        }
+}
+END_TEST
+
 START_TEST(test_kernels_gpu_residual_axes_bad_arguments)
 {
     const size_t dim = 64;
@@ -2870,6 +2907,7 @@ int main(void)
         {"residual_axes", test_kernels_gpu_residual_axes, 300},
         {"residual_axes_batched", test_kernels_gpu_residual_axes_batched, 300},
         {"residual_axes_bad_arguments", test_kernels_gpu_residual_axes_bad_arguments, 60},
+        {"residual_mma_dims", test_kernels_gpu_residual_mma_dims, 60},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},
         {"adaptive_stages", test_kernels_gpu_adaptive_stages, 120},

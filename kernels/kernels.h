@@ -299,16 +299,6 @@ typedef struct kern_residual {
 int kern_maxsim_residual(kern_dev dev, const kern_residual *a, float *scores);
 
 /*
- * Whether the CUDA kernels multiply a residual code of this dim on the tensor cores (axes: the
- * axes code, else the scalar one), where the device's shared memory holds their tables; other
- * dims take an exact fp32 kernel, tens of times slower (d 384, axes code: exhaustive search
- * 20.9 ms a query against 0.17 ms for the scalar code's tensor-core kernel, H200). A property
- * of the library, not of a device: it answers the same without CUDA, so an index trained here
- * can weigh how a GPU will read it (index/train.c, TARTAN_CODEC_AUTO).
- */
-int kern_residual_mma_dim(size_t dim, int axes);
-
-/*
  * A screen for it: approx [nd], the same MaxSim with bf16 products (on AMX tiles), and bound
  * [nd], a proven bound on |approx - kern_maxsim_residual's score| for each document (from the
  * query's and the bucket weights' bf16 rounding errors and both sides' fp32 rounding; about
@@ -320,6 +310,16 @@ int kern_residual_mma_dim(size_t dim, int axes);
  */
 int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *approx, float *bound);
 int kern_maxsim_residual_screen_usable(kern_dev dev);
+
+/*
+ * Whether the CUDA kernels multiply a residual code of this dim on the tensor cores (axes: the
+ * axes code, else the scalar one), where the device's shared memory holds their tables; other
+ * dims take an exact fp32 kernel, tens of times slower (d 384, axes code: exhaustive search
+ * 20.9 ms a query against 0.17 ms for the scalar code's tensor-core kernel, H200). A property
+ * of the library, not of a device: it answers the same without CUDA, so an index trained here
+ * can weigh how a GPU will read it (index/train.c, TARTAN_CODEC_AUTO).
+ */
+int kern_residual_mma_dim(size_t dim, int axes);
 
 /*
  * Centroid interaction (PLAID stages 2 and 3): approx[n] = sum_i max over tokens t of doc n

@@ -333,6 +333,27 @@ __device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF 
             }
 }
 
+/* A 32-row unit's part of the score, in every lane: each row's max over the quad's columns
+ * (rmax from step_max), summed over the unit u's rows below lq. */
+template <int MT>
+__device__ __forceinline__ float unit_sum(const float (&rmax)[MT][2], int lane, int u, int lq)
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    float part = 0.f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m = quad_max(rmax[mt][h]);
+            if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
+                part += m;
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        part += __shfl_xor_sync(0xffffffffu, part, o);
+    return part;
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -425,19 +446,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                         },
                         qv, nrm, rmax);
                 }
-                float part = 0.f;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float m = quad_max(rmax[mt][h]);
-                        if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
-                            part += m;
-                    }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1)
-                    part += __shfl_xor_sync(0xffffffffu, part, o);
-                total += part;
+                total += unit_sum<MT>(rmax, lane, u, lq);
             }
         }
         if (lane == 0)
@@ -687,19 +696,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
                             keep[((u * MT + mt) * 2 + h) * 32] = rmax[mt][h];
                     continue;
                 }
-                float part = 0.f;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float m = quad_max(rmax[mt][h]);
-                        if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
-                            part += m;
-                    }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1)
-                    part += __shfl_xor_sync(0xffffffffu, part, o);
-                total += part;
+                total += unit_sum<MT>(rmax, lane, u, lq);
             }
             /* Every warp is done with the tiles before the next chunk (or item) decodes. */
             __syncthreads();

@@ -311,18 +311,31 @@ int main(int argc, char **argv)
             bad += fabs(a - b) >= 1e-5;
         }
     }
-    /* The AMX screen of the fp32 argmax (kernels/nearest_amx_cpu.c) on the same points, against
-     * the unscreened fp32 kernel: codes and scores equal bit for bit, and how many points its
-     * bf16 window left to the fp32 kernel. */
+    /* The screen of the fp32 argmax on the same points (AMX, kernels/nearest_amx_cpu.c, or else
+     * int8 on AVX2, kernels/nearest_i8_cpu.c), against the unscreened fp32 kernel: codes and
+     * scores equal bit for bit, how many points its window left to the fp32 kernel, and its
+     * time. */
     size_t scr_fp32 = 0, scr_differ = 0;
     int screened = 0;
+    const char *scr_name = "AMX";
+    double t_scr = NAN, t_unscr = NAN;
     if (dev == KERN_DEV_CPU) {
         int32_t *b1 = xmalloc(check * sizeof(int32_t)), *b2 = xmalloc(check * sizeof(int32_t));
         float *s1 = xmalloc(check * sizeof(float)), *s2 = xmalloc(check * sizeof(float));
-        if (kern_cpu_nearest_centroid_fp32(x, check, cen, k, dim, b1, s1) == KERN_OK &&
-            kern_cpu_nearest_centroid_screened(x, check, cen, k, dim, b2, s2, &scr_fp32) ==
-                KERN_OK) {
+        double t0 = now();
+        int rc1 = kern_cpu_nearest_centroid_fp32(x, check, cen, k, dim, b1, s1);
+        double t1 = now();
+        int rc2 = kern_cpu_nearest_centroid_screened(x, check, cen, k, dim, b2, s2, &scr_fp32);
+        if (rc2 == KERN_ENODEV && kern_cpu_amx_usable() == 0) {
+            scr_name = "int8 (AVX2)";
+            t1 = now();
+            rc2 = kern_cpu_nearest_centroid_screened_i8(x, check, cen, k, dim, b2, s2, &scr_fp32);
+        }
+        double t2 = now();
+        if (rc1 == KERN_OK && rc2 == KERN_OK) {
             screened = 1;
+            t_unscr = t1 - t0;
+            t_scr = t2 - t1;
             for (size_t i = 0; i < check; i++)
                 scr_differ += b1[i] != b2[i] || memcmp(s1 + i, s2 + i, sizeof(float)) != 0;
         }
@@ -381,11 +394,11 @@ int main(int argc, char **argv)
     printf("check: %zu of %zu codes differ from the CPU kernel's, %zu beyond a near-tie\n", differ,
            check, bad);
     if (screened)
-        printf("fp32 screened on AMX: %zu of %zu points left to the fp32 kernel; %zu codes or "
-               "scores differ from the unscreened kernel's\n",
-               scr_fp32, check, scr_differ);
+        printf("fp32 screened on %s: %zu of %zu points left to the fp32 kernel; %zu codes or "
+               "scores differ from the unscreened kernel's; %.3f s against %.3f s unscreened\n",
+               scr_name, scr_fp32, check, scr_differ, t_scr, t_unscr);
     else if (dev == KERN_DEV_CPU)
-        printf("fp32 screened on AMX: not here (%s)\n", kern_last_error());
+        printf("fp32 screened: not here (%s)\n", kern_last_error());
     printf("k-means assignment in %s (%s); mean cosine of a token to its centroid %.6f\n",
            idx_kmeans_bf16(dev) ? "bf16" : "fp32",
            idx_kmeans_bf16(dev) ? kern_nearest_centroid_bf16_path(dev) : "fp32 kernel", mean_cos);

@@ -57,6 +57,21 @@ int kern_cpu_nearest_centroid_fp32(const float *x, size_t n, const float *centro
 int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *centroids,
                                        size_t n_centroids, size_t dim, int32_t *best,
                                        float *best_score, size_t *n_fp32);
+/* The same answer screened with int8 products on AVX2 (nearest_i8_cpu.c), for CPUs without
+ * AMX. KERN_ENODEV without AVX2 and FMA, at dim 0 or above 2,048, with no centroids, or where a
+ * centroid is not finite. */
+int kern_cpu_nearest_centroid_screened_i8(const float *x, size_t n, const float *centroids,
+                                          size_t n_centroids, size_t dim, int32_t *best,
+                                          float *best_score, size_t *n_fp32);
+/* What the screens share (nearest_cpu.c). kern_cpu_rescore_list: the fp32 argmax of x over the
+ * listed centroids (ascending), with the AVX2 / AVX-512 micro-kernels' products bit for bit;
+ * needs FMA. kern_cpu_nearest_flagged: the points flagged in fb through the fp32 kernel, their
+ * count in n_fp32 (or NULL). */
+void kern_cpu_rescore_list(const float *x, const float *centroids, size_t dim, const int32_t *list,
+                           size_t nc, int32_t *best, float *best_score);
+int kern_cpu_nearest_flagged(const float *x, size_t n, const float *centroids, size_t n_centroids,
+                             size_t dim, int32_t *best, float *best_score, const uint8_t *fb,
+                             size_t *n_fp32);
 /* Residual-coded MaxSim (as kern_cpu_maxsim_residual) with bf16 products on AMX tiles:
  * approx [nd] and, per document, bound [nd] >= |approx - kern_cpu_maxsim_residual's score|
  * (INFINITY where it cannot say: non-finite inputs). Documents without tokens: approx

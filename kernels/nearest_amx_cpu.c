@@ -259,52 +259,6 @@ TAMX static void item_screen(const uint16_t *pk, size_t np, size_t panel, size_t
     }
 }
 
-/*
- * The fp32 argmax of one point x over its listed centroids (ascending indices): each product
- * the chain the AVX-512 micro-kernel computes for a lane (a fused multiply-add a dim, in
- * ascending order, from zero), so score and choice are kern_cpu_nearest_centroid_fp32's bit for
- * bit; strict comparisons keep the lower index on ties. Four chains at a time for the FMA
- * latency.
- */
-TAMX static void rescore(const float *x, const float *centroids, size_t dim, const int32_t *list,
-                         size_t nc, int32_t *best, float *best_score)
-{
-    float bs = -INFINITY;
-    int32_t bi = -1;
-    size_t j = 0;
-    for (; j + 4 <= nc; j += 4) {
-        const float *r0 = centroids + (size_t)list[j] * dim,
-                    *r1 = centroids + (size_t)list[j + 1] * dim;
-        const float *r2 = centroids + (size_t)list[j + 2] * dim,
-                    *r3 = centroids + (size_t)list[j + 3] * dim;
-        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (size_t k = 0; k < dim; k++) {
-            a0 = __builtin_fmaf(x[k], r0[k], a0);
-            a1 = __builtin_fmaf(x[k], r1[k], a1);
-            a2 = __builtin_fmaf(x[k], r2[k], a2);
-            a3 = __builtin_fmaf(x[k], r3[k], a3);
-        }
-        float a[4] = {a0, a1, a2, a3};
-        for (int u = 0; u < 4; u++)
-            if (a[u] > bs) {
-                bs = a[u];
-                bi = list[j + (size_t)u];
-            }
-    }
-    for (; j < nc; j++) {
-        const float *r = centroids + (size_t)list[j] * dim;
-        float a = 0;
-        for (size_t k = 0; k < dim; k++)
-            a = __builtin_fmaf(x[k], r[k], a);
-        if (a > bs) {
-            bs = a;
-            bi = list[j];
-        }
-    }
-    *best = bi;
-    *best_score = bs;
-}
-
 TAMX static void tiles_on(void)
 {
     amx_cfg cfg;
@@ -364,8 +318,9 @@ static double sum_gamma(size_t n)
  * The shared driver. screen == 0: the bf16 argmax (kern_cpu_nearest_centroid_amx). screen == 1:
  * the fp32 argmax, screened (kern_cpu_nearest_centroid_screened): one bf16 pass over the
  * centroids (item_screen) lists each point's centroids whose bf16 score is within 2 E of its
- * bf16 best, E a bound on |bf16 score - fp32 score| over every centroid (below), and rescore()
- * takes the fp32 argmax of the list. The fp32 argmax c* is always listed: s32(c*) >= s32(b)
+ * bf16 best, E a bound on |bf16 score - fp32 score| over every centroid (below), and
+ * kern_cpu_rescore_list takes the fp32 argmax of the list. The fp32 argmax c* is always listed:
+ * s32(c*) >= s32(b)
  * for the bf16 winner b, so sb(c*) >= s32(c*) - E >= s32(b) - E >= sb(b) - 2E. Points whose
  * list overflows, or whose bound or bf16 best is not finite (NaN or infinite input), are
  * flagged in fb for the fp32 kernel. (A first version took the bf16 best in one pass and
@@ -502,8 +457,8 @@ static int amx_nearest(const float *x, size_t n, const float *centroids, size_t 
                     continue;
                 }
                 float sc;
-                rescore(x + (p0 + i) * dim, centroids, dim, li + i * SCREEN_CAP, kept,
-                        best + p0 + i, &sc);
+                kern_cpu_rescore_list(x + (p0 + i) * dim, centroids, dim, li + i * SCREEN_CAP, kept,
+                                      best + p0 + i, &sc);
                 if (best_score)
                     best_score[p0 + i] = sc;
             }
@@ -552,37 +507,10 @@ int kern_cpu_nearest_centroid_screened(const float *x, size_t n, const float *ce
         return KERN_ENOMEM;
     }
     int rc = amx_nearest(x, n, centroids, n_centroids, dim, best, best_score, 1, fb);
-    size_t nf = 0;
-    for (size_t i = 0; rc == KERN_OK && i < n; i++)
-        nf += fb[i];
-    /* the flagged points, gathered, through the fp32 kernel */
-    if (rc == KERN_OK && nf) {
-        float *xf = malloc(nf * dim * sizeof(float));
-        int32_t *bf = malloc(nf * sizeof(int32_t));
-        float *sf = malloc(nf * sizeof(float));
-        if (!xf || !bf || !sf) {
-            kern_set_error("nearest_centroid: out of memory for %zu points", nf);
-            rc = KERN_ENOMEM;
-        } else {
-            for (size_t i = 0, j = 0; i < n; i++)
-                if (fb[i])
-                    memcpy(xf + dim * j++, x + i * dim, dim * sizeof(float));
-            rc = kern_cpu_nearest_centroid_fp32(xf, nf, centroids, n_centroids, dim, bf, sf);
-            for (size_t i = 0, j = 0; rc == KERN_OK && i < n; i++)
-                if (fb[i]) {
-                    best[i] = bf[j];
-                    if (best_score)
-                        best_score[i] = sf[j];
-                    j++;
-                }
-        }
-        free(xf);
-        free(bf);
-        free(sf);
-    }
+    if (rc == KERN_OK)
+        rc = kern_cpu_nearest_flagged(x, n, centroids, n_centroids, dim, best, best_score, fb,
+                                      n_fp32);
     free(fb);
-    if (n_fp32)
-        *n_fp32 = nf;
     return rc;
 }
 

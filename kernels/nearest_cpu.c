@@ -9,7 +9,9 @@
  * loop's CPU time (bench_assign, bench/RESULTS.md "k-means and encoding on the CPU"). Each product
  * is the micro-kernel's (the same FMAs in the same order as kern_cpu_centroid_scores), and each
  * point sees the centroids in ascending order with strict comparisons, so the answer does not
- * depend on the blocking or the thread count.
+ * depend on the blocking or the thread count. kern_cpu_nearest_centroid screens that loop
+ * where it pays (screen_pays below: AMX tiles, nearest_amx_cpu.c, or int8 on AVX2,
+ * nearest_i8_cpu.c), with the same answer bit for bit.
  *
  * kern_cpu_nearest_centroid_bf16 (k-means training only, index/assign.c; encoding stays fp32)
  * runs on AMX tiles where the CPU has them (nearest_amx_cpu.c), else the same loop as above over
@@ -165,29 +167,134 @@ int kern_cpu_nearest_centroid_fp32(const float *x, size_t n, const float *centro
     return nearest(kern_mk_active(), 0, x, n, centroids, n_centroids, dim, best, best_score);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#define TFMA __attribute__((target("fma")))
+#else
+#define TFMA
+#endif
+
 /*
- * Whether the fp32 argmax goes through the AMX screen: where the tile unit is usable, the
- * micro-kernel in use is AVX-512's, either variant (whose products rescore() reproduces: one
- * fused chain a lane), and there are enough centroids for the tile unit's speed to outweigh
- * the screen's fixed costs (65,536 points on the XeonVM, 2 threads: 1.6x slower at K 256, 1.2x
- * at K 512, 1.6x faster at K 1,024, 4.7x at K 16,384). TARTAN_NEAREST_SCREEN=0 turns it off
- * (to compare; the answers are the same).
+ * The fp32 argmax of one point x over its listed centroids (ascending indices): each product
+ * the chain the AVX2 and AVX-512 micro-kernels compute for a lane (a fused multiply-add a dim,
+ * in ascending order, from zero), so score and choice are kern_cpu_nearest_centroid_fp32's bit
+ * for bit on those variants; strict comparisons keep the lower index on ties. Four chains at a
+ * time for the FMA latency. Called by the screens only, which run where the CPU has FMA.
  */
-static int screen_pays(size_t n, size_t n_centroids)
+TFMA void kern_cpu_rescore_list(const float *x, const float *centroids, size_t dim,
+                                const int32_t *list, size_t nc, int32_t *best, float *best_score)
+{
+    float bs = -INFINITY;
+    int32_t bi = -1;
+    size_t j = 0;
+    for (; j + 4 <= nc; j += 4) {
+        const float *r0 = centroids + (size_t)list[j] * dim,
+                    *r1 = centroids + (size_t)list[j + 1] * dim;
+        const float *r2 = centroids + (size_t)list[j + 2] * dim,
+                    *r3 = centroids + (size_t)list[j + 3] * dim;
+        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (size_t k = 0; k < dim; k++) {
+            a0 = __builtin_fmaf(x[k], r0[k], a0);
+            a1 = __builtin_fmaf(x[k], r1[k], a1);
+            a2 = __builtin_fmaf(x[k], r2[k], a2);
+            a3 = __builtin_fmaf(x[k], r3[k], a3);
+        }
+        float a[4] = {a0, a1, a2, a3};
+        for (int u = 0; u < 4; u++)
+            if (a[u] > bs) {
+                bs = a[u];
+                bi = list[j + (size_t)u];
+            }
+    }
+    for (; j < nc; j++) {
+        const float *r = centroids + (size_t)list[j] * dim;
+        float a = 0;
+        for (size_t k = 0; k < dim; k++)
+            a = __builtin_fmaf(x[k], r[k], a);
+        if (a > bs) {
+            bs = a;
+            bi = list[j];
+        }
+    }
+    *best = bi;
+    *best_score = bs;
+}
+
+int kern_cpu_nearest_flagged(const float *x, size_t n, const float *centroids, size_t n_centroids,
+                             size_t dim, int32_t *best, float *best_score, const uint8_t *fb,
+                             size_t *n_fp32)
+{
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        nf += fb[i];
+    int rc = KERN_OK;
+    if (nf) {
+        float *xf = malloc(nf * dim * sizeof(float));
+        int32_t *bf = malloc(nf * sizeof(int32_t));
+        float *sf = malloc(nf * sizeof(float));
+        if (!xf || !bf || !sf) {
+            kern_set_error("nearest_centroid: out of memory for %zu points", nf);
+            rc = KERN_ENOMEM;
+        } else {
+            for (size_t i = 0, j = 0; i < n; i++)
+                if (fb[i])
+                    memcpy(xf + dim * j++, x + i * dim, dim * sizeof(float));
+            rc = kern_cpu_nearest_centroid_fp32(xf, nf, centroids, n_centroids, dim, bf, sf);
+            for (size_t i = 0, j = 0; rc == KERN_OK && i < n; i++)
+                if (fb[i]) {
+                    best[i] = bf[j];
+                    if (best_score)
+                        best_score[i] = sf[j];
+                    j++;
+                }
+        }
+        free(xf);
+        free(bf);
+        free(sf);
+    }
+    if (n_fp32)
+        *n_fp32 = nf;
+    return rc;
+}
+
+/*
+ * Which screen, if any, the fp32 argmax goes through (the answers are the same either way):
+ * - AMX tiles where they are usable and the micro-kernel in use is AVX-512's, either variant
+ *   (whose products kern_cpu_rescore_list reproduces: one fused chain a lane), from K 1,024
+ *   (65,536 points on the XeonVM, 2 threads: 1.6x slower at K 256, 1.2x at K 512, 1.6x
+ *   faster at K 1,024, 4.7x at K 16,384);
+ * - else int8 products on AVX2 where the micro-kernel in use is AVX2's, from K 2,048 and up
+ *   to dim 2,048 (kernels/nearest_i8_cpu.c; 65,536 random clustered points on the Zen3VM,
+ *   2 threads: 1.15x slower at K 512, even at K 1,024, 1.55x faster at K 2,048, 1.8x at
+ *   K 4,096, 2.0-2.2x at K 16,384 on model 3's tokens).
+ * TARTAN_NEAREST_SCREEN=0 turns both off (to compare).
+ */
+enum { SCREEN_NONE, SCREEN_AMX, SCREEN_I8 };
+
+static int screen_pays(size_t n, size_t n_centroids, size_t dim)
 {
     const char *e = getenv("TARTAN_NEAREST_SCREEN");
     if (e && strcmp(e, "0") == 0)
-        return 0;
-    return n >= 64 && n_centroids >= 1024 && kern_cpu_amx_usable() &&
-           strncmp(kern_mk_active()->name, "avx512", 6) == 0;
+        return SCREEN_NONE;
+    if (n < 64 || n_centroids < 1024)
+        return SCREEN_NONE;
+    const char *mk = kern_mk_active()->name;
+    if (kern_cpu_amx_usable() && strncmp(mk, "avx512", 6) == 0)
+        return SCREEN_AMX;
+    if (strcmp(mk, "avx2") == 0 && n_centroids >= 2048 && dim <= 2048)
+        return SCREEN_I8;
+    return SCREEN_NONE;
 }
 
 int kern_cpu_nearest_centroid(const float *x, size_t n, const float *centroids, size_t n_centroids,
                               size_t dim, int32_t *best, float *best_score)
 {
-    if (screen_pays(n, n_centroids)) {
-        int rc = kern_cpu_nearest_centroid_screened(x, n, centroids, n_centroids, dim, best,
-                                                    best_score, NULL);
+    int how = screen_pays(n, n_centroids, dim);
+    if (how != SCREEN_NONE) {
+        int rc = how == SCREEN_AMX
+                     ? kern_cpu_nearest_centroid_screened(x, n, centroids, n_centroids, dim, best,
+                                                          best_score, NULL)
+                     : kern_cpu_nearest_centroid_screened_i8(x, n, centroids, n_centroids, dim,
+                                                             best, best_score, NULL);
         if (rc != KERN_ENODEV)
             return rc;
     }

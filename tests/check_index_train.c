@@ -729,24 +729,21 @@ START_TEST(test_index_nearest_bf16_matches_double)
 }
 END_TEST
 
+/* A screened fp32 nearest centroid: the AMX one or the int8 one. */
+typedef int (*screen_fn)(const float *, size_t, const float *, size_t, size_t, int32_t *, float *,
+                         size_t *);
+
 /*
- * The AMX screen (kern_cpu_nearest_centroid_screened) gives the fp32 kernel's answer bit for
- * bit: codes and scores, on inputs built to sit inside the bf16 window: points that are
- * centroids, points between two centroids a few ulps apart, duplicated centroids (ties),
- * clustered centroids (many within the window), vectors far from unit norm, subnormal and
- * zero values, and NaN and infinite points (which go to the fp32 kernel whole).
+ * The screens (kern_cpu_nearest_centroid_screened on AMX tiles, with the avx512 micro-kernel;
+ * kern_cpu_nearest_centroid_screened_i8 on AVX2, with the avx2 one) give the fp32 kernel's
+ * answer bit for bit: codes and scores, on inputs built to sit inside their windows: points
+ * that are centroids, points between two centroids a few ulps apart, duplicated centroids
+ * (ties), clustered centroids (many within the window), vectors far from unit norm, subnormal
+ * and zero values, an all-zero point, and NaN and infinite points (which go to the fp32 kernel
+ * whole). Where a screen cannot run, its refusal is checked instead.
  */
-START_TEST(test_index_assign_screened_is_fp32)
+static void check_screen(const char *name, screen_fn fn, const char *isa, size_t zero_fp32)
 {
-    rng_init_random();
-    if (!kern_cpu_amx_usable() || !kern_cpu_has_isa("avx512")) {
-        int32_t b;
-        float x[4] = {1, 0, 0, 0};
-        ck_assert_int_eq(kern_cpu_nearest_centroid_screened(x, 1, x, 1, 4, &b, NULL, NULL),
-                         KERN_ENODEV);
-        fprintf(stderr, "assign_screened: no AMX here; only the refusal checked\n");
-        return;
-    }
     static const size_t dims[] = {128, 96, 33, 256, 64, 2};
     for (int t = 0; t < 10; t++) {
         size_t n = urnd(64, 1200), k = urnd(700, 3000), dim = dims[t % 6]; /* k: see case 1 */
@@ -755,13 +752,15 @@ START_TEST(test_index_assign_screened_is_fp32)
             k = 4096 + 31;
             dim = 128;
         }
+        /* at t 0, a crowd of centroids around centroid 0, more than a point's list holds
+         * (AMX's 64, the int8 screen's 256); the pairs of case 1 lie past it */
+        size_t crowd_k = t == 0 ? 300 : 100;
         uint64_t s = rnd();
         float *x = xmalloc(sizeof(float) * n * dim), *c = xmalloc(sizeof(float) * k * dim);
         random_units(&s, c, k, dim);
-        /* a third of the centroids in tight clusters around 64 (cosines above 0.99); at t 0,
-         * 100 of them around centroid 0 alone, more than a point's list holds */
+        /* a third of the centroids in tight clusters around 64 (cosines above 0.99) */
         for (size_t j = k / 3; j < 2 * k / 3; j++) {
-            const float *base = c + (t == 0 && j < k / 3 + 100 ? 0 : j % 64) * dim;
+            const float *base = c + (t == 0 && j < k / 3 + crowd_k ? 0 : j % 64) * dim;
             float *r = c + j * dim;
             double nn = 0;
             for (size_t d = 0; d < dim; d++) {
@@ -784,8 +783,8 @@ START_TEST(test_index_assign_screened_is_fp32)
                 break;
             case 1: /* between two centroids of one cluster (both below 2k / 3 as k >= 700) */
                 for (size_t d = 0; d < dim; d++)
-                    xi[d] = 0.5f * (c[(k / 3 + 100 + i % 50) * dim + d] +
-                                    c[(k / 3 + 164 + i % 50) * dim + d]);
+                    xi[d] = 0.5f * (c[(k / 3 + crowd_k + i % 50) * dim + d] +
+                                    c[(k / 3 + crowd_k + 64 + i % 50) * dim + d]);
                 break;
             case 2: /* near a cluster's base (at t 0, centroid 0's crowd for a fifth of them) */
                 for (size_t d = 0; d < dim; d++)
@@ -804,29 +803,29 @@ START_TEST(test_index_assign_screened_is_fp32)
                 break;
             }
         }
-        x[5 * dim] = 0; /* point 5: all zero (every score 0: the lowest index wins) */
-        memset(x + 5 * dim, 0, sizeof(float) * dim);
-        x[6 * dim + 1] = NAN;  /* point 6: NaN */
-        x[7 * dim] = INFINITY; /* point 7: infinite */
+        memset(x + 5 * dim, 0, sizeof(float) * dim); /* point 5: all zero (the lowest index) */
+        x[6 * dim + 1] = NAN;                        /* point 6: NaN */
+        x[7 * dim] = INFINITY;                       /* point 7: infinite */
         int32_t *b32 = xmalloc(sizeof(int32_t) * n), *bs = xmalloc(sizeof(int32_t) * n);
         float *s32 = xmalloc(sizeof(float) * n), *ss = xmalloc(sizeof(float) * n);
         memset(bs, 0xab, sizeof(int32_t) * n);
         poison(ss, n);
-        ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
+        ck_assert_int_eq(kern_cpu_force_isa(isa), KERN_OK);
         ck_assert_int_eq(kern_cpu_nearest_centroid_fp32(x, n, c, k, dim, b32, s32), KERN_OK);
         size_t nf = 12345;
-        ck_assert_int_eq(kern_cpu_nearest_centroid_screened(x, n, c, k, dim, bs, ss, &nf), KERN_OK);
+        ck_assert_int_eq(fn(x, n, c, k, dim, bs, ss, &nf), KERN_OK);
         for (size_t i = 0; i < n; i++) {
-            ck_assert_msg(bs[i] == b32[i], "t %d n %zu k %zu d %zu point %zu: %d, fp32 %d", t, n, k,
-                          dim, i, bs[i], b32[i]);
+            ck_assert_msg(bs[i] == b32[i], "%s t %d n %zu k %zu d %zu point %zu: %d, fp32 %d", name,
+                          t, n, k, dim, i, bs[i], b32[i]);
             ck_assert_msg(memcmp(ss + i, s32 + i, sizeof(float)) == 0,
-                          "t %d point %zu: score %.9g, fp32 %.9g", t, i, ss[i], s32[i]);
+                          "%s t %d point %zu: score %.9g, fp32 %.9g", name, t, i, ss[i], s32[i]);
         }
-        /* the NaN and infinite points went to the fp32 kernel (at t 0 also the crowd's), and
-         * few others did (but at d 2, where hundreds of centroids crowd one circle) */
-        size_t crowd = t == 0 ? n / 40 : 0;
-        ck_assert_msg(nf >= 2 + crowd && (dim < 32 || nf <= 2 + crowd + n / 20),
-                      "t %d: %zu of %zu points unscreened", t, nf, n);
+        /* the NaN and infinite points went to the fp32 kernel (and the zero one where the
+         * screen says so; at t 0 also the crowd's), and few others did (but at d 2, where
+         * hundreds of centroids crowd one circle) */
+        size_t crowd = t == 0 ? n / 40 : 0, lo = 2 + zero_fp32 + crowd;
+        ck_assert_msg(nf >= lo && (dim < 32 || nf <= lo + n / 20),
+                      "%s t %d: %zu of %zu points unscreened", name, t, nf, n);
         /* the dispatcher (screened where k >= 1,024) and no scores wanted */
         memset(bs, 0xab, sizeof(int32_t) * n);
         ck_assert_int_eq(kern_nearest_centroid(KERN_DEV_CPU, x, n, c, k, dim, bs, NULL), KERN_OK);
@@ -838,6 +837,39 @@ START_TEST(test_index_assign_screened_is_fp32)
         free(bs);
         free(s32);
         free(ss);
+    }
+}
+
+START_TEST(test_index_assign_screened_is_fp32)
+{
+    rng_init_random();
+    int32_t b;
+    float x1[4] = {1, 0, 0, 0};
+    if (kern_cpu_amx_usable() && kern_cpu_has_isa("avx512"))
+        check_screen("amx", kern_cpu_nearest_centroid_screened, "avx512", 0);
+    else {
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened(x1, 1, x1, 1, 4, &b, NULL, NULL),
+                         KERN_ENODEV);
+        fprintf(stderr, "assign_screened: no AMX here; only its refusal checked\n");
+    }
+    if (kern_cpu_has_isa("avx2")) {
+        check_screen("int8", kern_cpu_nearest_centroid_screened_i8, "avx2", 1);
+        /* its refusals: no centroids, dim above 2,048, a centroid not finite */
+        float *big = xcalloc(2049 * 2, sizeof(float));
+        big[0] = big[2049] = 1;
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(x1, 1, x1, 0, 4, &b, NULL, NULL),
+                         KERN_ENODEV);
+        ck_assert_int_eq(
+            kern_cpu_nearest_centroid_screened_i8(big, 1, big + 2049, 1, 2049, &b, NULL, NULL),
+            KERN_ENODEV);
+        float cinf[8] = {1, 0, 0, 0, INFINITY, 0, 0, 0};
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(x1, 1, cinf, 2, 4, &b, NULL, NULL),
+                         KERN_ENODEV);
+        free(big);
+    } else {
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(x1, 1, x1, 1, 4, &b, NULL, NULL),
+                         KERN_ENODEV);
+        fprintf(stderr, "assign_screened: no AVX2 here; only the int8 screen's refusal checked\n");
     }
 }
 END_TEST

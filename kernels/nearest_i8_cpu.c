@@ -412,8 +412,9 @@ static int i8_nearest(const float *x, size_t n, const float *centroids, size_t n
                 float s = i8_quant(x + (p0 + i) * dim, dim, 63, 64, tmp, &nv, &nq, &nd);
                 double e = 3 * 0x1p-24 * nq * cqn + nd * cqn + nv * dcn + gam * nv * cn + 0x1p-100;
                 double wd = 2 * e * (1 + 1e-6);
-                if (!isfinite(s) || !isfinite(wd) || s == 0) {
-                    /* NaN or infinite input, or all zero (every score 0): the fp32 kernel */
+                /* NaN or infinite input, all zero (every score 0), or so large that a score
+                 * (at most dim |x| |c|max) could overflow: the fp32 kernel */
+                if (!isfinite(s) || !isfinite(wd) || s == 0 || !(nv * cn * (double)dim < 1e37)) {
                     fb[p0 + i] = 1;
                     continue;
                 }

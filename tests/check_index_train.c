@@ -865,6 +865,29 @@ START_TEST(test_index_assign_screened_is_fp32)
         float cinf[8] = {1, 0, 0, 0, INFINITY, 0, 0, 0};
         ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(x1, 1, cinf, 2, 4, &b, NULL, NULL),
                          KERN_ENODEV);
+        /* scores that overflow fp32 (points of 1e35 against centroids of 1e4): the fp32
+         * kernel's answer, whatever it is (infinite and NaN scores) */
+        enum { HN = 96, HK = 2049, HD = 64 };
+        uint64_t hs = rnd();
+        float *hx = xmalloc(sizeof(float) * HN * HD), *hc = xmalloc(sizeof(float) * HK * HD);
+        random_units(&hs, hx, HN, HD);
+        random_units(&hs, hc, HK, HD);
+        for (size_t i = 0; i < (size_t)HN * HD; i++)
+            hx[i] *= i / HD % 2 ? 1e35f : 1.0f;
+        for (size_t i = 0; i < (size_t)HK * HD; i++)
+            hc[i] *= 1e4f;
+        int32_t hb[HN], hb32[HN];
+        float hsc[HN], hs32[HN];
+        size_t hf = 0;
+        ck_assert_int_eq(kern_cpu_force_isa("avx2"), KERN_OK);
+        ck_assert_int_eq(kern_cpu_nearest_centroid_fp32(hx, HN, hc, HK, HD, hb32, hs32), KERN_OK);
+        ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(hx, HN, hc, HK, HD, hb, hsc, &hf),
+                         KERN_OK);
+        ck_assert_int_eq(kern_cpu_force_isa(NULL), KERN_OK);
+        ck_assert(memcmp(hb, hb32, sizeof hb) == 0 && memcmp(hsc, hs32, sizeof hsc) == 0);
+        ck_assert_uint_ge(hf, HN / 2); /* the large ones went to the fp32 kernel */
+        free(hx);
+        free(hc);
         free(big);
     } else {
         ck_assert_int_eq(kern_cpu_nearest_centroid_screened_i8(x1, 1, x1, 1, 4, &b, NULL, NULL),

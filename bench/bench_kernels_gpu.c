@@ -441,15 +441,15 @@ static void exact_call(void *p, int rep)
     KK(kern_cuda_exact_scores(&c->a, c->scores));
 }
 
-/* The axes code's shape in the benchmarks: 8 positions of each width at dim 128, 32 bytes a
- * token as the 2-bit scalar code, 120 dims coded (every kind of position, and dims that decode
- * to 0), tables of random levels. */
-static const unsigned bench_axes[4] = {8, 8, 8, 8};
+/* The axes code's shapes in the benchmarks, byte positions of 8, 4, 2 and 1 bits at dim 128, 32
+ * bytes a token as the 2-bit scalar code, tables of random levels: "axes", 8 of each width (120
+ * dims coded: every kind of position, and dims that decode to 0); "axesm3", the counts fitted
+ * to model 3's residuals (28 / 48 / 48 axes at 4 / 2 / 1 bits, 124 dims coded). */
+static const unsigned bench_axes[4] = {8, 8, 8, 8}, bench_axes_m3[4] = {0, 14, 12, 6};
 
-static float *bench_axes_tables(void)
+static float *bench_axes_tables(const unsigned *b)
 {
-    const size_t n =
-        256 * ((size_t)bench_axes[0] + 2 * bench_axes[1] + 4 * bench_axes[2] + 8 * bench_axes[3]);
+    const size_t n = 256 * ((size_t)b[0] + 2 * b[1] + 4 * b[2] + 8 * b[3]);
     float *h = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         h[i] = (float)((double)(mix(555 + i) % 20001) / 10000.0 - 1.0) * 0.08f;
@@ -458,13 +458,12 @@ static float *bench_axes_tables(void)
     return d;
 }
 
-/* axes: the axes code (bench_axes, dim 128) instead of the nbits scalar one. */
+/* axes: the axes code of those byte counts (dim 128) instead of the nbits scalar one (NULL). */
 static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
-                             size_t K, int axes)
+                             size_t K, const unsigned *axes)
 {
     const size_t lq = 32, T = nq * lq;
-    const size_t rb = axes ? (size_t)bench_axes[0] + bench_axes[1] + bench_axes[2] + bench_axes[3]
-                           : dim * nbits / 8;
+    const size_t rb = axes ? (size_t)axes[0] + axes[1] + axes[2] + axes[3] : dim * nbits / 8;
     int64_t *off = malloc((nd + 1) * 8), *qoff = malloc((nq + 1) * 8);
     off[0] = 0;
     for (size_t i = 0; i < nd; i++)
@@ -510,8 +509,8 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
                             .per_q = nd,
                             .cross = 1};
     if (axes) {
-        c.a.axes_dec = bench_axes_tables();
-        memcpy(c.a.axes_bytes, bench_axes, sizeof bench_axes);
+        c.a.axes_dec = bench_axes_tables(axes);
+        memcpy(c.a.axes_bytes, axes, sizeof c.a.axes_bytes);
     }
     KK(kern_gpu_malloc((void **)&c.scores, nq * nd * 4));
     int reps = g_reps;
@@ -521,8 +520,7 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
     char desc[160];
     char code[32];
     if (axes)
-        snprintf(code, sizeof code, "axes %u/%u/%u/%u", bench_axes[0], bench_axes[1], bench_axes[2],
-                 bench_axes[3]);
+        snprintf(code, sizeof code, "axes %u/%u/%u/%u", axes[0], axes[1], axes[2], axes[3]);
     else
         snprintf(code, sizeof code, "%u-bit", nbits);
     snprintf(desc, sizeof desc,
@@ -545,27 +543,29 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
 static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
                             size_t K)
 {
-    bench_exact_code(name, nq, nd, dim, nbits, K, 0);
+    bench_exact_code(name, nq, nd, dim, nbits, K, NULL);
 }
 
 /* The axes code against the 2-bit scalar code at the same bytes a token, batched exact scoring
  * (kern_cuda_exact_scores, cross pairs) of Lq-32 queries against 10k documents of 50-90
- * tokens, dim 128, K 8,192: codes10k_2bit_* and codes10k_axes_* with 1, 8 and 64 queries (64:
- * an exhaustive search's batch), the first two also on the exact fp32 kernels (_fp32);
- * --only codes10k runs them all. */
+ * tokens, dim 128, K 8,192: codes10k_2bit_*, codes10k_axes_* and codes10k_axesm3_* (the two
+ * shapes of bench_axes) with 1, 8 and 64 queries (64: an exhaustive search's batch), the first
+ * two also on the exact fp32 kernels (_fp32); --only codes10k runs them all. */
 static void bench_axes_shapes(const char *only)
 {
     static const size_t nqs[] = {1, 8, 64};
+    static const char *const names[] = {"2bit", "axes", "axesm3"};
+    const unsigned *const layouts[] = {NULL, bench_axes, bench_axes_m3};
     for (int fp32 = 0; fp32 < 2; fp32++)
         for (size_t i = 0; i < (fp32 ? 2 : 3); i++)
-            for (int axes = 0; axes < 2; axes++) {
+            for (int code = 0; code < 3; code++) {
                 char nm[64];
-                snprintf(nm, sizeof nm, "codes10k_%s_%zuq%s", axes ? "axes" : "2bit", nqs[i],
+                snprintf(nm, sizeof nm, "codes10k_%s_%zuq%s", names[code], nqs[i],
                          fp32 ? "_fp32" : "");
-                if (!want(only, nm))
+                if (!want(only, nm) || (fp32 && code == 2))
                     continue;
                 kern_gpu_tune.residual_path = fp32 ? 2 : 0;
-                bench_exact_code(nm, nqs[i], 10000, 128, 2, 8192, axes);
+                bench_exact_code(nm, nqs[i], 10000, 128, 2, 8192, layouts[code]);
                 kern_gpu_tune.residual_path = 0;
             }
 }

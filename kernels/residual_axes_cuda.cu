@@ -4,55 +4,54 @@
  * The scalar kernels (residual_cuda.cu) decode in registers: lane (g, t4) of an MMA owns the
  * dims [t4 dim/4, (t4 + 1) dim/4) of token g, which are its own packed bytes, all of one width.
  * The axes code packs axes of four widths at byte positions chosen per index (kernels.h,
- * kern_residual.axes_dec), so a lane's quarter of the bytes decodes to a count of values known
- * only at run time, and the register layout of the MMA's B operand cannot follow it. Here each
- * warp decodes a step of 16 tokens into a tile of its own in shared memory instead (fp16, never
- * global memory), every lane taking whole packed bytes through their positions' tables (also in
- * shared memory, fp16: 256 x dims coded entries, 64 KB at dim 128), then reads the MMA's B
- * fragments from the tile and the query's A fragments (packed once a call) from registers: the
- * residual term on the tensor cores (mma.sync m16n8k16, fp32 accumulation) at the scalar GPU
- * path's precision (query and levels rounded to fp16 in the residual term only; q.C, norms, max
- * and sum in fp32).
+ * kern_residual.axes_dec), each position with its own table (fp16 in shared memory here: 256
+ * x dims coded entries, 64 KB at dim 128). The MMAs (mma.sync m16n8k16, fp32 accumulation)
+ * take the dims in a column order of their own, in which every byte's values are one aligned
+ * run: the 1-bit axes first (8 values), then the 2-bit (4 values), the 4-bit (2) and the
+ * 8-bit, then the dims without bits (0). The A fragments are packed once a call in that order
+ * (dim_of). Within k step kt, lane t4 feeds the 4 columns 16 kt + 4 t4 .. + 3 (a run): half
+ * of a 1-bit byte, a whole 2-bit byte or two 4-bit bytes, whose values are one 8-byte or two
+ * 4-byte loads from their tables; only where widths meet, and for 8-bit axes, a run is read
+ * column by column. The residual term is at the scalar GPU path's precision (query and levels
+ * rounded to fp16 in it only; q.C, norms, max and sum in fp32).
  *
- * The tile's columns hold the dims in an order of their own, so that every byte's values land
- * on an aligned run and move as one load and one store: the 1-bit axes first (8 values, 16
- * bytes), then the 2-bit (4 values), the 4-bit (2) and the 8-bit, then the dims without bits
- * (0, written once). The A fragments are packed in the same order (dim_of). Within a k step,
- * lane t4 takes the 4 columns 16 kt + 4 t4 .. + 3, one 8-byte load; the rows' columns are
- * swizzled (swz) so that a half warp's loads fall in distinct banks.
+ * Two kernels. The per-warp kernel (residual_axes_mma_kernel: lists of pairs, one query, and
+ * what the other does not take) has each lane decode its own runs straight into its B
+ * registers (run_frag, through run words made once a call on the host, make_runs). The cross
+ * kernel (crossed pairs of 4 queries or more, exhaustive search's batches) has a CTA decode
+ * each document once for the W queries of its warps, a step of 16 tokens a warp into a tile in
+ * shared memory (swizzled so that a half warp's loads fall in distinct banks), from which each
+ * warp's MMAs read their B fragments. One query of 32 rows or fewer keeps its A fragments in
+ * shared memory, one copy a CTA (AS): the 64 registers they took a lane fit 8 warps a CTA in
+ * 128 registers instead of 6 in 168.
  *
- * Shapes without this kernel (dims other than 64, 96 and 128, or a device whose shared memory
+ * Shapes without these kernels (dims other than 64, 96 and 128, or a device whose shared memory
  * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
  * read from global memory as they are.
  *
- * Two variants of that kernel share its decode. Cross pairs of 4 queries or more (exhaustive
- * search's batches) take residual_axes_cross_kernel: a CTA decodes each document once for the
- * W queries of its warps (below). One query of 32 rows or fewer (kern_maxsim_residual, or a
- * list of one query's pairs) keeps its A fragments in shared memory, one copy a CTA (AS): the
- * 64 registers they took a lane fit 8 warps a CTA in 128 registers instead of 6 in 168, and
- * the kernel was latency-bound at 12 warps an SM (ncu, one query: issue slots 27% busy, L1
- * 49%, a third of the stalls on global loads).
- *
  * Cost, H200 (bench codes10k_*: 10k documents of 50-90 tokens, cross pairs, Lq 32, dim 128,
- * K 8,192, 32 bytes a token either way; medians of 11 calls, one run, 2026-11-29):
- *   queries   axes before   axes now   scalar 2-bit
- *   1         136 us        120 us     63 us
- *   8         840           470        330
- *   64        6,358         3,110      2,458
- * Floors (790 TFLOP/s for the MMAs at dim 128, 4.3 TB/s for each input read once): 7 us for
- * one query, 58 for 8, 465 for 64, all MMA-bound; the kernels sit far above them, bound by the
- * latency of the decode and of the q.C gathers at 12 to 16 warps an SM (at 64 queries the
- * gathers alone move 5.7 GB from L2: ncu, cross kernel, L1 65% busy, issue 38%). The decode
- * is the price against the scalar code: a token byte is a lookup in a table of 256 random
- * entries (bank conflicts the scalar kernel avoids with a copy of its one small table per
- * lane, which 64 KB of tables cannot have) and a store into the tile, which the MMAs then read
- * back; the scalar kernel decodes into registers.
- * Tried and dropped: the per-warp kernel with its loads (words, codes, then q.C) a step ahead
- * (142.7 against 143.5 us for one query: latency of global loads was not what held it);
- * 10 warps a CTA with A in shared memory (126 against 120 us; 96 registers, spills).
+ * K 8,192, 32 bytes a token either way; medians of 11 calls, 2026-11-29; "axes": 8 byte
+ * positions of each width, "axesm3": model 3's fitted layout, 28 / 48 / 48 axes at 4 / 2 / 1
+ * bits; two runs each):
+ *   queries                  axes          axesm3        scalar 2-bit
+ *   1 (per-warp, AS)         112-120 us    104-111 us    63 us
+ *   8 (cross)                471           487           335
+ *   8 (per-warp, no cross)   828-851       766-781
+ *   64 (cross)               3,111         3,229         2,456
+ * The per-warp kernel decoded into a tile a warp before (as the cross kernel does): 127-131,
+ * 132-137, 897-916 and 1,000-1,018 us in the same runs. Floors (790 TFLOP/s for the MMAs at
+ * dim 128, 4.3 TB/s for each input read once): 7 us for one query, 58 for 8, 465 for 64, all
+ * MMA-bound; the kernels sit far above them, bound by the latency of the decode and of the
+ * q.C gathers at 12 to 16 warps an SM (at 64 queries the gathers alone move 5.7 GB from L2:
+ * ncu, cross kernel, L1 65% busy, issue 38%). The decode is the price against the scalar code:
+ * a run is a lookup in its position's table of 256 random entries, bank conflicts the scalar
+ * kernel avoids with a copy of its one small table per lane, which 64 KB of tables cannot have.
+ * Tried and dropped: the tile kernel with its loads (words, codes, then q.C) a step ahead
+ * (142.7 against 143.5 us for one query); 10 warps a CTA with A in shared memory (126 against
+ * 120 us; 96 registers, spills); the register kernel prefetching the next step's rows, codes
+ * and norms into L1 (prefetch.global.L1: 104-116 us without, 110-120 with).
  * Not tried: tables by nibble (16 entries of 4 values for a 1- or 2-bit position: the codec's
- * tables factor so, but kernels.h's contract and the tests' random tables do not), and
- * decoding into registers along a K order fitted to the layout.
+ * tables factor so, but kernels.h's contract and the tests' random tables do not).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,12 +67,12 @@ namespace
 {
 
 /* Warps a CTA (the tables are loaded once for all of them), 2 CTAs an SM: 6 warps fit the loop
- * in 168 registers (80 bytes of spills at dim 128; 8 warps at 128 registers spilled 260, 4 at
- * 196 none). H200, 10k documents of 70 tokens, Lq 32, dim 128: 137 us at 6 warps, 149 at 8,
- * 153 at 4 (one query); 843, 843 and 984 us (8 queries). */
+ * in 168 registers (92 bytes of spills at dim 128; 8 warps at 128 registers spill 292, 4 at
+ * 206 none). H200, 10k documents of 70 tokens, Lq 32, dim 128, the tile kernel before: 137 us
+ * at 6 warps, 149 at 8, 153 at 4 (one query); 843, 843 and 984 us (8 queries). */
 constexpr int AX_WARPS = 6;
-/* Warps a CTA with one query's A fragments in shared memory (AS): 8 fit in 128 registers
- * (24 bytes of spills at dim 128), 16 an SM. One query, codes10k: 120 us at 8, 126 at 10 (96
+/* Warps a CTA with one query's A fragments in shared memory (AS): 8 fit in 127 registers at
+ * dim 128, 16 an SM. One query, codes10k, the tile kernel before: 120 us at 8, 126 at 10 (96
  * registers, 156 bytes of spills), 136 for the 6 warps with A in registers. */
 constexpr int AXS_WARPS = 8;
 constexpr int AX_TOK = 16; /* tokens a step: two n8 tiles, independent MMA chains */
@@ -111,13 +110,67 @@ ax_layout make_layout(const unsigned b[4])
     return L;
 }
 
+/* The register decode's descriptors (residual_axes_mma_kernel, REG): run r = 4 kt + t4 is the
+ * four tile columns 16 kt + 4 t4 .. + 3 that lane t4 of every row group feeds the MMA of k step
+ * kt. A run's word: kind (bits 0-2), byte position p (bits 3-9), table offset in halves (bits
+ * 10-25). Kinds: RUN_ZERO, columns without bits; RUN_ONE, half of a 1-bit byte, 4 halves at
+ * off + 8 v; RUN_TWO, a 2-bit byte, 4 halves at off + 4 v; RUN_FOUR, the 4-bit bytes p and
+ * p + 1, 2 halves at off + 2 v and at off + 512 + 2 v'; RUN_COLS, a run across widths (at most
+ * the two where the 4-bit, 8-bit and uncoded columns meet, and every 8-bit run), column by
+ * column through cols. A column's word: shift (log2 of its byte's values, bits 0-1), no bits
+ * (bit 2), p (bits 3-9), offset (bits 10-25): the half at off + (v << shift). */
+enum { RUN_ZERO, RUN_ONE, RUN_TWO, RUN_FOUR, RUN_COLS };
+constexpr int AX_MAX_DIM = 128; /* the MMA kernels' widest dim */
+
 struct ax_args {
     kern_axes_job j;
     ax_layout L;
     const uint4 *af; /* packed A fragments (pack_axes_afrag_kernel) */
     int af_units;
     int ahead; /* the cross kernel reads a document ahead (TARTAN_GPU_AXES_AHEAD=0: not) */
+    uint32_t runs[AX_MAX_DIM / 4], cols[AX_MAX_DIM];
 };
+
+/* Tile column c's word (the runs' comment): its byte, that byte's first axis and c's place in
+ * it, in the column order of dim_of. */
+uint32_t col_word(const ax_layout &L, int c)
+{
+    int p, first, i, sh;
+    if (c < L.c2) {
+        p = L.p3 + c / 8, first = L.d3 + c / 8 * 8, i = c % 8, sh = 3;
+    } else if (c < L.c1) {
+        p = L.p2 + (c - L.c2) / 4, first = L.d2 + (c - L.c2) / 4 * 4, i = (c - L.c2) % 4, sh = 2;
+    } else if (c < L.c0) {
+        p = L.p1 + (c - L.c1) / 2, first = L.d1 + (c - L.c1) / 2 * 2, i = (c - L.c1) % 2, sh = 1;
+    } else if (c < L.coded) {
+        p = c - L.c0, first = c - L.c0, i = 0, sh = 0;
+    } else {
+        return 4u;
+    }
+    return (uint32_t)sh | (uint32_t)p << 3 | (uint32_t)(256 * first + i) << 10;
+}
+
+/* a's runs and columns for dim (at most AX_MAX_DIM; the layout's bytes at most 128). */
+void make_runs(ax_args &a, int dim)
+{
+    const ax_layout &L = a.L;
+    for (int c = 0; c < dim; c++)
+        a.cols[c] = col_word(L, c);
+    for (int r = 0; r < dim / 4; r++) {
+        const int c = 4 * r;
+        const uint32_t w = a.cols[c];
+        uint32_t kind = RUN_COLS, off = w >> 10;
+        if (c >= L.coded)
+            kind = RUN_ZERO;
+        else if (c + 4 <= L.c2)
+            kind = RUN_ONE;
+        else if (c >= L.c2 && c + 4 <= L.c1)
+            kind = RUN_TWO;
+        else if (c >= L.c1 && c + 4 <= L.c0)
+            kind = RUN_FOUR;
+        a.runs[r] = kind | (w & (127u << 3)) | off << 10;
+    }
+}
 
 /* The dim held by tile column c. */
 __device__ __forceinline__ int dim_of(const ax_layout &L, int c)
@@ -289,17 +342,44 @@ __device__ __forceinline__ void load_tables(const float *__restrict__ dec, int n
     }
 }
 
-/* One step of AX_TOK decoded tokens (tile ts, rows rs halves apart, swizzled) against a 32-row
- * unit of the query: its residual terms on the tensor cores, A fragment (mt, kt) from
- * afrag(mt, kt), then the lane's row maxima rmax [mt][h] taken over (residual term + q.C qv)
- * times the inverse norm nrm of the lane's accumulator columns. SYNC: a __syncwarp once the
- * tile is read (the per-warp kernel's next step then writes it). Shared by both MMA kernels. */
-template <int KT, int MT, bool SYNC, class AF>
-__device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF afrag,
-                                         const float (&qv)[2][MT][2][2], const float (&nrm)[2][2],
-                                         float (&rmax)[MT][2])
+/* The B fragment of a run (its word d, make_runs) for the token whose packed bytes are at src:
+ * its four columns' values as two half2 words, read from the tables tab and, for RUN_COLS, the
+ * column words cols (shared memory) from column c. */
+__device__ __forceinline__ uint2 run_frag(uint32_t d, const uint8_t *__restrict__ src,
+                                          const __half *__restrict__ tab,
+                                          const uint32_t *__restrict__ cols, int c)
 {
-    const int g = lane >> 2, t4 = lane & 3;
+    const uint32_t kind = d & 7u, p = (d >> 3) & 127u, off = d >> 10;
+    if (kind == RUN_ONE || kind == RUN_TWO) {
+        const uint32_t v = __ldg(src + p);
+        return *reinterpret_cast<const uint2 *>(tab + off + (v << (kind == RUN_ONE ? 3 : 2)));
+    }
+    if (kind == RUN_FOUR) {
+        const uint32_t v0 = __ldg(src + p), v1 = __ldg(src + p + 1);
+        return make_uint2(*reinterpret_cast<const uint32_t *>(tab + off + 2 * v0),
+                          *reinterpret_cast<const uint32_t *>(tab + off + 512 + 2 * v1));
+    }
+    if (kind == RUN_ZERO)
+        return make_uint2(0u, 0u);
+    const unsigned short *t16 = reinterpret_cast<const unsigned short *>(tab);
+    uint32_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const uint32_t w = cols[c + e];
+        h[e] =
+            w & 4u ? 0u : t16[(w >> 10) + ((uint32_t)__ldg(src + ((w >> 3) & 127u)) << (w & 3u))];
+    }
+    return make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+}
+
+/* One step of AX_TOK tokens against a 32-row unit of the query: its residual terms on the
+ * tensor cores, A fragment (mt, kt) from afrag(mt, kt) and B fragment (kt, jt) (n8 tile jt)
+ * from bfrag(kt, jt), then the lane's row maxima rmax [mt][h] taken over (residual term + q.C
+ * qv) times the inverse norm nrm of the lane's accumulator columns. */
+template <int KT, int MT, class AF, class BF>
+__device__ __forceinline__ void step_max_b(AF afrag, BF bfrag, const float (&qv)[2][MT][2][2],
+                                           const float (&nrm)[2][2], float (&rmax)[MT][2])
+{
     float acc[2][MT][4];
 #pragma unroll
     for (int jt = 0; jt < 2; jt++)
@@ -312,15 +392,11 @@ __device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF 
     for (int kt = 0; kt < KT; kt++)
 #pragma unroll
         for (int jt = 0; jt < 2; jt++) {
-            const int r = 8 * jt + g;
-            const uint2 b =
-                *reinterpret_cast<const uint2 *>(ts + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
+            const uint2 b = bfrag(kt, jt);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 mma16816(acc[jt][mt], afrag(mt, kt), b.x, b.y);
         }
-    if (SYNC)
-        __syncwarp();
 #pragma unroll
     for (int jt = 0; jt < 2; jt++)
 #pragma unroll
@@ -331,6 +407,23 @@ __device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF 
                 const float s1 = (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
                 rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
             }
+}
+
+/* step_max_b with the B fragments read from a step's decoded tile ts (rows rs halves apart,
+ * swizzled): the cross kernel's. */
+template <int KT, int MT, class AF>
+__device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF afrag,
+                                         const float (&qv)[2][MT][2][2], const float (&nrm)[2][2],
+                                         float (&rmax)[MT][2])
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    step_max_b<KT, MT>(
+        afrag,
+        [&](int kt, int jt) {
+            const int r = 8 * jt + g;
+            return *reinterpret_cast<const uint2 *>(ts + r * rs + ((16 * kt + 4 * t4) ^ swz(r)));
+        },
+        qv, nrm, rmax);
 }
 
 /* A 32-row unit's part of the score, in every lane: each row's max over the quad's columns
@@ -357,9 +450,11 @@ __device__ __forceinline__ float unit_sum(const float (&rmax)[MT][2], int lane, 
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
- * query and each step of AX_TOK tokens it decodes the step into its tile, gathers the tokens'
- * q.C values, runs the MMAs and takes the max. Dynamic shared memory (mma_smem): the tables
- * (256 x coded halves, room for 256 x dim), then a tile a warp.
+ * query and each step of AX_TOK tokens it gathers the tokens' q.C values, runs the MMAs and
+ * takes the max. Each lane decodes its own B fragments, run by run (run_frag: one byte and
+ * one table load for a run of 1- or 2-bit axes), straight into registers. Dynamic shared
+ * memory (reg_smem): the tables (256 x coded halves, room for 256 x dim), (AS) the query's A
+ * fragments, then the column words.
  */
 template <int KT, int WARPS, int MINB, bool AS>
 __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_args a)
@@ -370,24 +465,25 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
     const ax_layout &L = a.L;
     const kern_axes_job &j = a.j;
     constexpr int MT = 2;
-    const int dim = 16 * KT, rs = ax_row(dim);
+    const int dim = 16 * KT;
     __half *const tab = reinterpret_cast<__half *>(ax_smem);
-    const int tab_halves = 256 * L.coded;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    __half *const tile = tab + 256 * dim + warp * (AX_TOK * rs);
-    /* AS: the one query's A fragments (one unit) in shared memory after the tiles. */
-    uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim + WARPS * (AX_TOK * rs));
+    /* AS: the one query's A fragments (one unit) in shared memory after the tables. */
+    uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim);
+    uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + (AS ? MT * KT * 32 : 0));
 
-    load_tables(j.dec, tab_halves, tab);
-    /* The warp's tile at 0: the columns of the dims without bits are never written again. */
-    for (int i = lane; i < AX_TOK * rs / 2; i += 32)
-        reinterpret_cast<uint32_t *>(tile)[i] = 0u;
+    load_tables(j.dec, 256 * L.coded, tab);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        s_cols[i] = a.cols[i];
     if (AS)
         for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
             sa[i] = __ldg(a.af + i);
     __syncthreads();
-
-    const bool words = L.rbytes % 4 == 0; /* decode_step's items: words, else bytes */
+    /* The lane's run words, one a k step. */
+    uint32_t run[KT];
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+        run[kt] = a.runs[4 * kt + t4];
 
     const long long warps = (long long)gridDim.x * WARPS;
     long long n = (long long)blockIdx.x * WARPS + warp;
@@ -411,6 +507,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                         for (int kt = 0; kt < KT; kt++)
                             af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
                 }
+                const auto afrag = [&](int mt, int kt) {
+                    return AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt];
+                };
                 float rmax[MT][2];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -418,7 +517,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                 const float *qb = qcT + 32 * u + g;
                 for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK) {
                     /* The codes and norms of the lane's accumulator columns, then their q.C
-                     * values: in flight while the step decodes. */
+                     * values: in flight while the step decodes and multiplies. */
                     float qv[2][MT][2][2], nrm[2][2];
 #pragma unroll
                     for (int jt = 0; jt < 2; jt++)
@@ -434,15 +533,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                                 for (int h = 0; h < 2; h++)
                                     qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
                         }
-                    if (words)
-                        decode_step<4>(L, tab, tile, rs, doc, tok0, lane);
-                    else
-                        decode_step<1>(L, tab, tile, rs, doc, tok0, lane);
-                    __syncwarp();
-                    step_max<KT, MT, true>(
-                        tile, rs, lane,
-                        [&](int mt, int kt) {
-                            return AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt];
+                    /* The B operand's tokens (rows g and g + 8 of the step; past the end, the
+                     * last token, which never changes a max). */
+                    const uint8_t *src[2];
+#pragma unroll
+                    for (int jt = 0; jt < 2; jt++)
+                        src[jt] =
+                            doc.residuals + (long long)min(tok0 + 8 * jt + g, ntok - 1) * L.rbytes;
+                    step_max_b<KT, MT>(
+                        afrag,
+                        [&](int kt, int jt) {
+                            return run_frag(run[kt], src[jt], tab, s_cols, 16 * kt + 4 * t4);
                         },
                         qv, nrm, rmax);
                 }
@@ -673,7 +774,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
                     float qn[2][MT][2][2], nn[2][2];
                     const int sn = min(s + 1, steps - 1) * AX_TOK;
                     cross_gather<MT>(qb, j.ldq, s_code + sn, s_nrm + sn, t4, qn, nn);
-                    step_max<KT, MT, false>(
+                    step_max<KT, MT>(
                         tiles + s * (AX_TOK * rs), rs, lane,
                         [&](int mt, int kt) { return af[mt][kt]; }, qv, nrm, rmax);
 #pragma unroll
@@ -763,12 +864,20 @@ __global__ void residual_axes_simple_kernel(ax_args a)
         j.scores[n] = total;
 }
 
-/* The MMA kernel's dynamic shared memory: room for the tables of every dim coded, whatever the
- * code codes, so that a kernel always launches with the same size (kern_resident_ctas caches
- * the limit it sets by size: a smaller size set after a larger would refuse the larger). */
-size_t mma_smem(int dim, int warps)
+/* The tables' room in dynamic shared memory: every dim coded, whatever the code codes, so that
+ * a kernel always launches with the same size (kern_resident_ctas caches the limit it sets by
+ * size: a smaller size set after a larger would refuse the larger). */
+size_t tab_smem(int dim)
 {
-    return (size_t)256 * dim * 2 + (size_t)warps * AX_TOK * ax_row(dim) * 2;
+    return (size_t)256 * dim * 2;
+}
+
+/* The per-warp kernel's dynamic shared memory: the tables, (as) one query's A fragments, the
+ * column words. */
+size_t reg_smem(int dim, bool as)
+{
+    return tab_smem(dim) + (as ? (size_t)2 * (dim / 16) * 32 * sizeof(uint4) : 0) +
+           (size_t)dim * sizeof(uint32_t);
 }
 
 /* Whether the MMA kernel runs r: its dims, and its shared memory within the device's. */
@@ -783,14 +892,15 @@ bool mma_fits(const kern_axes_job &j)
         cudaGetLastError(); /* the exact kernel then reports what is wrong with the device */
         return false;
     }
-    return mma_smem(j.dim, AX_WARPS) <= (size_t)optin;
+    return reg_smem(j.dim, true) <= (size_t)optin;
 }
 
-/* The cross kernel's dynamic shared memory: the tables as mma_smem's, W tiles, the kept row
- * maxima of AXC_UNITS units a warp, and a chunk's codes and norms. */
+/* The cross kernel's dynamic shared memory: the tables, W tiles, the kept row maxima of
+ * AXC_UNITS units a warp, and a chunk's codes and norms. */
 size_t cross_smem(int dim, int warps)
 {
-    return mma_smem(dim, warps) + (size_t)warps * AXC_UNITS * 2 * 2 * 32 * sizeof(float) +
+    return tab_smem(dim) + (size_t)warps * AX_TOK * ax_row(dim) * 2 +
+           (size_t)warps * AXC_UNITS * 2 * 2 * 32 * sizeof(float) +
            (size_t)warps * AX_TOK * (sizeof(uint32_t) + sizeof(float));
 }
 
@@ -824,7 +934,7 @@ template <int KT, class F> int with_afrag(ax_args a, F launch, const char *what)
 
 template <int KT, int WARPS, int MINB, bool AS = false> int launch_mma(const ax_args &a)
 {
-    const size_t smem = mma_smem(16 * KT, WARPS) + (AS ? (size_t)2 * KT * 32 * sizeof(uint4) : 0);
+    const size_t smem = reg_smem(16 * KT, AS);
     const void *fn = (const void *)residual_axes_mma_kernel<KT, WARPS, MINB, AS>;
     int blocks = 0, rc;
     if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
@@ -933,6 +1043,7 @@ int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
             kern_set_error("%s (cuda): too many queries", who);
             return KERN_EINVAL;
         }
+        make_runs(a, j->dim);
         switch (j->dim) {
         case 64:
             return launch_warps<4>(a);

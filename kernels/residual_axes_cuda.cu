@@ -327,18 +327,39 @@ __device__ __forceinline__ void decode_step(const ax_layout &L, const __half *ta
 }
 
 /* The tables (n halves) into shared memory as fp16 by the whole CTA, 4 floats a load where
- * they are 16-byte aligned. */
+ * they are 16-byte aligned, LT_BATCH loads of a thread in flight at once: a CTA's 64 KB (dim
+ * 128) then take 2 round trips to memory, not 32 one after another, which a launch of few
+ * pairs (the default search's exact rounds) paid in full. */
+constexpr int LT_BATCH = 16;
+
 __device__ __forceinline__ void load_tables(const float *__restrict__ dec, int n, __half *tab)
 {
+    const int step = (int)blockDim.x;
     if (((uintptr_t)dec & 15) == 0) {
-        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-            const float4 f = __ldg(reinterpret_cast<const float4 *>(dec) + i);
-            *reinterpret_cast<uint2 *>(tab + 4 * i) =
-                make_uint2(pack_h2(f.x, f.y), pack_h2(f.z, f.w));
+        const float4 *src = reinterpret_cast<const float4 *>(dec);
+        const int n4 = n / 4;
+        for (int i0 = threadIdx.x; i0 < n4; i0 += LT_BATCH * step) {
+            float4 f[LT_BATCH];
+#pragma unroll
+            for (int b = 0; b < LT_BATCH; b++)
+                f[b] = i0 + b * step < n4 ? __ldg(src + i0 + b * step) : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int b = 0; b < LT_BATCH; b++)
+                if (i0 + b * step < n4)
+                    *reinterpret_cast<uint2 *>(tab + 4 * (i0 + b * step)) =
+                        make_uint2(pack_h2(f[b].x, f[b].y), pack_h2(f[b].z, f[b].w));
         }
     } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x)
-            tab[i] = __float2half_rn(__ldg(dec + i));
+        for (int i0 = threadIdx.x; i0 < n; i0 += LT_BATCH * step) {
+            float f[LT_BATCH];
+#pragma unroll
+            for (int b = 0; b < LT_BATCH; b++)
+                f[b] = i0 + b * step < n ? __ldg(dec + i0 + b * step) : 0.f;
+#pragma unroll
+            for (int b = 0; b < LT_BATCH; b++)
+                if (i0 + b * step < n)
+                    tab[i0 + b * step] = __float2half_rn(f[b]);
+        }
     }
 }
 

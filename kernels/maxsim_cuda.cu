@@ -260,19 +260,8 @@ template <int MT>
 __device__ __forceinline__ float rows_sum(const float (&rmax)[MT][2], const ms_args &a, long long q,
                                           int r0, int qlen, int g, int t4)
 {
-    float sum = 0.f;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float m = quad_max(rmax[mt][h]);
-            if (t4 == 0 && qrow_valid(a, q, r0 + mt * 16 + g + 8 * h, qlen))
-                sum += m;
-        }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    return sum;
+    return rows_max_sum<MT>(rmax, 4 * g + t4,
+                            [&](int r) { return qrow_valid(a, q, r0 + r, qlen); });
 }
 
 /* With document masks: whether a valid token is among this lane's columns of NG 8-token tiles. */

@@ -452,20 +452,7 @@ __device__ __forceinline__ void step_max(const __half *ts, int rs, int lane, AF 
 template <int MT>
 __device__ __forceinline__ float unit_sum(const float (&rmax)[MT][2], int lane, int u, int lq)
 {
-    const int g = lane >> 2, t4 = lane & 3;
-    float part = 0.f;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float m = quad_max(rmax[mt][h]);
-            if (t4 == 0 && 32 * u + 16 * mt + g + 8 * h < lq)
-                part += m;
-        }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        part += __shfl_xor_sync(0xffffffffu, part, o);
-    return part;
+    return rows_max_sum<MT>(rmax, lane, [&](int r) { return 32 * u + r < lq; });
 }
 
 /*

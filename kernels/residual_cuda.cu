@@ -700,19 +700,7 @@ __global__ void __launch_bounds__(RES_WARPS * 32, MINB) residual_mma_kernel(res_
                 if (PIPE)
                     cur = nxt;
             }
-            float part = 0.f;
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const float m = quad_max(rmax[mt][h]);
-                    if (t4 == 0 && r0 + mt * 16 + g + 8 * h < lq)
-                        part += m;
-                }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                part += __shfl_xor_sync(0xffffffffu, part, o);
-            total += part;
+            total += rows_max_sum<MT>(rmax, lane, [&](int r) { return r0 + r < lq; });
         }
         if (lane == 0)
             a.scores[n] = total;

@@ -15,6 +15,8 @@ decompression normalise(C[code] + decoded residual), in float32 with NumPy. Prin
   - scalar codes per axis (--axes): a Lloyd-Max table per dimension; the same in the residuals'
     principal axes (one global rotation), 2 bits each; and in those axes with the 2 d bits
     allocated by greedy reverse water-filling (1-4 bits an axis, the same 32 bytes at d 128);
+    whole-byte widths; and those with each axis's levels additive in its index's bits
+    (c0 + sum_k c_k bit_k: a decoder could score bits, with no table);
   - the rate-distortion bound at the same bits: the Gaussian test channel that an ideal codec
     of 2 bits a dimension approaches (reverse water-filling over the residuals' per-dimension
     variances; reconstruction a x + noise, error D a dimension), which no codec of those bytes
@@ -119,6 +121,38 @@ def main():
             out[:, j] = w[np.searchsorted(cut, r[:, j])]
         return out
 
+    def additive(v, bits, steps=15):
+        """Levels additive in the index's bits, c0 + sum_k c_k bit_k(idx) (bits + 1 numbers for
+        2^bits levels), fitted by alternating least squares from the Lloyd-Max table: a decoder
+        can then score the code's bits, as 0/1 values weighted by c, without a table."""
+        nb = 1 << bits
+        cut, w = lloyd(v, bits)
+        basis = np.array([[1.0] + [(i >> k) & 1 for k in range(bits)] for i in range(nb)])
+        idx = np.searchsorted(cut, v)
+        lev = w
+        for _ in range(steps):
+            cnt = np.bincount(idx, minlength=nb).astype(np.float64)
+            tot = np.bincount(idx, weights=v, minlength=nb)
+            c = np.linalg.lstsq(basis.T @ (cnt[:, None] * basis), basis.T @ tot, rcond=None)[0]
+            lev = basis @ c
+            order = np.argsort(lev)
+            sl = lev[order]
+            idx = order[np.searchsorted((sl[:-1] + sl[1:]) / 2, v)]
+        order = np.argsort(lev)
+        sl = lev[order]
+        return (sl[:-1] + sl[1:]) / 2, sl
+
+    def per_axis_additive(r, bits):
+        out = np.empty_like(r)
+        fit = r[::5]
+        for j in range(r.shape[1]):
+            if bits[j] == 0:
+                out[:, j] = 0.0
+                continue
+            cut, sl = additive(fit[:, j].astype(np.float64), int(bits[j]))
+            out[:, j] = sl[np.searchsorted(cut, r[:, j])]
+        return out
+
     def axes_rows():
         d = res.shape[1]
         report("scalar, a table per dimension, 2 bits", per_axis(res, np.full(d, 2)))
@@ -154,6 +188,10 @@ def main():
         print("whole-byte widths (0, 1, 2, 4 bits):",
               [int((w == b).sum()) for b in (0, 1, 2, 4)])
         report("principal axes, 0/1/2/4 bits in whole bytes", per_axis(rot, w) @ vec.T)
+        report("the same, levels additive in the bits", per_axis_additive(rot, w) @ vec.T)
+        w2 = np.full(d, 2)
+        report("principal axes, 2 bits each, additive in the bits",
+               per_axis_additive(rot, w2) @ vec.T)
 
     def rd_bound(bits):
         mean = res.mean(0)

@@ -15,15 +15,20 @@
  * column by column. The residual term is at the scalar GPU path's precision (query and levels
  * rounded to fp16 in it only; q.C, norms, max and sum in fp32).
  *
- * Two kernels. The per-warp kernel (residual_axes_mma_kernel: lists of pairs, one query, and
- * what the other does not take) has each lane decode its own runs straight into its B
+ * Three kernels. The per-warp kernel (residual_axes_mma_kernel: lists of pairs, one query, and
+ * what the others do not take) has each lane decode its own runs straight into its B
  * registers (run_frag, through run words made once a call on the host, make_runs). The cross
  * kernel (crossed pairs of 4 queries or more, exhaustive search's batches) has a CTA decode
  * each document once for the W queries of its warps, a step of 16 tokens a warp into a tile in
  * shared memory (swizzled so that a half warp's loads fall in distinct banks), from which each
  * warp's MMAs read their B fragments. One query of 32 rows or fewer keeps its A fragments in
  * shared memory, one copy a CTA (AS): the 64 registers they took a lane fit 8 warps a CTA in
- * 128 registers instead of 6 in 168.
+ * 128 registers instead of 6 in 168. A few hundred pairs of one such query (the default
+ * search's exact rounds, a query at a time) take the split kernel (residual_axes_split_kernel):
+ * a CTA a pair, its warps over the document's steps, so that a round costs about one step's
+ * latency, not a document's. H200, 100k documents of model 3, one query a call: p50 0.73-0.75
+ * ms against 0.92-1.06 on the per-warp kernel (the scalar code: 0.70), its exact stage
+ * 0.57 against 0.85-0.89 ms (bench/results/axes-gpu-2026-11-29/s45/call7/).
  *
  * Shapes without these kernels (dims other than 64, 96 and 128, or a device whose shared memory
  * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
@@ -76,6 +81,8 @@ constexpr int AX_WARPS = 6;
  * registers, 156 bytes of spills), 136 for the 6 warps with A in registers. */
 constexpr int AXS_WARPS = 8;
 constexpr int AX_TOK = 16; /* tokens a step: two n8 tiles, independent MMA chains */
+/* Pairs up to which one query's pairs take the split kernel (residual_axes_split_kernel). */
+constexpr long long AXP_SPLIT_PAIRS = 512;
 /* Halves a tile row: dim rounded up to 64, so that rows start in bank 0 (swz). */
 __host__ __device__ constexpr int ax_row(int dim)
 {
@@ -455,6 +462,45 @@ __device__ __forceinline__ float unit_sum(const float (&rmax)[MT][2], int lane, 
     return rows_max_sum<MT>(rmax, lane, [&](int r) { return 32 * u + r < lq; });
 }
 
+/* The per-warp kernels' step: tokens tok0 .. tok0 + AX_TOK - 1 of doc (of ntok) against a
+ * 32-row unit of the query (its q.C rows at qb, lane's row group included; A fragments from
+ * afrag), each lane decoding its B fragments from the run words run, into rmax. */
+template <int KT, int MT, class AF>
+__device__ __forceinline__ void reg_step(const kern_axes_job &j, const ax_layout &L,
+                                         const kern_pdoc &doc, int ntok, int tok0, const float *qb,
+                                         AF afrag, const uint32_t (&run)[KT], const __half *tab,
+                                         const uint32_t *s_cols, int lane, float (&rmax)[MT][2])
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    /* The codes and norms of the lane's accumulator columns, then their q.C
+     * values: in flight while the step decodes and multiplies. */
+    float qv[2][MT][2][2], nrm[2][2];
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tc = min(tok0 + 8 * jt + 2 * t4 + e, ntok - 1);
+            const uint32_t c = load_code(doc.codes, j.code_bytes, tc);
+            nrm[jt][e] = __ldg(doc.inv_norms + tc);
+            const float *row = qb + (long long)c * j.ldq;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
+        }
+    /* The B operand's tokens (rows g and g + 8 of the step; past the end, the
+     * last token, which never changes a max). */
+    const uint8_t *src[2];
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+        src[jt] = doc.residuals + (long long)min(tok0 + 8 * jt + g, ntok - 1) * L.rbytes;
+    step_max_b<KT, MT>(
+        afrag,
+        [&](int kt, int jt) { return run_frag(run[kt], src[jt], tab, s_cols, 16 * kt + 4 * t4); },
+        qv, nrm, rmax);
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -524,36 +570,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
                     rmax[mt][0] = rmax[mt][1] = -INFINITY;
                 const float *qb = qcT + 32 * u + g;
                 for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK) {
-                    /* The codes and norms of the lane's accumulator columns, then their q.C
-                     * values: in flight while the step decodes and multiplies. */
-                    float qv[2][MT][2][2], nrm[2][2];
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int tc = min(tok0 + 8 * jt + 2 * t4 + e, ntok - 1);
-                            const uint32_t c = load_code(doc.codes, j.code_bytes, tc);
-                            nrm[jt][e] = __ldg(doc.inv_norms + tc);
-                            const float *row = qb + (long long)c * j.ldq;
-#pragma unroll
-                            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                                for (int h = 0; h < 2; h++)
-                                    qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
-                        }
-                    /* The B operand's tokens (rows g and g + 8 of the step; past the end, the
-                     * last token, which never changes a max). */
-                    const uint8_t *src[2];
-#pragma unroll
-                    for (int jt = 0; jt < 2; jt++)
-                        src[jt] =
-                            doc.residuals + (long long)min(tok0 + 8 * jt + g, ntok - 1) * L.rbytes;
-                    step_max_b<KT, MT>(
-                        afrag,
-                        [&](int kt, int jt) {
-                            return run_frag(run[kt], src[jt], tab, s_cols, 16 * kt + 4 * t4);
-                        },
-                        qv, nrm, rmax);
+                    reg_step<KT, MT>(j, L, doc, ntok, tok0, qb, afrag, run, tab, s_cols, lane,
+                                     rmax);
                 }
                 total += unit_sum<MT>(rmax, lane, u, lq);
             }
@@ -564,6 +582,90 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
         if (lane == 0)
             t = kern_claim();
         n = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+    }
+    if (lane == 0)
+        kern_claims_done();
+}
+
+/*
+ * Few pairs of one query of 32 rows or fewer (the default search's exact rounds, a query at a
+ * time): the per-warp kernel's time is then a warp's walk through one document, step after
+ * step, with most of the GPU idle. Here a CTA takes one pair at a time and its warps take the
+ * document's steps in turn (warp w steps w, w + WARPS, ...), each with the query's A fragments
+ * from shared memory (as AS); the warps' row maxima meet in shared memory, where warp 0 takes
+ * the max of each row and sums the rows. Shared memory as the AS kernel's, then WARPS x 32
+ * floats of row maxima.
+ */
+template <int KT, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, 2) residual_axes_split_kernel(ax_args a)
+{
+    extern __shared__ __align__(16) unsigned char ax_smem[];
+    __shared__ long long s_n; /* the CTA's pair */
+    const ax_layout &L = a.L;
+    const kern_axes_job &j = a.j;
+    constexpr int MT = 2;
+    const int dim = 16 * KT;
+    __half *const tab = reinterpret_cast<__half *>(ax_smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim);
+    uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + MT * KT * 32);
+    float *const s_rm = reinterpret_cast<float *>(s_cols + dim);
+
+    load_tables(j.dec, 256 * L.coded, tab);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        s_cols[i] = a.cols[i];
+    for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
+        sa[i] = __ldg(a.af + i);
+    if (threadIdx.x == 0)
+        s_n = blockIdx.x;
+    __syncthreads();
+    uint32_t run[KT];
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+        run[kt] = a.runs[4 * kt + t4];
+
+    for (;;) {
+        const long long n = s_n;
+        if (n >= j.nd)
+            break;
+        const kern_pdoc doc = pair_doc(j, n);
+        const int ntok = (int)doc.ntok;
+        long long row0;
+        int lq;
+        pair_query(j, n, row0, lq);
+        float rmax[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            rmax[mt][0] = rmax[mt][1] = -INFINITY;
+        const float *qb = j.qcT + row0 + g;
+        for (int tok0 = warp * AX_TOK; tok0 < ntok; tok0 += WARPS * AX_TOK)
+            reg_step<KT, MT>(
+                j, L, doc, ntok, tok0, qb,
+                [&](int mt, int kt) { return sa[(mt * KT + kt) * 32 + lane]; }, run, tab, s_cols,
+                lane, rmax);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float m = quad_max(rmax[mt][h]);
+                if (t4 == 0)
+                    s_rm[warp * 32 + 16 * mt + g + 8 * h] = m;
+            }
+        __syncthreads();
+        if (warp == 0) {
+            float m = -INFINITY;
+            for (int w = 0; w < WARPS; w++)
+                m = fmaxf(m, s_rm[w * 32 + lane]);
+            float part = lane < lq ? m : 0.f;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (lane == 0) {
+                j.scores[n] = ntok > 0 ? part : KERN_EMPTY_SCORE;
+                s_n = gridDim.x + (long long)kern_claim();
+            }
+        }
+        __syncthreads();
     }
     if (lane == 0)
         kern_claims_done();
@@ -956,6 +1058,21 @@ template <int KT, int WARPS, int MINB, bool AS = false> int launch_mma(const ax_
         "launch of residual_axes_mma_kernel");
 }
 
+template <int KT, int WARPS> int launch_split(const ax_args &a)
+{
+    const size_t smem = reg_smem(16 * KT, true) + (size_t)WARPS * 32 * sizeof(float);
+    const void *fn = (const void *)residual_axes_split_kernel<KT, WARPS>;
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, a.j.nd, &blocks)) != KERN_OK)
+        return rc;
+    return with_afrag<KT>(
+        a,
+        [=](const ax_args &b) {
+            residual_axes_split_kernel<KT, WARPS><<<blocks, WARPS * 32, smem>>>(b);
+        },
+        "launch of residual_axes_split_kernel");
+}
+
 template <int KT, int W, int MINB> int launch_cross(const ax_args &a)
 {
     const size_t smem = cross_smem(16 * KT, W);
@@ -1014,8 +1131,14 @@ template <int KT> int launch_warps(const ax_args &a)
     /* One query of one unit: its A fragments in shared memory, once a CTA, so that the
      * registers they took hold more warps (AXS_WARPS; TARTAN_GPU_AXES_ASMEM=0 in the
      * environment: not, for benchmarks). */
-    const char *as = getenv("TARTAN_GPU_AXES_ASMEM");
-    if ((!as || atoi(as) != 0) && w == 0 && a.j.nq_all == 1 && a.j.lq <= 32)
+    const char *as = getenv("TARTAN_GPU_AXES_ASMEM"), *sp = getenv("TARTAN_GPU_AXES_SPLIT");
+    const bool one = (!as || atoi(as) != 0) && w == 0 && a.j.nq_all == 1 && a.j.lq <= 32;
+    /* Few pairs of one query: a CTA a pair, its warps over the document's steps
+     * (TARTAN_GPU_AXES_SPLIT=0 never, 1 whatever the pairs: benchmarks). */
+    const int spv = sp ? atoi(sp) : -1;
+    if (one && (spv == 1 || (spv != 0 && a.j.nd <= AXP_SPLIT_PAIRS)))
+        return launch_split<KT, AXS_WARPS>(a);
+    if (one)
         return launch_mma<KT, AXS_WARPS, 2, true>(a);
     if (w == 4)
         return launch_mma<KT, 4, 2>(a);

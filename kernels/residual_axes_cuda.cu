@@ -501,6 +501,24 @@ __device__ __forceinline__ void reg_step(const kern_axes_job &j, const ax_layout
         qv, nrm, rmax);
 }
 
+/* The register kernels' start, before their barrier: the tables, the column words and (AS) the
+ * one query's A fragments into shared memory by the whole CTA, and the lane's run words, one a
+ * k step, into run. */
+template <int KT, int MT, bool AS>
+__device__ __forceinline__ void reg_setup(const ax_args &a, __half *tab, uint4 *sa,
+                                          uint32_t *s_cols, uint32_t (&run)[KT])
+{
+    load_tables(a.j.dec, 256 * a.L.coded, tab);
+    for (int i = threadIdx.x; i < 16 * KT; i += blockDim.x)
+        s_cols[i] = a.cols[i];
+    if (AS)
+        for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
+            sa[i] = __ldg(a.af + i);
+#pragma unroll
+    for (int kt = 0; kt < KT; kt++)
+        run[kt] = a.runs[4 * kt + (threadIdx.x & 3)];
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -521,23 +539,14 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
     constexpr int MT = 2;
     const int dim = 16 * KT;
     __half *const tab = reinterpret_cast<__half *>(ax_smem);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     /* AS: the one query's A fragments (one unit) in shared memory after the tables. */
     uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim);
     uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + (AS ? MT * KT * 32 : 0));
 
-    load_tables(j.dec, 256 * L.coded, tab);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        s_cols[i] = a.cols[i];
-    if (AS)
-        for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
-            sa[i] = __ldg(a.af + i);
-    __syncthreads();
-    /* The lane's run words, one a k step. */
     uint32_t run[KT];
-#pragma unroll
-    for (int kt = 0; kt < KT; kt++)
-        run[kt] = a.runs[4 * kt + t4];
+    reg_setup<KT, MT, AS>(a, tab, sa, s_cols, run);
+    __syncthreads();
 
     const long long warps = (long long)gridDim.x * WARPS;
     long long n = (long long)blockIdx.x * WARPS + warp;
@@ -611,18 +620,11 @@ __global__ void __launch_bounds__(WARPS * 32, 2) residual_axes_split_kernel(ax_a
     uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + MT * KT * 32);
     float *const s_rm = reinterpret_cast<float *>(s_cols + dim);
 
-    load_tables(j.dec, 256 * L.coded, tab);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        s_cols[i] = a.cols[i];
-    for (int i = threadIdx.x; i < MT * KT * 32; i += blockDim.x)
-        sa[i] = __ldg(a.af + i);
+    uint32_t run[KT];
+    reg_setup<KT, MT, true>(a, tab, sa, s_cols, run);
     if (threadIdx.x == 0)
         s_n = blockIdx.x;
     __syncthreads();
-    uint32_t run[KT];
-#pragma unroll
-    for (int kt = 0; kt < KT; kt++)
-        run[kt] = a.runs[4 * kt + t4];
 
     for (;;) {
         const long long n = s_n;

@@ -380,8 +380,9 @@ static void bench_plaid_dim(const char *name, size_t nd, int with_qc, size_t dim
         kern_pdoc *dd = upload(hd, nd * sizeof *hd);
         free(hd);
         bufs[s][0] = cd, bufs[s][1] = rd, bufs[s][2] = id, bufs[s][3] = dd;
-        c.a[s] = (kern_residual){dim, nbits, 2, qd,   lq,       with_qc ? c.qc : qcd, K, wd, dd,
-                                 nd,  NULL,  0, NULL, {0, 0, 0}};
+        c.a[s] =
+            (kern_residual){dim,  nbits, 2,    qd,        lq, with_qc ? c.qc : qcd, K, wd, dd, nd,
+                            NULL, 0,     NULL, {0, 0, 0}, 0};
     }
     KK(kern_gpu_malloc((void **)&c.scores, nd * 4));
     double spread, us = time_call(residual_call, &c, &spread);
@@ -447,20 +448,33 @@ static void exact_call(void *p, int rep)
  * to model 3's residuals (28 / 48 / 48 axes at 4 / 2 / 1 bits, 124 dims coded). */
 static const unsigned bench_axes[4] = {8, 8, 8, 8}, bench_axes_m3[4] = {0, 14, 12, 6};
 
-static float *bench_axes_tables(const unsigned *b)
+static float *bench_axes_tables(const unsigned *b, int additive)
 {
     const size_t n = 256 * ((size_t)b[0] + 2 * b[1] + 4 * b[2] + 8 * b[3]);
     float *h = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         h[i] = (float)((double)(mix(555 + i) % 20001) / 10000.0 - 1.0) * 0.08f;
+    /* Additive: each value of a position a uniform quantiser of its bits (step 2^k), levels in
+     * [-0.08, 0.08), as index/axes.c fits them (the bit-plane kernels). */
+    float *t = h;
+    for (unsigned w = 0; additive && w < 4; w++) {
+        const unsigned per = 1u << w, wb = 8 / per;
+        for (unsigned k = 0; k < b[w]; k++, t += 256 * per)
+            for (unsigned v = 0; v < 256; v++)
+                for (unsigned i = 0; i < per; i++) {
+                    const unsigned idx = (v >> (i * wb)) & ((1u << wb) - 1);
+                    t[v * per + i] = (float)(-0.08 + 0.16 * (idx + 0.5) / (1u << wb));
+                }
+    }
     float *d = upload(h, n * sizeof(float));
     free(h);
     return d;
 }
 
-/* axes: the axes code of those byte counts (dim 128) instead of the nbits scalar one (NULL). */
+/* axes: the axes code of those byte counts (dim 128) instead of the nbits scalar one (NULL);
+ * additive: its tables additive in the bits (the bit-plane kernels). */
 static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
-                             size_t K, const unsigned *axes)
+                             size_t K, const unsigned *axes, int additive)
 {
     const size_t lq = 32, T = nq * lq;
     const size_t rb = axes ? (size_t)axes[0] + axes[1] + axes[2] + axes[3] : dim * nbits / 8;
@@ -509,8 +523,9 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
                             .per_q = nd,
                             .cross = 1};
     if (axes) {
-        c.a.axes_dec = bench_axes_tables(axes);
+        c.a.axes_dec = bench_axes_tables(axes, additive);
         memcpy(c.a.axes_bytes, axes, sizeof c.a.axes_bytes);
+        c.a.axes_additive = additive;
     }
     KK(kern_gpu_malloc((void **)&c.scores, nq * nd * 4));
     int reps = g_reps;
@@ -520,7 +535,8 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
     char desc[160];
     char code[32];
     if (axes)
-        snprintf(code, sizeof code, "axes %u/%u/%u/%u", axes[0], axes[1], axes[2], axes[3]);
+        snprintf(code, sizeof code, "axes %u/%u/%u/%u%s", axes[0], axes[1], axes[2], axes[3],
+                 additive ? " bits" : "");
     else
         snprintf(code, sizeof code, "%u-bit", nbits);
     snprintf(desc, sizeof desc,
@@ -543,31 +559,60 @@ static void bench_exact_code(const char *name, size_t nq, size_t nd, size_t dim,
 static void bench_exact_dim(const char *name, size_t nq, size_t nd, size_t dim, unsigned nbits,
                             size_t K)
 {
-    bench_exact_code(name, nq, nd, dim, nbits, K, NULL);
+    bench_exact_code(name, nq, nd, dim, nbits, K, NULL, 0);
 }
 
 /* The axes code against the 2-bit scalar code at the same bytes a token, batched exact scoring
  * (kern_cuda_exact_scores, cross pairs) of Lq-32 queries against 10k documents of 50-90
  * tokens, dim 128, K 8,192: codes10k_2bit_*, codes10k_axes_* and codes10k_axesm3_* (the two
- * shapes of bench_axes) with 1, 8 and 64 queries (64: an exhaustive search's batch), the first
+ * shapes of bench_axes), codes10k_bitsm3_* (model 3's shape with additive tables: the bit-plane
+ * kernels) with 1, 8 and 64 queries (64: an exhaustive search's batch), the first
  * two also on the exact fp32 kernels (_fp32); --only codes10k runs them all. */
 static void bench_axes_shapes(const char *only)
 {
     static const size_t nqs[] = {1, 8, 64};
-    static const char *const names[] = {"2bit", "axes", "axesm3"};
-    const unsigned *const layouts[] = {NULL, bench_axes, bench_axes_m3};
+    static const char *const names[] = {"2bit", "axes", "axesm3", "bitsm3"};
+    const unsigned *const layouts[] = {NULL, bench_axes, bench_axes_m3, bench_axes_m3};
     for (int fp32 = 0; fp32 < 2; fp32++)
         for (size_t i = 0; i < (fp32 ? 2 : 3); i++)
-            for (int code = 0; code < 3; code++) {
+            for (int code = 0; code < 4; code++) {
                 char nm[64];
                 snprintf(nm, sizeof nm, "codes10k_%s_%zuq%s", names[code], nqs[i],
                          fp32 ? "_fp32" : "");
-                if (!want(only, nm) || (fp32 && code == 2))
+                if (!want(only, nm) || (fp32 && code >= 2))
                     continue;
                 kern_gpu_tune.residual_path = fp32 ? 2 : 0;
-                bench_exact_code(nm, nqs[i], 10000, 128, 2, 8192, layouts[code]);
+                bench_exact_code(nm, nqs[i], 10000, 128, 2, 8192, layouts[code], code == 3);
                 kern_gpu_tune.residual_path = 0;
             }
+}
+
+/* The axes code at dim 384 (model 3's shape three times: 42 / 36 / 18 byte positions of 4, 2
+ * and 1 bits, 96 bytes a token as the 2-bit scalar code), additive tables: the bit-plane
+ * kernels, the only tensor-core kernels of the axes code past dim 128, against the 2-bit scalar
+ * code's kernels and (_fp32) the exact fp32 kernel the axes code took there before.
+ * bits384_{1q_10k,8q_5k,64q_5k} and 2bit384_*: 1 query x 10,000 documents (K 16,384), 8 and 64
+ * queries x SciFact's 5,183 (K 4,096), crossed. */
+static void bench_bits_big(const char *only)
+{
+    static const unsigned m3x3[4] = {0, 42, 36, 18};
+    static const struct {
+        const char *tag;
+        size_t nq, nd, K;
+    } shapes[] = {
+        {"1q_10k", 1, 10000, 16384}, {"8q_5k", 8, 5183, 4096}, {"64q_5k", 64, 5183, 4096}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int v = 0; v < 3; v++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "%s384_%s%s", v == 0 ? "2bit" : "bits", shapes[i].tag,
+                     v == 2 ? "_fp32" : "");
+            if (!want(only, nm) || (v == 2 && shapes[i].nq > 8))
+                continue;
+            kern_gpu_tune.residual_path = v == 2 ? 2 : 0;
+            bench_exact_code(nm, shapes[i].nq, shapes[i].nd, 384, 2, shapes[i].K, v ? m3x3 : NULL,
+                             v != 0);
+            kern_gpu_tune.residual_path = 0;
+        }
 }
 
 static void bench_exact(const char *name, size_t nq, size_t nd)
@@ -1059,6 +1104,7 @@ int main(int argc, char **argv)
     }
     bench_big_dims(only);
     bench_axes_shapes(only);
+    bench_bits_big(only);
     if (want(only, "topk_10m"))
         bench_topk("topk_10m", 1, 10000000, 1000);
     if (want(only, "topk_ncells"))

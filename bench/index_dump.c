@@ -10,7 +10,8 @@
  * line, in the same order). A fresh `tartan build` numbers documents in input order, so the
  * codes line up with the embeddings the index was built from. With --decompressed, also
  * decompressed.npy [T, dim] float32: every live token as the index scores it (what exhaustive
- * search sees), for prototyping search stages outside the engine.
+ * search sees), for prototyping search stages outside the engine. It prints the counts and
+ * whether the axes code's levels are additive in the bits (kernels.h kern_axes_additive).
  */
 #include "config.h"
 
@@ -124,6 +125,11 @@ int main(int argc, char **argv)
     if (tool_npy_save(path, TOOL_I32, 1, shape, lens, err, sizeof err))
         goto fail;
     printf("%zu documents, %zu tokens, %u centroids of dim %u\n", N, T, r.h.n_centroids, r.h.dim);
+    if (r.axes)
+        printf("axes code, %u / %u / %u / %u axes at 8 / 4 / 2 / 1 bits, levels %s\n", r.axes->n8,
+               r.axes->n4, r.axes->n2, r.axes->n1,
+               r.axes_additive ? "additive in the bits (the GPU's bit-plane kernels)"
+                               : "not additive (the GPU's table kernels)");
     idx_reader_close(&r);
     store_close(env);
     free(codes);

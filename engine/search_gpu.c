@@ -88,6 +88,7 @@ struct eng_gpu {
     int axes;
     dbuf axes_dec, rot;
     unsigned axes_bytes[4];
+    int axes_additive;
     /* Each document's distinct codes (udoc_off [next_docno + 1], ucodes [n_utok]), in the
      * order they first occur: the centroid interaction takes each query token's best over a
      * document's codes, which its distinct codes give with fewer rows read (a document of
@@ -496,6 +497,7 @@ static int mirror_sync(eng_gpu *g, idx_reader *r, tartan_gpu_mode want, store_ms
             KTRY(kern_cuda_upload(g->axes_dec.p, r->axes_dec, nd), "upload");
             KTRY(kern_cuda_upload(g->rot.p, r->axes->rot, nr), "upload");
             memcpy(g->axes_bytes, r->axes_bytes, sizeof g->axes_bytes);
+            g->axes_additive = r->axes_additive;
             g->axes = 1;
         }
         free(g->seen);
@@ -822,6 +824,7 @@ static int exact_stage(eng_gpu *g, idx_reader *r, const chunk *c, const uint32_t
         .axes_dec = g->axes ? g->axes_dec.p : NULL,
     };
     memcpy(a.axes_bytes, g->axes_bytes, sizeof a.axes_bytes);
+    a.axes_additive = g->axes_additive;
     if (staged) {
         slot_args(staged, &a);
     } else if (g->mode == TARTAN_GPU_STREAMING) {

@@ -97,6 +97,7 @@ int eng_axes_query(const idx_reader *r, kern_residual *a, float **qr, store_msg 
     a->q = *qr;
     a->axes_dec = r->axes_dec;
     memcpy(a->axes_bytes, r->axes_bytes, sizeof a->axes_bytes);
+    a->axes_additive = r->axes_additive;
     return 0;
 }
 

@@ -28,6 +28,11 @@
 /* Jacobi sweeps at most; 128 dims settle in 8-10. */
 #define JACOBI_SWEEPS 60
 #define HEADER_BYTES 24
+/* The growth of the summed squared error that additive tables may cost (idx_axes_fit). Model 3
+ * at dim 384 (1,500 documents): +5.2% with uniform 4-bit tables, exhaustive recall@10 against
+ * exact 0.979 either way; at dim 128 (20k documents) +1.8%, 0.9440 against 0.9455; models 1
+ * and 2 (2-bit axes only): +0.01% and +0.04% (bench/results/bits-2026-11-29/). */
+#define ADDITIVE_SLACK 0.10
 /* Widths an axis may take, widest first, and their index in the fit's tables. */
 static const unsigned widths[4] = {8, 4, 2, 1};
 
@@ -198,6 +203,171 @@ static void allocate(const double *err, const double *sq, size_t d, unsigned nbi
     free(P);
 }
 
+/* Solves the k x k system A x = b (A symmetric, positive semi-definite) in place by Gaussian
+ * elimination with partial pivoting; a pivot below 1e-300 (a bit that never varies among the
+ * values) leaves its unknown 0. */
+static void solve_small(double *A, double *b, int k, double *x)
+{
+    for (int c = 0; c < k; c++) {
+        int p = c;
+        for (int r = c + 1; r < k; r++)
+            if (fabs(A[r * k + c]) > fabs(A[p * k + c]))
+                p = r;
+        if (p != c) {
+            for (int e = 0; e < k; e++) {
+                double t = A[c * k + e];
+                A[c * k + e] = A[p * k + e];
+                A[p * k + e] = t;
+            }
+            double t = b[c];
+            b[c] = b[p];
+            b[p] = t;
+        }
+        if (fabs(A[c * k + c]) < 1e-300)
+            continue;
+        for (int r = c + 1; r < k; r++) {
+            double f = A[r * k + c] / A[c * k + c];
+            for (int e = c; e < k; e++)
+                A[r * k + e] -= f * A[c * k + e];
+            b[r] -= f * b[c];
+        }
+    }
+    for (int c = k - 1; c >= 0; c--) {
+        double s = b[c];
+        for (int e = c + 1; e < k; e++)
+            s -= A[c * k + e] * x[e];
+        x[c] = fabs(A[c * k + c]) < 1e-300 ? 0.0 : s / A[c * k + c];
+    }
+}
+
+/* The nearest of nb ascending levels lev to each value (the cutoffs, midpoints, as the coder
+ * buckets), its count and sum by level, and the summed squared error. */
+static double assign_levels(const float *v, size_t m, const double *lev, unsigned nb, double *cnt,
+                            double *tot)
+{
+    double cut[255], e = 0.0;
+    for (unsigned b = 0; b + 1 < nb; b++)
+        cut[b] = (float)((lev[b] + lev[b + 1]) / 2);
+    memset(cnt, 0, nb * sizeof *cnt);
+    memset(tot, 0, nb * sizeof *tot);
+    for (size_t i = 0; i < m; i++) {
+        unsigned b = 0;
+        for (unsigned step = nb >> 1; step > 0; step >>= 1)
+            b += cut[b + step - 1] < v[i] ? step : 0;
+        cnt[b] += 1.0;
+        tot[b] += v[i];
+        double d = (double)v[i] - lev[b];
+        e += d * d;
+    }
+    return e;
+}
+
+/*
+ * Levels additive in the index's bits (issue 19): level(i) = c0 + sum_k c_k bit_k(i), w + 1
+ * numbers for 2^w levels, so that a decoder can score a code's bits as 0/1 values weighted by
+ * the c_k (the GPU's bit-plane kernel) instead of looking levels up. Alternating least squares
+ * from the Lloyd-Max table lev0 (ascending): each value to its nearest level, then the c of
+ * least squared error for those assignments, iters times. The c_k are then made positive (a
+ * negative one flips its bit: c0 += c_k) and sorted, so that the levels ascend with the index
+ * as the stored form asks; that holds where each c_k is at least the sum of the smaller ones.
+ * Writes cut [2^w - 1] and lev [2^w] and returns the mean squared error over v, or a negative
+ * number (nothing written) where the fitted levels cannot ascend so.
+ */
+static double fit_additive(unsigned w, int uniform, const float *v, size_t m, unsigned iters,
+                           const float *lev0, float *cut, float *lev)
+{
+    const unsigned nb = 1u << w;
+    const int k = uniform ? 2 : (int)w + 1;
+    double L[256], cnt[256], tot[256], c[9];
+    for (unsigned i = 0; i < nb; i++)
+        L[i] = lev0[i];
+    for (unsigned it = 0; it < iters; it++) {
+        /* The levels ascend (sorted below), and so do their bit patterns' order pat. */
+        unsigned pat[256];
+        for (unsigned i = 0; i < nb; i++)
+            pat[i] = i;
+        if (it > 0) {
+            for (unsigned i = 1; i < nb; i++) {
+                unsigned p = pat[i], b = i;
+                while (b > 0 && L[pat[b - 1]] > L[p]) {
+                    pat[b] = pat[b - 1];
+                    b--;
+                }
+                pat[b] = p;
+            }
+        }
+        double sl[256];
+        for (unsigned i = 0; i < nb; i++)
+            sl[i] = L[pat[i]];
+        assign_levels(v, m, sl, nb, cnt, tot);
+        /* Normal equations over the basis [1, bits of the pattern]. */
+        double A[81], rhs[9];
+        memset(A, 0, sizeof A);
+        memset(rhs, 0, sizeof rhs);
+        for (unsigned i = 0; i < nb; i++) {
+            double bas[9];
+            bas[0] = 1.0;
+            if (uniform)
+                bas[1] = (double)pat[i];
+            else
+                for (int b = 1; b < k; b++)
+                    bas[b] = (double)((pat[i] >> (b - 1)) & 1u);
+            for (int r = 0; r < k; r++) {
+                rhs[r] += bas[r] * tot[i];
+                for (int e = 0; e < k; e++)
+                    A[r * k + e] += bas[r] * cnt[i] * bas[e];
+            }
+        }
+        solve_small(A, rhs, k, c);
+        if (uniform) /* level c0 + delta i: c_b = 2^(b - 1) delta */
+            for (int b = (int)w; b >= 1; b--)
+                c[b] = c[1] * (double)(1u << (b - 1));
+        for (unsigned i = 0; i < nb; i++) {
+            L[i] = c[0];
+            for (int b = 1; b <= (int)w; b++)
+                L[i] += ((i >> (b - 1)) & 1u) ? c[b] : 0.0;
+        }
+    }
+    if (iters == 0)
+        return -1.0;
+    /* Positive coefficients, ascending. */
+    const int kc = (int)w + 1;
+    for (int b = 1; b < kc; b++)
+        if (c[b] < 0) {
+            c[0] += c[b];
+            c[b] = -c[b];
+        }
+    for (int b = 2; b < kc; b++) {
+        double t = c[b];
+        int e = b;
+        while (e > 1 && c[e - 1] > t) {
+            c[e] = c[e - 1];
+            e--;
+        }
+        c[e] = t;
+    }
+    double below = 0.0;
+    for (int b = 1; b < kc; b++) {
+        if (c[b] < below)
+            return -1.0;
+        below += c[b];
+    }
+    /* The table as floats, each level the float sum in bit order (as a decoder would add). */
+    double fl[256];
+    for (unsigned i = 0; i < nb; i++) {
+        double s = c[0];
+        for (int b = 1; b < kc; b++)
+            s += ((i >> (b - 1)) & 1u) ? c[b] : 0.0;
+        lev[i] = (float)s;
+        if (i > 0 && lev[i] < lev[i - 1])
+            return -1.0;
+        fl[i] = lev[i];
+    }
+    for (unsigned b = 0; b + 1 < nb; b++)
+        cut[b] = (float)((fl[b] + fl[b + 1]) / 2);
+    return assign_levels(v, m, fl, nb, cnt, tot) / (double)m;
+}
+
 int idx_axes_fit(idx_axes *out, size_t dim, unsigned nbits, const float *residuals, size_t n,
                  unsigned iters)
 {
@@ -274,14 +444,52 @@ int idx_axes_fit(idx_axes *out, size_t dim, unsigned nbits, const float *residua
     allocate(err, sq, dim, nbits, &x);
     if (8 * (size_t)x.n8 + 4 * (size_t)x.n4 + 2 * (size_t)x.n2 + x.n1 != dim * nbits)
         goto done;
+    /* Each coded axis's tables at its width: at dims where the GPU has no table kernel for
+     * the code (kern_residual_mma_dim), levels additive in the bits where every axis's fit
+     * allows it and the summed error (uncoded axes included) grows by ADDITIVE_SLACK at most,
+     * so that the GPU's bit-plane kernels multiply it on the tensor cores (kernels.h
+     * kern_axes_additive); else, and at the dims of the table kernels (faster there),
+     * Lloyd-Max's, of least error. */
+    double e_lloyd = 0.0, e_add = 0.0;
+    const char *env = getenv("TARTAN_AXES_ADDITIVE"); /* 0: Lloyd-Max's (benchmarks) */
+    int additive = (!env || atoi(env) != 0) && !kern_residual_mma_dim(dim, 1);
     for (size_t a = 0; a < dim; a++) {
         unsigned w = idx_axes_width(&x, a);
-        if (w == 0)
+        if (w == 0) { /* decodes to 0 either way */
+            e_lloyd += sq[a];
+            e_add += sq[a];
             continue;
-        const float *t = tabs + (a * 4 + (w == 8 ? 0 : w == 4 ? 1 : w == 2 ? 2 : 3)) * 511;
+        }
+        const int wi = w == 8 ? 0 : w == 4 ? 1 : w == 2 ? 2 : 3;
+        const float *t = tabs + (a * 4 + (size_t)wi) * 511;
         memcpy(x.levels + a * IDX_AXES_LEVELS, t, (1u << w) * sizeof(float));
         memcpy(x.cutoffs + a * (IDX_AXES_LEVELS - 1), t + 256, ((1u << w) - 1) * sizeof(float));
+        e_lloyd += err[a * 4 + (size_t)wi];
+        if (!additive)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            col[i] = proj[i * dim + a];
+        /* The additive table goes where Lloyd-Max's other widths were: tabs is spent. */
+        float *u = tabs + (a * 4 + (size_t)(wi == 0 ? 1 : 0)) * 511;
+        /* Free coefficients; where they cannot ascend with the index (4 and 8 bits of a
+         * Gaussian: the largest falls short of the sum of the others), a uniform table. */
+        double e = fit_additive(w, 0, col, n, iters > 0 ? iters : 1, t, u + 256, u);
+        if (e < 0)
+            e = fit_additive(w, 1, col, n, iters > 0 ? iters : 1, t, u + 256, u);
+        if (e < 0)
+            additive = 0;
+        e_add += e;
     }
+    if (additive && e_add <= e_lloyd * (1.0 + ADDITIVE_SLACK))
+        for (size_t a = 0; a < dim; a++) {
+            unsigned w = idx_axes_width(&x, a);
+            if (w == 0)
+                continue;
+            const int wi = w == 8 ? 0 : w == 4 ? 1 : w == 2 ? 2 : 3;
+            const float *u = tabs + (a * 4 + (size_t)(wi == 0 ? 1 : 0)) * 511;
+            memcpy(x.levels + a * IDX_AXES_LEVELS, u, (1u << w) * sizeof(float));
+            memcpy(x.cutoffs + a * (IDX_AXES_LEVELS - 1), u + 256, ((1u << w) - 1) * sizeof(float));
+        }
     rc = 0;
 done:
     free(M);
@@ -410,6 +618,18 @@ static void bucket_levels(const idx_axes *x, float *rp, uint8_t *idx)
         idx[a] = (uint8_t)b;
         rp[a] = w ? x->levels[a * IDX_AXES_LEVELS + b] : 0.0f;
     }
+}
+
+int idx_axes_additive(const idx_axes *x)
+{
+    float *dec = malloc(idx_axes_decode_floats(x) * sizeof *dec + sizeof *dec);
+    unsigned b[4];
+    if (!dec)
+        return 0;
+    idx_axes_decode_tables(x, dec, b);
+    const int r = kern_axes_additive(dec, b);
+    free(dec);
+    return r;
 }
 
 double idx_axes_sq_error(const idx_axes *x, const float *residuals, size_t n)

@@ -6,8 +6,11 @@
  * much of their variance. This code rotates each residual into the principal axes of the
  * held-out residuals (r' = R r, R orthonormal, its rows the axes by falling variance) and
  * spends the same bytes unevenly: the first n8 axes get 8 bits, the next n4 4 bits, the next n2
- * 2 bits, the next n1 1 bit, the rest none (they decode to 0), each axis with its own Lloyd-Max
- * table. The counts are those of least squared error for the budget dim * nbits bits, among
+ * 2 bits, the next n1 1 bit, the rest none (they decode to 0), each axis with its own table:
+ * Lloyd-Max's, or at dims where the GPU has no table kernel for the code, levels additive in
+ * the index's bits (c0 + sum_k c_k bit_k) where they cost at most 10% more squared error over
+ * all axes (the GPU's bit-plane kernels then read the code on its tensor cores). The counts are
+ * those of least squared error for the budget dim * nbits bits, among
  * counts that fill whole bytes (n4 even, n2 a multiple of 4, n1 of 8), so that every packed
  * byte holds axes of one width and a decoder reads it through one table per byte position.
  *
@@ -50,14 +53,23 @@ size_t idx_axes_token_bytes(const idx_axes *x);
 /*
  * Fits the code to n held-out residuals [n, dim]: their second moments in double, its
  * eigenvectors (cyclic Jacobi), each axis's Lloyd-Max tables of 1, 2, 4 and 8 bits (iters steps
- * from the quantiles) and their errors, then the byte-filling counts of least total error.
- * Deterministic. Returns 0, or -1 for nbits not 1, 2 or 4, dim 0 or above IDX_AXES_MAX_DIM,
- * dim * nbits not a multiple of 8, n == 0, a value not finite, or no memory; x is then
- * untouched. The result owns memory: idx_axes_free.
+ * from the quantiles) and their errors, then the byte-filling counts of least total error,
+ * then, at dims without the GPU's table kernels (kern_residual_mma_dim), each coded axis's
+ * additive table at its width (iters alternating least-squares steps from its Lloyd-Max
+ * table; uniform where free coefficients would not ascend with the index), kept where every
+ * axis has one and they add at most 10% to the summed error (TARTAN_AXES_ADDITIVE=0 in the
+ * environment: never, for benchmarks). Deterministic. Returns 0, or -1 for nbits not 1, 2
+ * or 4, dim 0 or above IDX_AXES_MAX_DIM, dim * nbits not a multiple of 8, n == 0, a value not
+ * finite, or no memory; x is then untouched. The result owns memory: idx_axes_free.
  */
 int idx_axes_fit(idx_axes *x, size_t dim, unsigned nbits, const float *residuals, size_t n,
                  unsigned iters);
 void idx_axes_free(idx_axes *x);
+
+/* Whether x's levels are additive in their index's bits, so that the GPU scores its code on
+ * the bit-plane kernels at any dim (kernels.h kern_axes_additive over its decode tables); 0
+ * also where out of memory. */
+int idx_axes_additive(const idx_axes *x);
 
 /* The summed squared error of coding residuals [n, dim] (their rotation against its levels;
  * the rotation is orthonormal, so the residuals' own error); -1 when out of memory. */

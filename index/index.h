@@ -164,6 +164,7 @@ typedef struct idx_reader {
     const idx_axes *axes;
     const float *axes_dec;
     unsigned axes_bytes[4];
+    int axes_additive; /* kern_residual.axes_additive for these tables */
     void *axes_ref;
     const float *centroids; /* [n_centroids, dim], in the map; NULL when untrained */
     int verify;             /* check each document's checksum on read (default 1) */

@@ -32,6 +32,7 @@ typedef struct axes_entry {
     idx_axes axes;
     float *dec;
     unsigned bytes[4];
+    int additive; /* kern_axes_additive of dec */
 } axes_entry;
 
 #define AXES_CACHED 4
@@ -102,6 +103,7 @@ static axes_entry *axes_acquire(store_txn *txn, const store_header *h, store_msg
         return NULL;
     }
     idx_axes_decode_tables(&e->axes, e->dec, e->bytes);
+    e->additive = kern_axes_additive(e->dec, e->bytes);
     e->refs = 2; /* the reader's and the cache's */
     pthread_mutex_lock(&axes_mu);
     axes_entry *out = axes_cache[AXES_CACHED - 1];
@@ -136,6 +138,7 @@ int idx_reader_open(store_env *env, idx_reader *r, store_msg *m)
             r->axes = &e->axes;
             r->axes_dec = e->dec;
             memcpy(r->axes_bytes, e->bytes, sizeof r->axes_bytes);
+            r->axes_additive = e->additive;
         } else if (rc != TARTAN_ENOTFOUND)
             goto fail;
         r->trained = 1;

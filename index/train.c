@@ -71,11 +71,12 @@ static int bcast_axes(idx_group *g, idx_axes *x, store_msg *m)
  * 0.009-0.025; where the two errors were within 3% (models 1 and 2) recall moved either way,
  * by up to 0.026 against the axes code (model 1, 100k documents). Fewer than AUTO_MIN_HELD
  * residuals judge nothing (a per-axis fit on a few hundred overfits): the scalar code.
- * Nor where the GPU multiplies the scalar code on its tensor cores at this dim and has no such
- * kernel for the axes code (kern_residual_mma_dim: d 256 to 768): there the axes code would
- * make GPU search tens of times slower (d 384: exhaustive 20.9 ms a query against 0.17 ms,
- * default search 730 queries/s against 34,488; H200, 2026-11-29), for recall 0.01 higher
- * (SciFact). The CPU reads both codes as fast.
+ * Nor where the GPU multiplies the scalar code on its tensor cores at this dim and has no
+ * table kernel for the axes code (kern_residual_mma_dim: d 256 to 768) unless the fitted
+ * levels are additive in the bits (idx_axes_additive: the bit-plane kernels serve any dim):
+ * without either, the axes code would make GPU search tens of times slower (d 384: exhaustive
+ * 20.9 ms a query against 0.17 ms, default search 730 queries/s against 34,488; H200,
+ * 2026-11-29), for recall 0.01 higher (SciFact). The CPU reads both codes as fast.
  * Returns 0, with or without a code (without, where memory or a fit fails: the scalar code,
  * fitted on every residual, is always there).
  */
@@ -86,14 +87,6 @@ static int choose_axes(size_t dim, unsigned nbits, const float *res, size_t held
 {
     if (held < AUTO_MIN_HELD)
         return 0;
-    if (kern_residual_mma_dim(dim, 0) && !kern_residual_mma_dim(dim, 1)) {
-        if (idx_trace())
-            fprintf(stderr,
-                    "codec auto: scalar (no tensor-core GPU kernel for the axes code at "
-                    "dim %zu)\n",
-                    dim);
-        return 0;
-    }
     /* Every AUTO_CHECK_SHARE-th residual checks, the others fit: the held-out rows come in the
      * sample's order, so a tail would check on the corpus's last documents only. */
     const size_t nc = held / AUTO_CHECK_SHARE, nf = held - nc;
@@ -118,6 +111,16 @@ static int choose_axes(size_t dim, unsigned nbits, const float *res, size_t held
     const double es = idx_codec_sq_error(&sc, check, nc), ea = idx_axes_sq_error(&ax, check, nc);
     free(fit);
     free(check);
+    if (kern_residual_mma_dim(dim, 0) && !kern_residual_mma_dim(dim, 1) &&
+        !idx_axes_additive(&ax)) {
+        if (idx_trace())
+            fprintf(stderr,
+                    "codec auto: scalar (no tensor-core GPU kernel for the axes code at "
+                    "dim %zu: its levels are not additive in the bits)\n",
+                    dim);
+        idx_axes_free(&ax);
+        return 0;
+    }
     const int take = ea >= 0 && ea <= (1.0 - AUTO_MARGIN) * es;
     if (idx_trace())
         fprintf(stderr,

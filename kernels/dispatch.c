@@ -200,6 +200,38 @@ int kern_nearest_centroid_bf16_pays(kern_dev dev)
     return kern_nearest_centroid_bf16_path(dev) != NULL;
 }
 
+int kern_axes_additive(const float *dec, const unsigned bytes[4])
+{
+    if (!dec || !bytes)
+        return 0;
+    static const unsigned per_of[4] = {1, 2, 4, 8};
+    size_t floats = 0;
+    for (int k = 0; k < 4; k++)
+        floats += (size_t)bytes[k] * 256 * per_of[k];
+    float big = 0.0f;
+    for (size_t i = 0; i < floats; i++) {
+        if (!isfinite(dec[i]))
+            return 0;
+        big = fmaxf(big, fabsf(dec[i]));
+    }
+    const double tol = 1e-5 * (double)big;
+    const float *t = dec;
+    for (int k = 0; k < 4; k++)
+        for (unsigned p = 0; p < bytes[k]; p++, t += 256 * per_of[k]) {
+            const unsigned per = per_of[k];
+            for (unsigned v = 1; v < 256; v++)
+                for (unsigned i = 0; i < per; i++) {
+                    double s = t[i];
+                    for (unsigned b = 0; b < 8; b++)
+                        if (v >> b & 1u)
+                            s += (double)t[(1u << b) * per + i] - t[i];
+                    if (fabs(s - t[v * per + i]) > tol)
+                        return 0;
+                }
+        }
+    return 1;
+}
+
 /* kern_maxsim_residual's checks of its arguments (then nd == 0 or docs non-NULL). */
 static int residual_args(const kern_residual *a, const float *scores, const char *who)
 {

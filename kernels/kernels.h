@@ -289,7 +289,18 @@ typedef struct kern_residual {
      * path's precision; elsewhere an exact fp32 kernel); the AMX screen answers KERN_ENODEV. */
     const float *axes_dec;
     unsigned axes_bytes[4];
+    /* Non-zero where kern_axes_additive(axes_dec, axes_bytes) holds: CUDA then scores the
+     * packed bits on the tensor cores, without the tables (any dim). The CPU ignores it. */
+    int axes_additive;
 } kern_residual;
+
+/*
+ * Whether the axes code's tables dec (host memory, laid out as kern_residual.axes_dec for the
+ * positions bytes[4]) are additive in each byte's bits: every entry of value v at a position
+ * equals the entry at 0 plus, for each bit b set in v, the entry at 1 << b less the entry at 0,
+ * within 1e-5 of the tables' largest magnitude (index/axes.c fits such tables). 1 or 0.
+ */
+int kern_axes_additive(const float *dec, const unsigned bytes[4]);
 
 /*
  * Residual-fused exact MaxSim of one query against nd PLAID documents: for each token,
@@ -312,10 +323,12 @@ int kern_maxsim_residual_screen(kern_dev dev, const kern_residual *a, float *app
 int kern_maxsim_residual_screen_usable(kern_dev dev);
 
 /*
- * Whether the CUDA kernels multiply a residual code of this dim on the tensor cores (axes: the
- * axes code, else the scalar one), where the device's shared memory holds their tables; other
- * dims take an exact fp32 kernel, tens of times slower (d 384, axes code: exhaustive search
- * 20.9 ms a query against 0.17 ms for the scalar code's tensor-core kernel, H200). A property
+ * Whether the CUDA kernels multiply a residual code of this dim on the tensor cores through
+ * its tables (axes: the axes code, else the scalar one), where the device's shared memory
+ * holds them; other dims take an exact fp32 kernel, tens of times slower (d 384, axes code:
+ * exhaustive search 20.9 ms a query against 0.17 ms for the scalar code's tensor-core kernel,
+ * H200), except an axes code whose tables are additive in the bits (kern_axes_additive),
+ * which the bit-plane kernels multiply on the tensor cores at any dim. A property
  * of the library, not of a device: it answers the same without CUDA, so an index trained here
  * can weigh how a GPU will read it (index/train.c, TARTAN_CODEC_AUTO).
  */
@@ -575,6 +588,7 @@ typedef struct kern_cuda_exact {
      * only the fields before it keep the scalar code. */
     const float *axes_dec;
     unsigned axes_bytes[4];
+    int axes_additive; /* as kern_residual's (the tables' test done on the host copy) */
 } kern_cuda_exact;
 
 int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores);

@@ -132,7 +132,8 @@ constexpr int AX_MAX_DIM = 128; /* the MMA kernels' widest dim */
 struct ax_args {
     kern_axes_job j;
     ax_layout L;
-    const uint4 *af; /* packed A fragments (pack_axes_afrag_kernel) */
+    const uint4 *af;   /* packed A fragments (pack_axes_afrag_kernel, pack_bits_afrag_kernel) */
+    const float *crow; /* bits: each query row's constant term (pack_bits_afrag_kernel) */
     int af_units;
     int ahead; /* the cross kernel reads a document ahead (TARTAN_GPU_AXES_AHEAD=0: not) */
     uint32_t runs[AX_MAX_DIM / 4], cols[AX_MAX_DIM];
@@ -219,6 +220,17 @@ __device__ __forceinline__ kern_pdoc pair_doc(const kern_axes_job &j, long long 
     return j.docs[j.q_off && j.cross ? n % j.per_q : n];
 }
 
+/* Query qi's first row (row0) and number of rows (q_off NULL: the one query, lq rows). */
+__device__ __forceinline__ int query_rows(const kern_axes_job &j, long long qi, long long &row0)
+{
+    if (!j.q_off) {
+        row0 = 0;
+        return j.lq;
+    }
+    row0 = j.q_off[qi];
+    return (int)(j.q_off[qi + 1] - row0);
+}
+
 __device__ __forceinline__ long long pair_query(const kern_axes_job &j, long long n,
                                                 long long &row0, int &lq)
 {
@@ -246,12 +258,8 @@ __global__ void pack_axes_afrag_kernel(ax_args a, int KT, long long nq, uint4 *_
     const long long qi = i / per_q;
     const int r = (int)(i % per_q), lane = r & 31, kt = (r >> 5) % KT, mt = (r >> 5) / KT % 2;
     const int u = (r >> 5) / (2 * KT), g = lane >> 2, t4 = lane & 3;
-    long long row0 = 0;
-    int lq = a.j.lq;
-    if (a.j.q_off) {
-        row0 = a.j.q_off[qi];
-        lq = (int)(a.j.q_off[qi + 1] - row0);
-    }
+    long long row0;
+    const int lq = query_rows(a.j, qi, row0);
     const int dim = a.j.dim;
     float x[2][4];
     for (int h = 0; h < 2; h++) {
@@ -400,6 +408,25 @@ __device__ __forceinline__ uint2 run_frag(uint32_t d, const uint8_t *__restrict_
     return make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
 }
 
+/* The lane's row maxima rmax [mt][h] taken over a step's scores: (residual term acc + q.C qv)
+ * times the inverse norm nrm of the lane's accumulator columns. */
+template <int MT>
+__device__ __forceinline__ void acc_max(const float (&acc)[2][MT][4],
+                                        const float (&qv)[2][MT][2][2], const float (&nrm)[2][2],
+                                        float (&rmax)[MT][2])
+{
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float s0 = (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
+                const float s1 = (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
+                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
+            }
+}
+
 /* One step of AX_TOK tokens against a 32-row unit of the query: its residual terms on the
  * tensor cores, A fragment (mt, kt) from afrag(mt, kt) and B fragment (kt, jt) (n8 tile jt)
  * from bfrag(kt, jt), then the lane's row maxima rmax [mt][h] taken over (residual term + q.C
@@ -425,16 +452,7 @@ __device__ __forceinline__ void step_max_b(AF afrag, BF bfrag, const float (&qv)
             for (int mt = 0; mt < MT; mt++)
                 mma16816(acc[jt][mt], afrag(mt, kt), b.x, b.y);
         }
-#pragma unroll
-    for (int jt = 0; jt < 2; jt++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float s0 = (acc[jt][mt][2 * h] + qv[jt][mt][h][0]) * nrm[jt][0];
-                const float s1 = (acc[jt][mt][2 * h + 1] + qv[jt][mt][h][1]) * nrm[jt][1];
-                rmax[mt][h] = fmaxf(rmax[mt][h], fmaxf(s0, s1));
-            }
+    acc_max<MT>(acc, qv, nrm, rmax);
 }
 
 /* step_max_b with the B fragments read from a step's decoded tile ts (rows rs halves apart,
@@ -462,19 +480,14 @@ __device__ __forceinline__ float unit_sum(const float (&rmax)[MT][2], int lane, 
     return rows_max_sum<MT>(rmax, lane, [&](int r) { return 32 * u + r < lq; });
 }
 
-/* The per-warp kernels' step: tokens tok0 .. tok0 + AX_TOK - 1 of doc (of ntok) against a
- * 32-row unit of the query (its q.C rows at qb, lane's row group included; A fragments from
- * afrag), each lane decoding its B fragments from the run words run, into rmax. */
-template <int KT, int MT, class AF>
-__device__ __forceinline__ void reg_step(const kern_axes_job &j, const ax_layout &L,
-                                         const kern_pdoc &doc, int ntok, int tok0, const float *qb,
-                                         AF afrag, const uint32_t (&run)[KT], const __half *tab,
-                                         const uint32_t *s_cols, int lane, float (&rmax)[MT][2])
+/* The codes and norms of the lane's accumulator columns of the step at tok0 (past the end, the
+ * last token's), then their q.C values (the query's rows at qb): in flight while the step
+ * decodes and multiplies. */
+template <int MT>
+__device__ __forceinline__ void step_cols(const kern_axes_job &j, const kern_pdoc &doc, int ntok,
+                                          int tok0, const float *qb, int t4,
+                                          float (&qv)[2][MT][2][2], float (&nrm)[2][2])
 {
-    const int g = lane >> 2, t4 = lane & 3;
-    /* The codes and norms of the lane's accumulator columns, then their q.C
-     * values: in flight while the step decodes and multiplies. */
-    float qv[2][MT][2][2], nrm[2][2];
 #pragma unroll
     for (int jt = 0; jt < 2; jt++)
 #pragma unroll
@@ -489,6 +502,20 @@ __device__ __forceinline__ void reg_step(const kern_axes_job &j, const ax_layout
                 for (int h = 0; h < 2; h++)
                     qv[jt][mt][h][e] = __ldg(row + 16 * mt + 8 * h);
         }
+}
+
+/* The per-warp kernels' step: tokens tok0 .. tok0 + AX_TOK - 1 of doc (of ntok) against a
+ * 32-row unit of the query (its q.C rows at qb, lane's row group included; A fragments from
+ * afrag), each lane decoding its B fragments from the run words run, into rmax. */
+template <int KT, int MT, class AF>
+__device__ __forceinline__ void reg_step(const kern_axes_job &j, const ax_layout &L,
+                                         const kern_pdoc &doc, int ntok, int tok0, const float *qb,
+                                         AF afrag, const uint32_t (&run)[KT], const __half *tab,
+                                         const uint32_t *s_cols, int lane, float (&rmax)[MT][2])
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    float qv[2][MT][2][2], nrm[2][2];
+    step_cols<MT>(j, doc, ntok, tok0, qb, t4, qv, nrm);
     /* The B operand's tokens (rows g and g + 8 of the step; past the end, the
      * last token, which never changes a max). */
     const uint8_t *src[2];
@@ -519,6 +546,39 @@ __device__ __forceinline__ void reg_setup(const ax_args &a, __half *tab, uint4 *
         run[kt] = a.runs[4 * kt + (threadIdx.x & 3)];
 }
 
+/* The per-warp kernels' walk: each warp takes pairs claimed from a counter (claim_cuda.cuh:
+ * warps that drew short documents take more) and writes each pair's score, the sum over its
+ * query's 32-row units u of unit(doc, ntok, qi, row0, lq, u) (every lane's the same), or
+ * KERN_EMPTY_SCORE for a document without tokens. */
+template <int WARPS, class U>
+__device__ __forceinline__ void warp_pairs(const kern_axes_job &j, U unit)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * WARPS;
+    long long n = (long long)blockIdx.x * WARPS + warp;
+    while (n < j.nd) {
+        const kern_pdoc doc = pair_doc(j, n);
+        const int ntok = (int)doc.ntok;
+        float total = 0.f;
+        if (ntok > 0) {
+            long long row0;
+            int lq;
+            const long long qi = pair_query(j, n, row0, lq);
+            const int units = (lq + 31) / 32;
+            for (int u = 0; u < units; u++)
+                total += unit(doc, ntok, qi, row0, lq, u);
+        }
+        if (lane == 0)
+            j.scores[n] = ntok > 0 ? total : KERN_EMPTY_SCORE;
+        unsigned long long t = 0;
+        if (lane == 0)
+            t = kern_claim();
+        n = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+    }
+    if (lane == 0)
+        kern_claims_done();
+}
+
 /*
  * KT: k16 steps (dim / 16). A warp walks (query, document) pairs claimed from a counter
  * (claim_cuda.cuh: warps that drew short documents take more); for each 32-row unit of its
@@ -539,7 +599,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
     constexpr int MT = 2;
     const int dim = 16 * KT;
     __half *const tab = reinterpret_cast<__half *>(ax_smem);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int lane = threadIdx.x & 31, g = lane >> 2;
     /* AS: the one query's A fragments (one unit) in shared memory after the tables. */
     uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim);
     uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + (AS ? MT * KT * 32 : 0));
@@ -548,49 +608,91 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) residual_axes_mma_kernel(ax_
     reg_setup<KT, MT, AS>(a, tab, sa, s_cols, run);
     __syncthreads();
 
-    const long long warps = (long long)gridDim.x * WARPS;
-    long long n = (long long)blockIdx.x * WARPS + warp;
-    while (n < j.nd) {
-        const kern_pdoc doc = pair_doc(j, n);
-        const int ntok = (int)doc.ntok;
-        float total = 0.f;
-        if (ntok > 0) {
-            long long row0;
-            int lq;
-            const long long qi = pair_query(j, n, row0, lq);
-            const float *qcT = j.qcT + row0;
-            const int units = (lq + 31) / 32;
-            for (int u = 0; u < units; u++) {
-                uint4 af[MT][KT];
-                if (!AS) {
-                    const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int kt = 0; kt < KT; kt++)
-                            af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
-                }
-                const auto afrag = [&](int mt, int kt) {
-                    return AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt];
-                };
-                float rmax[MT][2];
+    warp_pairs<WARPS>(
+        j, [&](const kern_pdoc &doc, int ntok, long long qi, long long row0, int lq, int u) {
+            uint4 af[MT][KT];
+            if (!AS) {
+                const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KT * 32) + lane;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    rmax[mt][0] = rmax[mt][1] = -INFINITY;
-                const float *qb = qcT + 32 * u + g;
-                for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK) {
-                    reg_step<KT, MT>(j, L, doc, ntok, tok0, qb, afrag, run, tab, s_cols, lane,
-                                     rmax);
-                }
-                total += unit_sum<MT>(rmax, lane, u, lq);
+#pragma unroll
+                    for (int kt = 0; kt < KT; kt++)
+                        af[mt][kt] = __ldg(pf + (mt * KT + kt) * 32);
             }
+            const auto afrag = [&](int mt, int kt) {
+                return AS ? sa[(mt * KT + kt) * 32 + lane] : af[mt][kt];
+            };
+            float rmax[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                rmax[mt][0] = rmax[mt][1] = -INFINITY;
+            const float *qb = j.qcT + row0 + 32 * u + g;
+            for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK)
+                reg_step<KT, MT>(j, L, doc, ntok, tok0, qb, afrag, run, tab, s_cols, lane, rmax);
+            return unit_sum<MT>(rmax, lane, u, lq);
+        });
+}
+
+/* The split kernels' end of a pair: each warp's row maxima rmax into s_rm [WARPS][32], then
+ * warp 0 takes each row's max over the warps, sums the rows below lq into pair n's score and
+ * claims the CTA's next pair into s_n; the barriers are the whole CTA's. */
+template <int WARPS, int MT>
+__device__ __forceinline__ void split_finish(const kern_axes_job &j, const float (&rmax)[MT][2],
+                                             float *s_rm, long long n, int ntok, int lq,
+                                             long long &s_n)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m = quad_max(rmax[mt][h]);
+            if (t4 == 0)
+                s_rm[warp * 32 + 16 * mt + g + 8 * h] = m;
         }
-        if (lane == 0)
-            j.scores[n] = ntok > 0 ? total : KERN_EMPTY_SCORE;
-        unsigned long long t = 0;
-        if (lane == 0)
-            t = kern_claim();
-        n = warps + (long long)__shfl_sync(0xffffffffu, t, 0);
+    __syncthreads();
+    if (warp == 0) {
+        float m = -INFINITY;
+        for (int w = 0; w < WARPS; w++)
+            m = fmaxf(m, s_rm[w * 32 + lane]);
+        float part = lane < lq ? m : 0.f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane == 0) {
+            j.scores[n] = ntok > 0 ? part : KERN_EMPTY_SCORE;
+            s_n = gridDim.x + (long long)kern_claim();
+        }
+    }
+    __syncthreads();
+}
+
+/* The split kernels' walk: the CTA takes pairs claimed into s_n (its first, blockIdx.x, set
+ * before its barrier), its warps the document's steps in turn (warp w steps w, w + WARPS, ...,
+ * each through step(doc, ntok, tok0, qb, rmax): the query's q.C rows at qb), then
+ * split_finish. */
+template <int WARPS, int MT, class S>
+__device__ __forceinline__ void split_pairs(const kern_axes_job &j, float *s_rm, long long &s_n,
+                                            S step)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    for (;;) {
+        const long long n = s_n;
+        if (n >= j.nd)
+            break;
+        const kern_pdoc doc = pair_doc(j, n);
+        const int ntok = (int)doc.ntok;
+        long long row0;
+        int lq;
+        pair_query(j, n, row0, lq);
+        float rmax[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            rmax[mt][0] = rmax[mt][1] = -INFINITY;
+        const float *qb = j.qcT + row0 + g;
+        for (int tok0 = warp * AX_TOK; tok0 < ntok; tok0 += WARPS * AX_TOK)
+            step(doc, ntok, tok0, qb, rmax);
+        split_finish<WARPS, MT>(j, rmax, s_rm, n, ntok, lq, s_n);
     }
     if (lane == 0)
         kern_claims_done();
@@ -615,7 +717,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) residual_axes_split_kernel(ax_a
     constexpr int MT = 2;
     const int dim = 16 * KT;
     __half *const tab = reinterpret_cast<__half *>(ax_smem);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int lane = threadIdx.x & 31;
     uint4 *const sa = reinterpret_cast<uint4 *>(tab + 256 * dim);
     uint32_t *const s_cols = reinterpret_cast<uint32_t *>(sa + MT * KT * 32);
     float *const s_rm = reinterpret_cast<float *>(s_cols + dim);
@@ -626,51 +728,294 @@ __global__ void __launch_bounds__(WARPS * 32, 2) residual_axes_split_kernel(ax_a
         s_n = blockIdx.x;
     __syncthreads();
 
-    for (;;) {
-        const long long n = s_n;
-        if (n >= j.nd)
-            break;
-        const kern_pdoc doc = pair_doc(j, n);
-        const int ntok = (int)doc.ntok;
-        long long row0;
-        int lq;
-        pair_query(j, n, row0, lq);
-        float rmax[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            rmax[mt][0] = rmax[mt][1] = -INFINITY;
-        const float *qb = j.qcT + row0 + g;
-        for (int tok0 = warp * AX_TOK; tok0 < ntok; tok0 += WARPS * AX_TOK)
+    split_pairs<WARPS, MT>(
+        j, s_rm, s_n,
+        [&](const kern_pdoc &doc, int ntok, int tok0, const float *qb, float(&rmax)[MT][2]) {
             reg_step<KT, MT>(
                 j, L, doc, ntok, tok0, qb,
                 [&](int mt, int kt) { return sa[(mt * KT + kt) * 32 + lane]; }, run, tab, s_cols,
                 lane, rmax);
+        });
+}
+
+/* ---- The bit-plane kernels: tables additive in the bits ---------------------------------
+ *
+ * Where every table is additive in its byte's bits (kern_axes_additive: the entry of value v is
+ * the entry of 0 plus, for each bit b of v, the entry of 1 << b less that of 0, as index/axes.c
+ * fits them), a token's residual term is q'.r' = sum_p base_p + sum over the code's bits k of
+ * A_k bit_k, with A_k (bit b of byte p) = sum over p's axes i of q'_i (T_p[1 << b][i] -
+ * T_p[0][i]) and base_p = sum_i q'_i T_p[0][i]. So the MMAs take the bits themselves as the B
+ * operand, 0 or 1 in fp16, made from a code word with a few integer operations, and the query's
+ * A over the code's bits (twice the columns of dims at 2 bits a dim): no tables, no lookups,
+ * whatever the widths, and any dim. K steps go by pairs over the token's 4-byte words (bit_col);
+ * the constant sum_p base_p of each query row (crow) joins the q.C term before the norm. */
+
+/* Byte position p's width as values a byte (per) and its first dim d0 (its table starts at
+ * 256 d0 floats, the positions' tables being in dim order). */
+__device__ __forceinline__ void pos_dims(const ax_layout &L, int p, int &per, int &d0)
+{
+    if (p < L.p1)
+        per = 1, d0 = p;
+    else if (p < L.p2)
+        per = 2, d0 = L.d1 + 2 * (p - L.p1);
+    else if (p < L.p3)
+        per = 4, d0 = L.d2 + 4 * (p - L.p2);
+    else
+        per = 8, d0 = L.d3 + 8 * (p - L.p3);
+}
+
+/* A_k of query row qrow (NULL: a row past the query's, 0) for the code's bit col. */
+__device__ float bit_coef(const ax_args &a, const float *qrow, int col)
+{
+    const int p = col >> 3, b = col & 7;
+    if (!qrow || p >= a.L.rbytes)
+        return 0.f;
+    int per, d0;
+    pos_dims(a.L, p, per, d0);
+    const float *t = a.j.dec + 256LL * d0;
+    float s = 0.f;
+    for (int i = 0; i < per; i++)
+        s = fmaf(qrow[d0 + i], __ldg(t + (1 << b) * per + i) - __ldg(t + i), s);
+    return s;
+}
+
+/* The code bit that A fragment element e (a0 .. a3 as pack_bits_afrag_kernel) of lane t4 takes
+ * in k step kb. Steps 2 m and 2 m + 1 read the code's word m (bytes 4 m .. 4 m + 3, little-
+ * endian); a B register holds the word's bits j and j + 16 (bit_pair), j = t4 + 4 hi + 8 (kb
+ * odd), hi the register (native columns 2 t4 .. + 1 or 2 t4 + 8 .. + 9), so that a register is
+ * a shift, one LOP3 and one HADD2 from the word. */
+__host__ __device__ __forceinline__ int bit_col(int kb, int t4, int e)
+{
+    return 32 * (kb >> 1) + t4 + 4 * (e >> 1) + 8 * (kb & 1) + 16 * (e & 1);
+}
+
+/* Every query's A fragments over the code's bits (KB k steps), in the standard m16n8k16 order
+ * (a0: row g, columns 2 t4 and 2 t4 + 1; a1: row g + 8; a2 and a3: columns + 8), fragment
+ * (mt, kb) of unit u of query qi for lane l at [((qi * units + u) * 2 + mt) * KB + kb] * 32 +
+ * l; rows past the query's are 0. Threads past those: crow [(qi * units + u) * 32 + r], the
+ * constant term of row r of unit u (0 past the query's rows). */
+__global__ void pack_bits_afrag_kernel(ax_args a, int KB, long long nq, uint4 *__restrict__ out,
+                                       float *__restrict__ crow)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per_q = (long long)a.af_units * 2 * KB * 32, nf = nq * per_q;
+    const int dim = a.j.dim;
+    if (i >= nf) {
+        const long long r = i - nf;
+        if (r >= nq * a.af_units * 32)
+            return;
+        const long long qi = r / (a.af_units * 32);
+        const int row = (int)(r % (a.af_units * 32));
+        long long row0;
+        const int lq = query_rows(a.j, qi, row0);
+        float s = 0.f;
+        if (row < lq) {
+            const float *qrow = a.j.q + (row0 + row) * dim;
+            for (int p = 0; p < a.L.rbytes; p++) {
+                int per, d0;
+                pos_dims(a.L, p, per, d0);
+                const float *t = a.j.dec + 256LL * d0;
+                for (int e = 0; e < per; e++)
+                    s = fmaf(qrow[d0 + e], __ldg(t + e), s);
+            }
+        }
+        crow[r] = s;
+        return;
+    }
+    const long long qi = i / per_q;
+    const int r = (int)(i % per_q), lane = r & 31, kb = (r >> 5) % KB, mt = (r >> 5) / KB % 2;
+    const int u = (r >> 5) / (2 * KB), g = lane >> 2, t4 = lane & 3;
+    long long row0;
+    const int lq = query_rows(a.j, qi, row0);
+    float x[2][4];
+    for (int h = 0; h < 2; h++) {
+        const int row = 32 * u + 16 * mt + g + 8 * h;
+        const float *qrow = row < lq ? a.j.q + (row0 + row) * dim : nullptr;
+        for (int e = 0; e < 4; e++)
+            x[h][e] = bit_coef(a, qrow, bit_col(kb, t4, e));
+    }
+    out[i] = make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
+                        pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+}
+
+/* Code bytes a chunk of the bit-plane step (whole 4-byte words). */
+constexpr int BX_CHUNK = 32;
+
+/* Bits 0 and 16 of y as the halves (low, high) of a word, each 0 or 1: 1024 + bit as halves
+ * (exponent 0x64 over the bit as the lowest mantissa bit: one LOP3), less 1024. */
+__device__ __forceinline__ uint32_t bit_pair(uint32_t y)
+{
+    const uint32_t r = (y & 0x00010001u) | 0x64006400u;
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&r), __float2half2_rn(1024.f));
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Four bytes of a token's code from byte o, little-endian (bytes at or past rbytes read 0);
+ * al4: the code's words are 4-byte aligned (rbytes a multiple of 4 and an aligned start). */
+__device__ __forceinline__ uint32_t code_word(const uint8_t *src, int o, int rbytes, bool al4)
+{
+    if (al4)
+        return __ldg(reinterpret_cast<const uint32_t *>(src + o));
+    uint32_t w = 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        if (o + e < rbytes)
+            w |= (uint32_t)__ldg(src + o + e) << (8 * e);
+    return w;
+}
+
+/* The bit-plane kernels' step: tokens tok0 .. tok0 + AX_TOK - 1 of doc against a 32-row unit
+ * (q.C rows at qb, constant terms cr of the lane's rows, A fragments afrag(mt, kb) over the
+ * code's KB k steps), into rmax. */
+template <int MT, class AF>
+__device__ __forceinline__ void
+bits_step(const kern_axes_job &j, int rbytes, int KB, const kern_pdoc &doc, int ntok, int tok0,
+          const float *qb, const float (&cr)[MT][2], AF afrag, int lane, float (&rmax)[MT][2])
+{
+    const int g = lane >> 2, t4 = lane & 3;
+    float qv[2][MT][2][2], nrm[2][2];
+    step_cols<MT>(j, doc, ntok, tok0, qb, t4, qv, nrm);
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float m = quad_max(rmax[mt][h]);
-                if (t4 == 0)
-                    s_rm[warp * 32 + 16 * mt + g + 8 * h] = m;
-            }
-        __syncthreads();
-        if (warp == 0) {
-            float m = -INFINITY;
-            for (int w = 0; w < WARPS; w++)
-                m = fmaxf(m, s_rm[w * 32 + lane]);
-            float part = lane < lq ? m : 0.f;
+            for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                part += __shfl_xor_sync(0xffffffffu, part, o);
-            if (lane == 0) {
-                j.scores[n] = ntok > 0 ? part : KERN_EMPTY_SCORE;
-                s_n = gridDim.x + (long long)kern_claim();
+                for (int e = 0; e < 2; e++)
+                    qv[jt][mt][h][e] += cr[mt][h];
+    const uint8_t *src[2];
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+        src[jt] = doc.residuals + (long long)min(tok0 + 8 * jt + g, ntok - 1) * rbytes;
+    const bool al4 = (rbytes & 3) == 0 && ((uintptr_t)doc.residuals & 3) == 0;
+    /* Two accumulators a column block, even and odd k steps, so that a chain of dependent MMAs
+     * is KB / 2 long, not KB. */
+    float acc[2][2][MT][4];
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[x][jt][mt][e] = 0.f;
+    /* The code a chunk of BX_CHUNK bytes at a time (one chunk at dim 128 and 2 bits or fewer),
+     * every word of the chunk loaded at once, before the MMAs need them. */
+    for (int c0 = 0; c0 < rbytes; c0 += BX_CHUNK) {
+        uint32_t w[2][BX_CHUNK / 4];
+#pragma unroll
+        for (int i = 0; i < BX_CHUNK / 4; i++)
+#pragma unroll
+            for (int jt = 0; jt < 2; jt++)
+                w[jt][i] = c0 + 4 * i < rbytes ? code_word(src[jt], c0 + 4 * i, rbytes, al4) : 0u;
+#pragma unroll
+        for (int k = 0; k < BX_CHUNK / 2; k++) {
+            const int kb = c0 / 2 + k;
+            if (kb >= KB)
+                break;
+#pragma unroll
+            for (int jt = 0; jt < 2; jt++) {
+                const uint32_t x = w[jt][k / 2] >> (8 * (k & 1) + t4);
+                const uint32_t b0 = bit_pair(x), b1 = bit_pair(x >> 4);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    mma16816(acc[k & 1][jt][mt], afrag(mt, kb), b0, b1);
             }
         }
+    }
+#pragma unroll
+    for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[0][jt][mt][e] += acc[1][jt][mt][e];
+    acc_max<MT>(acc[0], qv, nrm, rmax);
+}
+
+/* The constant terms of the lane's rows of unit u of query qi. */
+template <int MT>
+__device__ __forceinline__ void unit_crow(const ax_args &a, long long qi, int u, int g,
+                                          float (&cr)[MT][2])
+{
+    const float *c = a.crow + (qi * a.af_units + u) * 32 + g;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            cr[mt][h] = __ldg(c + 16 * mt + 8 * h);
+}
+
+/* Warps a CTA of the bit-plane kernels (no tables: 2 CTAs an SM or more). */
+constexpr int BX_WARPS = 8;
+
+/*
+ * The bit-plane per-warp kernel: pairs claimed by warps as residual_axes_mma_kernel claims them,
+ * each step on bits_step. AS (one query of one unit): its A fragments in shared memory, read
+ * there by every warp; else each warp reads its query's from global memory (L1) at every step.
+ */
+template <int WARPS, bool AS>
+__global__ void __launch_bounds__(WARPS * 32, 2) residual_bits_kernel(ax_args a)
+{
+    extern __shared__ __align__(16) unsigned char ax_smem[];
+    const kern_axes_job &j = a.j;
+    constexpr int MT = 2;
+    const int rbytes = a.L.rbytes, KB = (rbytes + 3) / 4 * 2;
+    uint4 *const sa = reinterpret_cast<uint4 *>(ax_smem);
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    if (AS) {
+        for (int i = threadIdx.x; i < MT * KB * 32; i += blockDim.x)
+            sa[i] = __ldg(a.af + i);
         __syncthreads();
     }
-    if (lane == 0)
-        kern_claims_done();
+    warp_pairs<WARPS>(
+        j, [&](const kern_pdoc &doc, int ntok, long long qi, long long row0, int lq, int u) {
+            const uint4 *pf = a.af + (qi * a.af_units + u) * (MT * KB * 32) + lane;
+            const auto afrag = [&](int mt, int kb) {
+                return AS ? sa[(mt * KB + kb) * 32 + lane] : __ldg(pf + (mt * KB + kb) * 32);
+            };
+            float cr[MT][2], rmax[MT][2];
+            unit_crow<MT>(a, qi, u, g, cr);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                rmax[mt][0] = rmax[mt][1] = -INFINITY;
+            const float *qb = j.qcT + row0 + 32 * u + g;
+            for (int tok0 = 0; tok0 < ntok; tok0 += AX_TOK)
+                bits_step<MT>(j, rbytes, KB, doc, ntok, tok0, qb, cr, afrag, lane, rmax);
+            return unit_sum<MT>(rmax, lane, u, lq);
+        });
+}
+
+/* The bit-plane split kernel: few pairs of one query of 32 rows or fewer, a CTA a pair and its
+ * warps over the document's steps (as residual_axes_split_kernel), the A fragments in shared
+ * memory, then WARPS x 32 floats of row maxima. */
+template <int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, 2) residual_bits_split_kernel(ax_args a)
+{
+    extern __shared__ __align__(16) unsigned char ax_smem[];
+    __shared__ long long s_n;
+    const kern_axes_job &j = a.j;
+    constexpr int MT = 2;
+    const int rbytes = a.L.rbytes, KB = (rbytes + 3) / 4 * 2;
+    uint4 *const sa = reinterpret_cast<uint4 *>(ax_smem);
+    float *const s_rm = reinterpret_cast<float *>(sa + MT * KB * 32);
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    for (int i = threadIdx.x; i < MT * KB * 32; i += blockDim.x)
+        sa[i] = __ldg(a.af + i);
+    float cr[MT][2];
+    unit_crow<MT>(a, 0, 0, g, cr);
+    if (threadIdx.x == 0)
+        s_n = blockIdx.x;
+    __syncthreads();
+    split_pairs<WARPS, MT>(
+        j, s_rm, s_n,
+        [&](const kern_pdoc &doc, int ntok, int tok0, const float *qb, float(&rmax)[MT][2]) {
+            bits_step<MT>(
+                j, rbytes, KB, doc, ntok, tok0, qb, cr,
+                [&](int mt, int kb) { return sa[(mt * KB + kb) * 32 + lane]; }, lane, rmax);
+        });
 }
 
 /* The cross kernel reads a chunk's first packed words a document ahead (tokens of 32 bytes or
@@ -1016,22 +1361,29 @@ size_t cross_smem(int dim, int warps)
            (size_t)warps * AX_TOK * (sizeof(uint32_t) + sizeof(float));
 }
 
-/* Packs every query's A fragments (pack_axes_afrag_kernel) into scratch (*af of *bytes, for
- * kern_scratch_free) and runs launch(a) with them. */
-template <int KT, class F> int with_afrag(ax_args a, F launch, const char *what)
+/* Packs every query's A fragments, KF k steps a fragment row, into scratch (bits:
+ * pack_bits_afrag_kernel, the rows' constant terms after them; else pack_axes_afrag_kernel) and
+ * runs launch(a) with them. */
+template <class F> int with_afrag(ax_args a, int KF, bool bits, F launch, const char *what)
 {
     const long long nq = a.j.nq_all;
     a.af_units = (a.j.lq + 31) / 32;
-    const long long nf = nq * a.af_units * 2 * KT * 32;
-    const size_t af_bytes = (size_t)(nf > 0 ? nf : 1) * sizeof(uint4);
+    const long long nf = nq * a.af_units * 2 * KF * 32, nc = bits ? nq * a.af_units * 32 : 0;
+    const long long units = nf + (nc + 3) / 4;
+    const size_t af_bytes = (size_t)(units > 0 ? units : 1) * sizeof(uint4);
     uint4 *af = NULL;
     int rc;
     if ((rc = kern_scratch((void **)&af, af_bytes)) != KERN_OK)
         return rc;
     a.af = af;
+    a.crow = bits ? reinterpret_cast<const float *>(af + nf) : NULL;
     cudaError_t e = cudaSuccess;
-    if (nf > 0) {
-        pack_axes_afrag_kernel<<<(unsigned)((nf + 255) / 256), 256>>>(a, KT, nq, af);
+    if (nf + nc > 0) {
+        if (bits)
+            pack_bits_afrag_kernel<<<(unsigned)((nf + nc + 255) / 256), 256>>>(
+                a, KF, nq, af, reinterpret_cast<float *>(af + nf));
+        else
+            pack_axes_afrag_kernel<<<(unsigned)((nf + 255) / 256), 256>>>(a, KF, nq, af);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) {
@@ -1052,8 +1404,8 @@ template <int KT, int WARPS, int MINB, bool AS = false> int launch_mma(const ax_
     if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, (a.j.nd + WARPS - 1) / WARPS, &blocks)) !=
         KERN_OK)
         return rc;
-    return with_afrag<KT>(
-        a,
+    return with_afrag(
+        a, KT, false,
         [=](const ax_args &b) {
             residual_axes_mma_kernel<KT, WARPS, MINB, AS><<<blocks, WARPS * 32, smem>>>(b);
         },
@@ -1067,8 +1419,8 @@ template <int KT, int WARPS> int launch_split(const ax_args &a)
     int blocks = 0, rc;
     if ((rc = kern_persistent_grid(fn, WARPS * 32, smem, a.j.nd, &blocks)) != KERN_OK)
         return rc;
-    return with_afrag<KT>(
-        a,
+    return with_afrag(
+        a, KT, false,
         [=](const ax_args &b) {
             residual_axes_split_kernel<KT, WARPS><<<blocks, WARPS * 32, smem>>>(b);
         },
@@ -1083,12 +1435,60 @@ template <int KT, int W, int MINB> int launch_cross(const ax_args &a)
     int blocks = 0, rc;
     if ((rc = kern_persistent_grid(fn, W * 32, smem, groups * a.j.per_q, &blocks)) != KERN_OK)
         return rc;
-    return with_afrag<KT>(
-        a,
+    return with_afrag(
+        a, KT, false,
         [=](const ax_args &b) {
             residual_axes_cross_kernel<KT, W, MINB><<<blocks, W * 32, smem>>>(b, groups);
         },
         "launch of residual_axes_cross_kernel");
+}
+
+/* The bit-plane kernels' A fragments of one unit, bytes. */
+size_t bits_afrag_bytes(const ax_layout &L)
+{
+    return (size_t)2 * ((L.rbytes + 3) / 4 * 2) * 32 * sizeof(uint4);
+}
+
+/* Launches a bit-plane kernel fn of smem bytes on the grid kern_persistent_grid gives for want
+ * work items; its shared memory limit is set on every call, since another index's size may
+ * have lowered it. */
+template <class K>
+int launch_bits_fn(const ax_args &a, K fn, size_t smem, long long want, const char *what)
+{
+    int blocks = 0, rc;
+    if ((rc = kern_persistent_grid((const void *)fn, BX_WARPS * 32, smem, want, &blocks)) !=
+        KERN_OK)
+        return rc;
+    if (smem > 0)
+        KERN_CUDA_TRY(cudaFuncSetAttribute((const void *)fn,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int KB = (a.L.rbytes + 3) / 4 * 2;
+    return with_afrag(
+        a, KB, true, [=](const ax_args &b) { fn<<<blocks, BX_WARPS * 32, smem>>>(b); }, what);
+}
+
+/* The bit-plane path: one query of one unit whose A fragments fit in shared memory takes the
+ * split kernel for few pairs (as launch_warps) or the per-warp kernel with them shared; the
+ * rest the per-warp kernel reading them from global memory. */
+int launch_bits(const ax_args &a)
+{
+    const size_t sa = bits_afrag_bytes(a.L), rm = (size_t)BX_WARPS * 32 * sizeof(float);
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        cudaGetLastError();
+    const char *sp = getenv("TARTAN_GPU_AXES_SPLIT");
+    const int spv = sp ? atoi(sp) : -1;
+    const bool one = a.j.nq_all == 1 && a.j.lq <= 32 && sa + rm + 64 <= (size_t)optin;
+    if (one && (spv == 1 || (spv != 0 && a.j.nd <= AXP_SPLIT_PAIRS)))
+        return launch_bits_fn(a, residual_bits_split_kernel<BX_WARPS>, sa + rm, a.j.nd,
+                              "launch of residual_bits_split_kernel");
+    const long long want = (a.j.nd + BX_WARPS - 1) / BX_WARPS;
+    if (one)
+        return launch_bits_fn(a, residual_bits_kernel<BX_WARPS, true>, sa, want,
+                              "launch of residual_bits_kernel");
+    return launch_bits_fn(a, residual_bits_kernel<BX_WARPS, false>, 0, want,
+                          "launch of residual_bits_kernel");
 }
 
 /* Whether j takes the cross kernel: crossed pairs of AXC_MIN_Q queries or more (fewer leave
@@ -1157,6 +1557,7 @@ int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
     a.j = *j;
     a.L = make_layout(j->bytes);
     a.af = NULL;
+    a.crow = NULL;
     a.af_units = 0;
     const char *ahead = getenv("TARTAN_GPU_AXES_AHEAD");
     a.ahead = !ahead || atoi(ahead) != 0;
@@ -1166,6 +1567,21 @@ int kern_gpu_residual_axes(const kern_axes_job *j, const char *who)
     }
     if (j->nd == 0)
         return KERN_OK;
+    /* Tables additive in the bits: the bit-plane kernels at dims without the table kernels
+     * (where the exact fp32 kernel was the only one); at 64, 96 and 128 the table kernels are
+     * the faster (H200, codes10k, model 3's layout: 101 / 486 / 3,077 us at 1 / 8 / 64 queries
+     * against 111 / 633 / 4,716). TARTAN_GPU_AXES_BITS=1: everywhere, 0: nowhere (benchmarks,
+     * tests). */
+    const char *bx = getenv("TARTAN_GPU_AXES_BITS");
+    const int bxv = bx ? atoi(bx) : -1;
+    if (j->additive && j->path != 2 && j->lq > 0 && (bxv == 1 || (bxv != 0 && !mma_fits(*j)))) {
+        const long long kb = (a.L.rbytes + 3) / 4 * 2;
+        if (j->nq_all * (long long)((j->lq + 31) / 32) * (2 * kb * 32 + 32) / 256 > 0x7fffffffLL) {
+            kern_set_error("%s (cuda): too many queries", who);
+            return KERN_EINVAL;
+        }
+        return launch_bits(a);
+    }
     const bool fast = j->path != 2 && j->lq > 0 && mma_fits(*j);
     if (j->path == 1 && !fast && j->lq > 0) {
         kern_set_error("%s (cuda): no MMA kernel for the axes code at dim %d here", who, j->dim);

@@ -28,6 +28,7 @@ typedef struct kern_axes_job {
     long long nq_all; /* queries (the one query: 1) */
     const float *dec;
     unsigned bytes[4];
+    int additive; /* dec is additive in the bits (kern_axes_additive): the bit-plane kernels */
     const kern_pdoc *docs;
     long long nd;
     float *scores;

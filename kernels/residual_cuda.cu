@@ -1156,6 +1156,7 @@ extern "C" int kern_gpu_maxsim_residual(const kern_residual *a, float *scores)
         j.dec = a->axes_dec;
         for (int i = 0; i < 4; i++)
             j.bytes[i] = a->axes_bytes[i];
+        j.additive = a->axes_additive;
         j.docs = a->docs;
         j.nd = (long long)a->nd;
         j.scores = scores;
@@ -1318,6 +1319,7 @@ extern "C" int kern_cuda_exact_scores(const kern_cuda_exact *a, float *scores)
             j.dec = a->axes_dec;
             for (int i = 0; i < 4; i++)
                 j.bytes[i] = a->axes_bytes[i];
+            j.additive = a->axes_additive;
             j.docs = pd;
             j.nd = pairs;
             j.scores = scores;

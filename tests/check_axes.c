@@ -216,6 +216,97 @@ START_TEST(test_axes_allocation_is_least_error)
 }
 END_TEST
 
+/* Whether axis a's levels are additive in the index's bits within 1e-5 of the largest. */
+static int axis_additive(const idx_axes *x, size_t a)
+{
+    const unsigned w = idx_axes_width(x, a), nb = 1u << w;
+    const float *l = x->levels + a * IDX_AXES_LEVELS;
+    double big = 0;
+    for (unsigned i = 0; i < nb; i++)
+        big = fmax(big, fabs(l[i]));
+    for (unsigned i = 0; i < nb; i++) {
+        double s = l[0];
+        for (unsigned k = 0; k < w; k++)
+            if (i >> k & 1u)
+                s += (double)l[1u << k] - l[0];
+        if (fabs(s - l[i]) > 1e-5 * big)
+            return 0;
+    }
+    return 1;
+}
+
+START_TEST(test_axes_fit_additive)
+{
+    /* At dim 32 (no GPU table kernel for the axes code) the fit keeps levels additive in the
+     * bits where they cost at most 10% more summed error than Lloyd-Max's (TARTAN_AXES_ADDITIVE
+     * =0), else Lloyd-Max's tables bit for bit. Gaussian residuals, anisotropic and isotropic,
+     * at nbits 1, 2 and 4 (widths 1 to 8): additive, every axis (checked here entry by entry,
+     * and by idx_axes_additive over the kernels' tables), ascending, cutoffs the midpoints.
+     * Residuals whose leading axis holds four clusters spaced unevenly (-3, -2.5, 0, 3: no
+     * additive 2-bit table codes them well): whatever the fit keeps, the rule above holds. At
+     * dim 64, which the table kernels serve, Lloyd-Max's always (kind 3). */
+    static const double decays[] = {0.9, 1.0};
+    for (int kind = 0; kind < 4; kind++)
+        for (unsigned nbits = 1; nbits <= 4; nbits *= 2) {
+            size_t d = kind == 3 ? 64 : 32, n = 6000;
+            double *Q = xmalloc(d * d * sizeof *Q), sig[64];
+            float *r = draw(n, d, 0.05, kind < 2 ? decays[kind] : kind == 2 ? 0.5 : 0.95, Q, sig);
+            if (kind == 2) /* the clusters along Q[0], over small Gaussian noise */
+                for (size_t i = 0; i < n; i++) {
+                    static const double at[4] = {-3, -2.5, 0, 3};
+                    const double c = 0.05 * at[rnd_below(4)];
+                    for (size_t j = 0; j < d; j++)
+                        r[i * d + j] = (float)(0.02 * r[i * d + j] + c * Q[j]);
+                }
+            idx_axes x, y;
+            ck_assert_int_eq(idx_axes_fit(&x, d, nbits, r, n, 20), 0);
+            setenv("TARTAN_AXES_ADDITIVE", "0", 1);
+            ck_assert_int_eq(idx_axes_fit(&y, d, nbits, r, n, 20), 0);
+            unsetenv("TARTAN_AXES_ADDITIVE");
+            ck_assert(x.n8 == y.n8 && x.n4 == y.n4 && x.n2 == y.n2 && x.n1 == y.n1);
+            ck_assert_int_eq(memcmp(x.rot, y.rot, d * d * sizeof *x.rot), 0);
+            const double ex = idx_axes_sq_error(&x, r, n), ey = idx_axes_sq_error(&y, r, n);
+            int all = 1, same = 1;
+            for (size_t a = 0; a < d; a++) {
+                const unsigned w = idx_axes_width(&x, a);
+                if (!w)
+                    continue;
+                all &= axis_additive(&x, a);
+                same &= memcmp(x.levels + a * IDX_AXES_LEVELS, y.levels + a * IDX_AXES_LEVELS,
+                               (1u << w) * sizeof(float)) == 0;
+                const float *l = x.levels + a * IDX_AXES_LEVELS;
+                for (unsigned i = 0; i + 1 < (1u << w); i++) {
+                    ck_assert(l[i] <= l[i + 1]);
+                    /* Additive tables' cutoffs are the midpoints (Lloyd-Max's may stop short). */
+                    if (axis_additive(&x, a) && !same)
+                        ck_assert(fabs(x.cutoffs[a * (IDX_AXES_LEVELS - 1) + i] -
+                                       ((double)l[i] + l[i + 1]) / 2) <=
+                                  1e-6 * (fabs(l[0]) + fabs(l[(1u << w) - 1])));
+                }
+            }
+            ck_assert_int_eq(idx_axes_additive(&x), all);
+            if (kind == 3)
+                ck_assert_msg(same, "nbits %u: dim 64, not Lloyd-Max's", nbits);
+            else if (all)
+                ck_assert_msg(ex <= ey * 1.10 * (1 + 1e-6),
+                              "kind %d nbits %u: additive error %g against Lloyd-Max's %g", kind,
+                              nbits, ex, ey);
+            else
+                ck_assert_msg(same, "kind %d nbits %u: not additive, yet not Lloyd-Max's", kind,
+                              nbits);
+            if (kind < 2 && nbits < 4)
+                ck_assert_msg(all, "kind %d nbits %u: Gaussian residuals, not additive", kind,
+                              nbits);
+            fprintf(stderr, "kind %d nbits %u: %u/%u/%u/%u, additive %d, error %.4g / %.4g\n", kind,
+                    nbits, x.n8, x.n4, x.n2, x.n1, all, ex, ey);
+            idx_axes_free(&x);
+            idx_axes_free(&y);
+            free(r);
+            free(Q);
+        }
+}
+END_TEST
+
 /* Centroids, codes and tokens around them: k unit centroids, tokens = normalise(C + r). */
 static void tokens(size_t d, size_t k, size_t n, const float *r, float **cen, uint32_t **codes,
                    float **emb)
@@ -728,17 +819,22 @@ START_TEST(test_axes_auto_chooses)
      * error, and the scalar code where it does not: 2,500 documents of 40 tokens about 64
      * topics (all sampled: 100,000 tokens, 5,000 held out), their residuals drawn with
      * falling variances (decay 0.85: the last axis's sigma 0.6% of the first's) or equal ones
-     * (decay 1, where the axes code has nothing to gain). At dim 256 the GPU multiplies only
-     * the scalar code on its tensor cores, so the falling variances keep the scalar code there.
-     * The index records the code chosen: version 3 with codec.axes, or version 2 without. */
+     * (decay 1, where the axes code has nothing to gain). At dim 256 (decay 0.97: no 8-bit
+     * axes, whose uniform tables cost too much) the GPU has no table kernel for the axes
+     * code: the falling variances keep it there where its levels are
+     * additive in the bits (the bit-plane kernels), and the scalar code where they may not be
+     * (TARTAN_AXES_ADDITIVE=0). The index records the code chosen: version 3 with codec.axes,
+     * or version 2 without. */
     static const struct {
         size_t dim;
         double decay;
-        int axes;
-    } cases[] = {{32, 0.85, 1}, {32, 1.0, 0}, {256, 0.85, 0}};
+        int axes, lloyd;
+    } cases[] = {{32, 0.85, 1, 0}, {32, 1.0, 0, 0}, {256, 0.97, 1, 0}, {256, 0.97, 0, 1}};
     ck_assert(kern_residual_mma_dim(128, 1) && kern_residual_mma_dim(256, 0));
     ck_assert(!kern_residual_mma_dim(256, 1) && !kern_residual_mma_dim(32, 0));
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
+        if (cases[k].lloyd)
+            setenv("TARTAN_AXES_ADDITIVE", "0", 1);
         fixture_dir_create("axesauto");
         rng_state = 4200 + (uint64_t)k;
         fx_corpus_spec spec = {.dim = cases[k].dim,
@@ -766,6 +862,8 @@ START_TEST(test_axes_auto_chooses)
             ck_assert_ptr_nonnull(rd.axes);
         else
             ck_assert_ptr_null(rd.axes);
+        if (want && cases[k].dim == 256)
+            ck_assert(idx_axes_additive(rd.axes) && rd.axes_additive);
         ck_assert_uint_eq(format_of(db), want ? 3 : 2);
         idx_reader_close(&rd);
         /* tartan_info names the code kept, its counts filling the budget, and the format. */
@@ -781,6 +879,7 @@ START_TEST(test_axes_auto_chooses)
         tartan_close(db);
         fx_corpus_free(&c);
         fixture_dir_remove();
+        unsetenv("TARTAN_AXES_ADDITIVE");
     }
 }
 END_TEST
@@ -824,6 +923,7 @@ int main(void)
     const fx_case cases[] = {
         {"axes_fit_finds_the_axes", test_axes_fit_finds_the_axes, 0},
         {"axes_allocation_is_least_error", test_axes_allocation_is_least_error, 0},
+        {"axes_fit_additive", test_axes_fit_additive, 0},
         {"axes_code_round_trip", test_axes_code_round_trip, 0},
         {"axes_kernel_matches_reference", test_axes_kernel_matches_reference, 0},
         {"axes_stored_form", test_axes_stored_form, 0},

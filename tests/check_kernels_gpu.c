@@ -878,6 +878,40 @@ static void axes_decode(const plaid_set *p, const uint8_t *src, double *out)
         out[d] = 0;
 }
 
+/* Set: plaid_make_code's axes tables are additive in the bits (additive_tables), so that the
+ * GPU takes its bit-plane kernels. */
+static int bits_tables;
+
+/* Tables additive in each byte's bits, as index/axes.c fits them but denser: value i of a
+ * position owns its bits i w .. i w + w - 1 (w = 8 / values), weights of a uniform quantiser's
+ * (2^k a step, a few of them negative), and every other bit of the byte adds a little to it
+ * too (a general additive table, which the kernels must take as well). */
+static void additive_tables(float *dec, const unsigned axes[4])
+{
+    float *t = dec;
+    for (unsigned w = 0; w < 4; w++) {
+        const unsigned per = 1u << w, wb = 8 / per;
+        for (unsigned k = 0; k < axes[w]; k++, t += 256 * per) {
+            double base[8], D[8][8];
+            for (unsigned i = 0; i < per; i++) {
+                const double step = 0.08 * (0.5 + (double)(rnd() % 1000) / 1000) / (1u << wb);
+                base[i] = 0.02 * gauss() - step * ((1u << wb) - 1) / 2;
+                for (unsigned b = 0; b < 8; b++)
+                    D[b][i] = b / wb == i ? step * (1u << (b % wb)) * (rnd() % 5 == 0 ? -1 : 1)
+                                          : 0.002 * gauss();
+            }
+            for (unsigned v = 0; v < 256; v++)
+                for (unsigned i = 0; i < per; i++) {
+                    double s = base[i];
+                    for (unsigned b = 0; b < 8; b++)
+                        if (v >> b & 1u)
+                            s += D[b][i];
+                    t[v * per + i] = (float)s;
+                }
+        }
+    }
+}
+
 static void plaid_make_code(plaid_set *p, size_t dim, unsigned nbits, const unsigned *axes,
                             unsigned code_bytes, size_t nd, size_t lq, int maxtok)
 {
@@ -890,6 +924,8 @@ static void plaid_make_code(plaid_set *p, size_t dim, unsigned nbits, const unsi
         p->dec = malloc((n ? n : 1) * sizeof(float));
         for (size_t i = 0; i < n; i++)
             p->dec[i] = (float)(0.04 * gauss());
+        if (bits_tables)
+            additive_tables(p->dec, axes);
     }
     p->nc = urnd(16, 600);
     p->q = rand_floats(lq * dim + 1, 1);
@@ -1033,12 +1069,13 @@ static float *residual_try(const plaid_set *p, unsigned code_bytes, int shift, i
     float *decd = p->dec ? dev_put(p->dec, (256 * axes_dims(p->axes) + 1) * 4) : NULL;
     float *sd = dev_poisoned(nd);
     const float *qs = qd + shift;
-    kern_residual a = {dim, p->nbits, code_bytes, qs,   lq, qcd,  p->nc,
-                       wd,  p->ddocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
+    kern_residual a = {dim,      p->nbits, code_bytes, qs, lq,   qcd,          p->nc, wd,
+                       p->ddocs, nd,       NULL,       0,  NULL, {0, 0, 0, 0}, 0};
     if (p->dec) { /* the axes code: no bucket weights */
         a.bucket_weights = NULL;
         a.axes_dec = decd;
         memcpy(a.axes_bytes, p->axes, sizeof a.axes_bytes);
+        a.axes_additive = kern_axes_additive(p->dec, p->axes);
     }
     *rc = kern_maxsim_residual(KERN_DEV_CUDA, &a, sd);
     float *got = NULL;
@@ -1070,8 +1107,8 @@ static void run_residual_code(size_t dim, unsigned nbits, const unsigned *axes, 
     plaid_set p;
     plaid_make_code(&p, dim, nbits, axes, code_bytes, nd, lq, maxtok);
     float *got = residual_on_gpu(&p, code_bytes, 0);
-    kern_residual h = {dim, nbits,   code_bytes, p.q,  lq, p.qc, p.nc,
-                       p.w, p.hdocs, nd,         NULL, 0,  NULL, {0, 0, 0, 0}};
+    kern_residual h = {dim,     nbits, code_bytes, p.q, lq,   p.qc,         p.nc, p.w,
+                       p.hdocs, nd,    NULL,       0,   NULL, {0, 0, 0, 0}, 0};
     if (axes) {
         h.axes_dec = p.dec;
         memcpy(h.axes_bytes, axes, sizeof h.axes_bytes);
@@ -1301,6 +1338,7 @@ static void exact_make(exact_set *x, const plaid_set *p, const int64_t *qoff, si
         x->a.bucket_weights = NULL;
         x->a.axes_dec = b[10];
         memcpy(x->a.axes_bytes, p->axes, sizeof x->a.axes_bytes);
+        x->a.axes_additive = kern_axes_additive(p->dec, p->axes);
     }
     free(doff), free(codes), free(inv), free(res), free(st);
 }
@@ -1551,6 +1589,79 @@ START_TEST(test_kernels_gpu_residual_axes_batched)
             axes_split(dims[di], mode, b);
             run_exact_code(dims[di], 2, b, 13, 40, 1, 300);
         }
+}
+END_TEST
+
+/* The bit-plane kernels, which take tables additive in the bits (kern_axes_additive), against
+ * the reference as the two tests above: first the test itself, which holds for additive_tables
+ * and for no random table or additive one with one entry moved by 1e-4 of the largest; then
+ * one query (rows under, at and over 32) of few pairs (the split kernel) and of many (the
+ * per-warp kernel, its A fragments shared), with the split kernel forced and forbidden, at
+ * dims with table kernels (64, 128: the bit-plane kernels forced) and without (200, 384),
+ * every mode of axes_split; then batched pairs, crossed and listed (the per-warp kernel, A
+ * from global memory); last, dims 384 and 256 without forcing. */
+START_TEST(test_kernels_gpu_residual_axes_bits)
+{
+    unsigned b[4];
+    for (int k = 0; k < 6; k++) {
+        axes_split(128, k % 5, b);
+        const size_t n = 256 * axes_dims(b);
+        float *dec = malloc(n * sizeof *dec);
+        for (size_t i = 0; i < n; i++)
+            dec[i] = (float)(0.04 * gauss());
+        ck_assert_int_eq(kern_axes_additive(dec, b), 0);
+        additive_tables(dec, b);
+        ck_assert_int_eq(kern_axes_additive(dec, b), 1);
+        float big = 0;
+        for (size_t i = 0; i < n; i++)
+            big = fmaxf(big, fabsf(dec[i]));
+        /* Any entry: one of value 0 or 1 << b moves what others derive from (value 3 or
+         * 1 << b | 1 then disagrees), any other disagrees itself. */
+        const size_t at = (size_t)urnd(0, (int)n - 1);
+        const float was = dec[at];
+        dec[at] = was + 1e-4f * big;
+        const int add = kern_axes_additive(dec, b);
+        dec[at] = was;
+        ck_assert_msg(add == 0, "entry %zu moved, still additive", at);
+        free(dec);
+    }
+    bits_tables = 1;
+    /* Dims 200 and 384 take them by themselves (the paths check: forcing an MMA kernel gives
+     * the automatic choice's bits); 64 and 128 where told to. */
+    setenv("TARTAN_GPU_AXES_BITS", "1", 1);
+    static const size_t dims[] = {64, 128, 200, 384};
+    static const size_t lqs[] = {1, 32, 33};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int mode = 0; mode < 5; mode++)
+            for (size_t li = 0; li < sizeof lqs / sizeof lqs[0]; li++) {
+                axes_split(dims[di], mode, b);
+                run_residual_code(dims[di], 2, b, (rnd() & 1) ? 2 : 4, urnd(3, 60), lqs[li], 120,
+                                  1);
+            }
+    axes_split(128, 0, b);
+    run_residual_code(128, 2, b, 2, 3000, 32, 24, 1);
+    setenv("TARTAN_GPU_AXES_SPLIT", "1", 1);
+    axes_split(384, 2, b);
+    run_residual_code(384, 2, b, 4, 2000, 20, 40, 1);
+    setenv("TARTAN_GPU_AXES_SPLIT", "0", 1);
+    axes_split(200, 0, b);
+    run_residual_code(200, 2, b, 4, 40, 31, 90, 1);
+    unsetenv("TARTAN_GPU_AXES_SPLIT");
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int mode = 0; mode < 5; mode += 2) {
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, urnd(1, 6), urnd(1, 30), 0, 100);
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, 13, 40, 1, 300);
+            axes_split(dims[di], mode, b);
+            run_exact_code(dims[di], 2, b, 8, 300, (int)(rnd() & 1), 10);
+        }
+    unsetenv("TARTAN_GPU_AXES_BITS");
+    axes_split(384, 0, b);
+    run_residual_code(384, 2, b, 4, 50, 32, 100, 1);
+    axes_split(256, 3, b);
+    run_exact_code(256, 2, b, 5, 30, 1, 100);
+    bits_tables = 0;
 }
 END_TEST
 
@@ -2907,6 +3018,7 @@ int main(void)
         {"residual_axes", test_kernels_gpu_residual_axes, 300},
         {"residual_axes_batched", test_kernels_gpu_residual_axes_batched, 300},
         {"residual_axes_bad_arguments", test_kernels_gpu_residual_axes_bad_arguments, 60},
+        {"residual_axes_bits", test_kernels_gpu_residual_axes_bits, 300},
         {"residual_mma_dims", test_kernels_gpu_residual_mma_dims, 60},
         {"centroid_interaction", test_kernels_gpu_centroid_interaction_matches_reference, 60},
         {"topk", test_kernels_gpu_topk_matches_reference, 120},

@@ -334,8 +334,8 @@ static void check_residual(size_t dim, size_t K, size_t nd, size_t maxlen, size_
     emb_rand(&q, KERN_F32, lq, dim);
     float *qc = xcalloc(lq * K, sizeof(float)), *scores = xcalloc(nd, sizeof(float));
     ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-    kern_residual a = {dim, nbits,  code_bytes, q.val, lq, qc,   K,
-                       p.w, p.docs, nd,         NULL,  0,  NULL, {0, 0, 0, 0}};
+    kern_residual a = {dim,    nbits, code_bytes, q.val, lq,   qc,           K, p.w,
+                       p.docs, nd,    NULL,       0,     NULL, {0, 0, 0, 0}, 0};
     FOR_EACH_ISA(isa)
     {
         poison(scores, nd);
@@ -400,14 +400,16 @@ START_TEST(test_kernels_residual_bit_order)
     float inv = 1.0f, s = NAN;
     kern_pdoc doc = {&code, packed2, &inv, 1};
     for (int j = 0; j < 8; j++) {
-        kern_residual a = {8, 2, 2, q + j * 8, 1, qc, 1, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}};
+        kern_residual a = {8,    2, 2,    q + j * 8, 1,    qc,           1, w,
+                           &doc, 1, NULL, 0,         NULL, {0, 0, 0, 0}, 0};
         s = NAN;
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
         ck_assert_msg(s == w[b2[j]], "nbits 2 dim %d: %g != %g", j, s, w[b2[j]]);
     }
     doc.residuals = packed1;
     for (int j = 0; j < 8; j++) {
-        kern_residual a = {8, 1, 2, q + j * 8, 1, qc, 1, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}};
+        kern_residual a = {8,    1, 2,    q + j * 8, 1,    qc,           1, w,
+                           &doc, 1, NULL, 0,         NULL, {0, 0, 0, 0}, 0};
         s = NAN;
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, &s), KERN_OK);
         ck_assert_msg(s == w[b1[j]], "nbits 1 dim %d: %g != %g", j, s, w[b1[j]]);
@@ -466,7 +468,8 @@ START_TEST(test_kernels_residual_unaligned)
     emb_rand(&q, KERN_F32, lq, dim);
     float *qc = xcalloc(lq * K, sizeof(float)), s1[9], s2[9], a1[9], a2[9];
     ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-    kern_residual a = {dim, 2, 4, q.val, lq, qc, K, p.w, p.docs, nd, NULL, 0, NULL, {0, 0, 0, 0}};
+    kern_residual a = {dim,    2,  4,    q.val, lq,   qc,           K, p.w,
+                       p.docs, nd, NULL, 0,     NULL, {0, 0, 0, 0}, 0};
     poison(s1, nd);
     poison(s2, nd);
     ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s1), KERN_OK);
@@ -497,7 +500,7 @@ START_TEST(test_kernels_residual_bad_input)
     uint16_t codes[2] = {0, 2};
     uint8_t res[4] = {0};
     kern_pdoc doc = {codes, res, inv, 2};
-    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}, 0};
     ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, s), KERN_EINVAL); /* code 2 >= K */
     ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
     codes[1] = 1;
@@ -535,7 +538,7 @@ START_TEST(test_kernels_residual_screen_bound)
     rng_init_random();
     if (!kern_maxsim_residual_screen_usable(KERN_DEV_CPU)) {
         float w[4] = {0}, q[8] = {0}, qc[1] = {0}, ap[1], bd[1];
-        kern_residual a = {8, 2, 2, q, 1, qc, 1, w, NULL, 0, NULL, 0, NULL, {0, 0, 0, 0}};
+        kern_residual a = {8, 2, 2, q, 1, qc, 1, w, NULL, 0, NULL, 0, NULL, {0, 0, 0, 0}, 0};
         ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_ENODEV);
         fprintf(stderr, "residual_screen: no AMX here; only the refusal checked\n");
         return;
@@ -568,9 +571,9 @@ START_TEST(test_kernels_residual_screen_bound)
         float *qc = xcalloc(lq * K, sizeof(float)), *ex = xcalloc(nd, sizeof(float));
         float *ap = xcalloc(nd, sizeof(float)), *bd = xcalloc(nd, sizeof(float));
         ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, q.val, lq, p.C, K, dim, qc), KERN_OK);
-        kern_residual a = {dim,  sh[s].nbits, sh[s].code_bytes, q.val, lq,   qc,
-                           K,    p.w,         p.docs,           nd,    NULL, 0,
-                           NULL, {0, 0, 0, 0}};
+        kern_residual a = {
+            dim, sh[s].nbits, sh[s].code_bytes, q.val, lq, qc, K, p.w, p.docs, nd, NULL,
+            0,   NULL,        {0, 0, 0, 0},     0};
         ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a, ex), KERN_OK);
         poison(ap, nd);
@@ -621,7 +624,7 @@ START_TEST(test_kernels_residual_screen_bound)
         float inv1 = (float)(1 / sqrt(nn)), ex1, ap1, bd1;
         kern_pdoc d1 = {&code, pk, &inv1, 1};
         ck_assert_int_eq(kern_centroid_scores(KERN_DEV_CPU, qv, 1, C1, 1, D, qc1), KERN_OK);
-        kern_residual a1 = {D, 2, 2, qv, 1, qc1, 1, w4, &d1, 1, NULL, 0, NULL, {0, 0, 0, 0}};
+        kern_residual a1 = {D, 2, 2, qv, 1, qc1, 1, w4, &d1, 1, NULL, 0, NULL, {0, 0, 0, 0}, 0};
         ck_assert_int_eq(kern_cpu_force_isa("avx512"), KERN_OK);
         ck_assert_int_eq(kern_maxsim_residual(KERN_DEV_CPU, &a1, &ex1), KERN_OK);
         kern_cpu_force_isa(NULL);
@@ -639,7 +642,7 @@ START_TEST(test_kernels_residual_screen_bound)
     uint16_t codes[2] = {0, 2};
     uint8_t res[4] = {0};
     kern_pdoc doc = {codes, res, inv, 2};
-    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}};
+    kern_residual a = {8, 2, 2, q, 1, qc, 2, w, &doc, 1, NULL, 0, NULL, {0, 0, 0, 0}, 0};
     ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, bd), KERN_EINVAL);
     ck_assert_ptr_nonnull(strstr(kern_last_error(), "code"));
     ck_assert_int_eq(kern_maxsim_residual_screen(KERN_DEV_CPU, &a, ap, NULL), KERN_EINVAL);

@@ -31,7 +31,9 @@
  * 0.57 against 0.85-0.89 ms (bench/results/axes-gpu-2026-11-29/s45/call7/).
  *
  * Shapes without these kernels (dims other than 64, 96 and 128, or a device whose shared memory
- * cannot hold the tables) take an exact fp32 kernel: a warp a pair, a lane a token, the tables
+ * cannot hold the tables) take the bit-plane kernels where the tables are additive in the bits
+ * (below: any dim, no tables; H200, d 384: 268 us for one query x 10k documents against 17.3 ms
+ * on the fp32 kernel), else an exact fp32 kernel: a warp a pair, a lane a token, the tables
  * read from global memory as they are.
  *
  * Cost, H200 (bench codes10k_*: 10k documents of 50-90 tokens, cross pairs, Lq 32, dim 128,

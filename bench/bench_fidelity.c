@@ -343,16 +343,19 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Cosine of every live token's decompressed vector with its original: mean and 1st
- * percentile. */
+ * percentile. The documents are listed first (their blobs stay mapped while the reader's
+ * transaction is open), then decompressed in parallel: the axes code's decoder rotates each
+ * token back, d^2 multiply-adds a token, minutes on one core at 100k documents. */
 static void token_cosines(tartan_db *db, const corpus *co, double *mean, double *p01, size_t *ntok)
 {
     idx_reader r;
     store_msg m = {{0}};
     if (idx_reader_open(db->env, &r, &m) || !r.trained)
         die("reading the index: %s", m.text);
-    size_t dim = co->dim, cap = 0, n = 0, ccap = 0;
-    float *dec = NULL, *orig = NULL;
-    double *cs = NULL;
+    size_t dim = co->dim, n = 0, nd = 0, dcap = 0, maxtok = 0;
+    kern_pdoc *docs = NULL;
+    long *rows = NULL;
+    size_t *first = NULL; /* the document's first slot in cs */
     store_cursor *cur = NULL;
     uint32_t docno;
     kern_pdoc d;
@@ -368,32 +371,44 @@ static void token_cosines(tartan_db *db, const corpus *co, double *mean, double 
         long row = row_of(co, buf);
         if (row < 0 || co->off[row + 1] - co->off[row] != d.ntok)
             die("document '%s' does not match the corpus", buf);
-        if (d.ntok > cap) {
-            free(dec);
-            free(orig);
-            cap = d.ntok;
-            dec = xmalloc(cap * dim * sizeof(float));
-            orig = xmalloc(cap * dim * sizeof(float));
-        }
-        if (n + d.ntok > ccap) {
-            ccap = (n + d.ntok) * 2;
-            cs = realloc(cs, ccap * sizeof *cs);
-            if (!cs)
+        if (nd == dcap) {
+            dcap = dcap ? 2 * dcap : 1024;
+            docs = realloc(docs, dcap * sizeof *docs);
+            rows = realloc(rows, dcap * sizeof *rows);
+            first = realloc(first, dcap * sizeof *first);
+            if (!docs || !rows || !first)
                 die("%s", "out of memory");
         }
-        idx_reader_decompress(&r, &d, dec);
-        load_rows(co->c.emb.data, co->c.emb.dtype, dim, co->off[row], d.ntok, orig);
-        for (uint32_t t = 0; t < d.ntok; t++) {
-            double s = 0, a = 0;
-            for (size_t j = 0; j < dim; j++) {
-                s += (double)dec[t * dim + j] * orig[t * dim + j];
-                a += (double)dec[t * dim + j] * dec[t * dim + j];
-            }
-            cs[n++] = s / sqrt(a > 0 ? a : 1);
-        }
+        docs[nd] = d;
+        rows[nd] = row;
+        first[nd++] = n;
+        n += d.ntok;
+        if (d.ntok > maxtok)
+            maxtok = d.ntok;
     }
     if (rc != 0)
         die("reading the documents: %s", m.text);
+    double *cs = xmalloc((n ? n : 1) * sizeof *cs);
+#pragma omp parallel
+    {
+        float *dec = xmalloc((maxtok ? maxtok : 1) * dim * sizeof(float));
+        float *orig = xmalloc((maxtok ? maxtok : 1) * dim * sizeof(float));
+#pragma omp for schedule(dynamic, 64)
+        for (long long i = 0; i < (long long)nd; i++) {
+            idx_reader_decompress(&r, &docs[i], dec);
+            load_rows(co->c.emb.data, co->c.emb.dtype, dim, co->off[rows[i]], docs[i].ntok, orig);
+            for (uint32_t t = 0; t < docs[i].ntok; t++) {
+                double s = 0, a = 0;
+                for (size_t j = 0; j < dim; j++) {
+                    s += (double)dec[t * dim + j] * orig[t * dim + j];
+                    a += (double)dec[t * dim + j] * dec[t * dim + j];
+                }
+                cs[first[i] + t] = s / sqrt(a > 0 ? a : 1);
+            }
+        }
+        free(dec);
+        free(orig);
+    }
     idx_reader_close(&r);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
@@ -403,8 +418,9 @@ static void token_cosines(tartan_db *db, const corpus *co, double *mean, double 
     *p01 = n ? cs[(size_t)(0.01 * (double)n)] : 0;
     *ntok = n;
     free(cs);
-    free(dec);
-    free(orig);
+    free(docs);
+    free(rows);
+    free(first);
 }
 
 int main(int argc, char **argv)

@@ -251,27 +251,39 @@ __device__ __forceinline__ long long pair_query(const kern_axes_job &j, long lon
  * qi for lane l at [((qi * units + u) * 2 + mt) * KT + kt] * 32 + l, rows g, g + 8 (+ 16 mt)
  * and columns 16 kt + 4 t4 .. + 3 as (a0: row g cols 0-1, a1: row g+8 cols 0-1, a2: row g
  * cols 2-3, a3: row g+8 cols 2-3); rows past the query's are 0. */
+/* Packed A fragment i of every query, per_q of them a query, at [((qi * units + u) * 2 + mt) *
+ * KT + kt] * 32 + lane in the standard m16n8k16 order (a0: row g, a1: row g + 8; a2 and a3: the
+ * next columns): element e of row h is val(the row's query vector, kt, t4, e), 0 past the
+ * query's rows. The column map val is the A operand's meaning (dims, or the code's bits). */
+template <class F>
+__device__ __forceinline__ void pack_afrag(const ax_args &a, int KT, long long i, long long per_q,
+                                           uint4 *__restrict__ out, F val)
+{
+    const long long qi = i / per_q;
+    const int r = (int)(i % per_q), lane = r & 31, kt = (r >> 5) % KT, mt = (r >> 5) / KT % 2;
+    const int u = (r >> 5) / (2 * KT), g = lane >> 2, t4 = lane & 3;
+    long long row0;
+    const int lq = query_rows(a.j, qi, row0);
+    float x[2][4];
+    for (int h = 0; h < 2; h++) {
+        const int row = 32 * u + 16 * mt + g + 8 * h;
+        const float *qrow = row < lq ? a.j.q + (row0 + row) * a.j.dim : nullptr;
+        for (int e = 0; e < 4; e++)
+            x[h][e] = qrow ? val(qrow, kt, t4, e) : 0.f;
+    }
+    out[i] = make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
+                        pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+}
+
 __global__ void pack_axes_afrag_kernel(ax_args a, int KT, long long nq, uint4 *__restrict__ out)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long per_q = (long long)a.af_units * 2 * KT * 32;
     if (i >= nq * per_q)
         return;
-    const long long qi = i / per_q;
-    const int r = (int)(i % per_q), lane = r & 31, kt = (r >> 5) % KT, mt = (r >> 5) / KT % 2;
-    const int u = (r >> 5) / (2 * KT), g = lane >> 2, t4 = lane & 3;
-    long long row0;
-    const int lq = query_rows(a.j, qi, row0);
-    const int dim = a.j.dim;
-    float x[2][4];
-    for (int h = 0; h < 2; h++) {
-        const int row = 32 * u + 16 * mt + g + 8 * h;
-        for (int e = 0; e < 4; e++)
-            x[h][e] =
-                row < lq ? a.j.q[(row0 + row) * dim + dim_of(a.L, 16 * kt + 4 * t4 + e)] : 0.f;
-    }
-    out[i] = make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
-                        pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+    pack_afrag(a, KT, i, per_q, out, [&](const float *qrow, int kt, int t4, int e) {
+        return qrow[dim_of(a.L, 16 * kt + 4 * t4 + e)];
+    });
 }
 
 /* The swizzle of tile row t: its columns XOR 8 s(t) (whole 8-half blocks, so that a byte's run
@@ -824,20 +836,9 @@ __global__ void pack_bits_afrag_kernel(ax_args a, int KB, long long nq, uint4 *_
         crow[r] = s;
         return;
     }
-    const long long qi = i / per_q;
-    const int r = (int)(i % per_q), lane = r & 31, kb = (r >> 5) % KB, mt = (r >> 5) / KB % 2;
-    const int u = (r >> 5) / (2 * KB), g = lane >> 2, t4 = lane & 3;
-    long long row0;
-    const int lq = query_rows(a.j, qi, row0);
-    float x[2][4];
-    for (int h = 0; h < 2; h++) {
-        const int row = 32 * u + 16 * mt + g + 8 * h;
-        const float *qrow = row < lq ? a.j.q + (row0 + row) * dim : nullptr;
-        for (int e = 0; e < 4; e++)
-            x[h][e] = bit_coef(a, qrow, bit_col(kb, t4, e));
-    }
-    out[i] = make_uint4(pack_h2(x[0][0], x[0][1]), pack_h2(x[1][0], x[1][1]),
-                        pack_h2(x[0][2], x[0][3]), pack_h2(x[1][2], x[1][3]));
+    pack_afrag(a, KB, i, per_q, out, [&](const float *qrow, int kb, int t4, int e) {
+        return bit_coef(a, qrow, bit_col(kb, t4, e));
+    });
 }
 
 /* Code bytes a chunk of the bit-plane step (whole 4-byte words). */
